@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# Starts a throwaway PostgreSQL cluster on a free port and prints its URL on stdout.
+# Installs PostgreSQL from Debian's packages if it is missing (needs root for that).
+# Usage: eval "$(scripts/pg-throwaway.sh start DIR)"   ...   scripts/pg-throwaway.sh stop DIR
+# As root the server runs as the `postgres` user (it refuses to run as root).
+set -euo pipefail
+
+cmd=${1:?start|stop}
+dir=${2:?data directory}
+
+find_bin() {
+  for d in /usr/lib/postgresql/*/bin; do
+    [ -x "$d/pg_ctl" ] && { echo "$d"; return; }
+  done
+  command -v pg_ctl >/dev/null 2>&1 && dirname "$(command -v pg_ctl)"
+}
+
+as_pg() {
+  if [ "$(id -u)" = 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi
+}
+
+bin=$(find_bin || true)
+if [ "$cmd" = stop ]; then
+  [ -n "$bin" ] && [ -d "$dir/data" ] && as_pg "$bin/pg_ctl" -D "$dir/data" -m fast -w stop >/dev/null 2>&1 || true
+  rm -rf "$dir"
+  exit 0
+fi
+
+if [ -z "$bin" ]; then
+  if [ "$(id -u)" != 0 ]; then
+    echo "PostgreSQL is not installed; run as root or: sudo apt-get install postgresql" >&2
+    exit 1
+  fi
+  echo "installing PostgreSQL from Debian's packages..." >&2
+  mkdir -p /etc/postgresql-common/createcluster.d
+  echo "create_main_cluster = false" > /etc/postgresql-common/createcluster.d/00-hookgate.conf
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq >&2
+  apt-get install -y -qq postgresql >&2
+  bin=$(find_bin)
+fi
+
+port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+mkdir -p "$dir"
+if [ "$(id -u)" = 0 ]; then chown postgres "$dir"; chmod 700 "$dir"; fi
+as_pg "$bin/initdb" -D "$dir/data" -U postgres --auth=trust --locale=C.UTF-8 >/dev/null
+# fsync off: a throwaway test cluster, never one whose durability a benchmark claims.
+as_pg "$bin/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w \
+  -o "-p $port -k $dir -c listen_addresses=127.0.0.1 -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=400" \
+  start >/dev/null
+echo "export HOOKGATE_TEST_DATABASE_URL=postgres://postgres@127.0.0.1:$port/postgres"

@@ -1,0 +1,243 @@
+//! The vocabulary of the claim path: the row's [`Status`], the named [`Path`] every attempt
+//! is labelled with, and the pure rule ([`classify`]) that turns a row the claim did *not*
+//! win into a path.
+//!
+//! Nothing here does I/O. The SQL that wins or reports a claim lives in `store/`; the
+//! decisions about what the row means live here so that both backends share them.
+
+use std::fmt;
+use std::time::Duration;
+
+/// A row's state, as stored in `webhook_events.status`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Status {
+    /// A claim holds the key until `locked_until`.
+    InProgress,
+    /// The target accepted the event; terminal.
+    Done,
+    /// The last attempt failed; a redelivery may claim it again.
+    Failed,
+    /// A dead letter; only an operator's replay reopens it.
+    Dead,
+}
+
+impl Status {
+    /// The text stored in the database.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Status::InProgress => "in_progress",
+            Status::Done => "done",
+            Status::Failed => "failed",
+            Status::Dead => "dead",
+        }
+    }
+
+    /// Parses the stored text.
+    pub fn parse(text: &str) -> Option<Self> {
+        Some(match text {
+            "in_progress" => Status::InProgress,
+            "done" => Status::Done,
+            "failed" => Status::Failed,
+            "dead" => Status::Dead,
+            _ => return None,
+        })
+    }
+}
+
+/// The named path of one attempt: in the logs, the `Hookgate-Path` header and metrics.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Path {
+    /// Key never seen; claim won.
+    FirstRun,
+    /// Key was `failed`; claim won.
+    RetryAfterFailure,
+    /// Key was `in_progress` with an expired lease; claim won.
+    LeaseRetake,
+    /// Key is `done`: the cached result is replayed.
+    DuplicateDone,
+    /// Key is held by a live lease, on this node or another.
+    InProgressElsewhere,
+    /// Key is dead-lettered.
+    DuplicateDead,
+    /// Key known, but the payload's fingerprint differs.
+    PayloadMismatch,
+    /// The store could not be reached; nothing ran.
+    StoreUnavailable,
+    /// The shard's mailbox was full; nothing ran.
+    Overloaded,
+    /// An operator reopened a dead letter.
+    Replay,
+    /// A worker finished after its lease was retaken; its write changed nothing.
+    StaleCompletion,
+}
+
+impl Path {
+    /// The label used in logs, headers and metrics.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Path::FirstRun => "first_run",
+            Path::RetryAfterFailure => "retry_after_failure",
+            Path::LeaseRetake => "lease_retake",
+            Path::DuplicateDone => "duplicate_done",
+            Path::InProgressElsewhere => "in_progress_elsewhere",
+            Path::DuplicateDead => "duplicate_dead",
+            Path::PayloadMismatch => "payload_mismatch",
+            Path::StoreUnavailable => "store_unavailable",
+            Path::Overloaded => "overloaded",
+            Path::Replay => "replay",
+            Path::StaleCompletion => "stale_completion",
+        }
+    }
+
+    /// Parses a label written by [`Path::as_str`] (the store keeps the last claim's path).
+    pub fn parse(text: &str) -> Option<Self> {
+        [
+            Path::FirstRun,
+            Path::RetryAfterFailure,
+            Path::LeaseRetake,
+            Path::DuplicateDone,
+            Path::InProgressElsewhere,
+            Path::DuplicateDead,
+            Path::PayloadMismatch,
+            Path::StoreUnavailable,
+            Path::Overloaded,
+            Path::Replay,
+            Path::StaleCompletion,
+        ]
+        .into_iter()
+        .find(|p| p.as_str() == text)
+    }
+
+    /// Whether this path means the claim was won and a delivery runs.
+    pub fn is_won(self) -> bool {
+        matches!(
+            self,
+            Path::FirstRun | Path::RetryAfterFailure | Path::LeaseRetake | Path::Replay
+        )
+    }
+}
+
+impl fmt::Display for Path {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The target's answer kept on a `done` row and replayed to duplicates.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredResult {
+    /// HTTP status the target answered (2xx).
+    pub status: u16,
+    /// The target's `Content-Type`, if any.
+    pub content_type: Option<String>,
+    /// The target's body, empty when it was larger than the cache limit.
+    pub body: Vec<u8>,
+}
+
+/// What a claim that was not won found in the row.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RowState {
+    /// The row's status.
+    pub status: Status,
+    /// Won claims so far (also the current lease's fencing token).
+    pub attempts: i32,
+    /// Fingerprint of the payload first claimed under this key.
+    pub fingerprint: Option<String>,
+    /// Time left on the lease, zero when none is live.
+    pub lease_left: Duration,
+    /// The cached result of a `done` row.
+    pub result: Option<StoredResult>,
+}
+
+/// What the claim statement reported.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ClaimResult {
+    /// The claim was won: deliver, then complete or fail with this fencing token.
+    Won {
+        /// The fencing token of this attempt (the row's `attempts` after the claim).
+        attempts: i32,
+        /// `first_run`, `retry_after_failure`, `lease_retake` or `replay`.
+        path: Path,
+    },
+    /// The claim was not won; the row as it stands.
+    Existing(RowState),
+}
+
+/// The path for a row the claim did not win, given the incoming payload's fingerprint.
+///
+/// A fingerprint mismatch wins over every status: the same key with another body is a
+/// sender bug or a collision, and must never be answered with another event's result.
+/// A `failed` row that was not won can only be seen in a race with another node that
+/// failed it between our statement's snapshot and its lock; the key is busy right now.
+pub fn classify(row: &RowState, incoming_fingerprint: Option<&str>) -> Path {
+    if let (Some(stored), Some(incoming)) = (row.fingerprint.as_deref(), incoming_fingerprint) {
+        if stored != incoming {
+            return Path::PayloadMismatch;
+        }
+    }
+    match row.status {
+        Status::Done => Path::DuplicateDone,
+        Status::Dead => Path::DuplicateDead,
+        Status::InProgress | Status::Failed => Path::InProgressElsewhere,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(status: Status, fingerprint: Option<&str>) -> RowState {
+        RowState {
+            status,
+            attempts: 1,
+            fingerprint: fingerprint.map(str::to_owned),
+            lease_left: Duration::ZERO,
+            result: None,
+        }
+    }
+
+    #[test]
+    fn terminal_rows_are_duplicates_whatever_their_lease() {
+        assert_eq!(
+            classify(&row(Status::Done, Some("a")), Some("a")),
+            Path::DuplicateDone
+        );
+        assert_eq!(
+            classify(&row(Status::Dead, Some("a")), Some("a")),
+            Path::DuplicateDead
+        );
+    }
+
+    #[test]
+    fn a_held_row_is_in_progress_elsewhere() {
+        assert_eq!(
+            classify(&row(Status::InProgress, None), Some("a")),
+            Path::InProgressElsewhere
+        );
+    }
+
+    #[test]
+    fn a_different_fingerprint_is_a_mismatch_for_every_status() {
+        for status in [
+            Status::Done,
+            Status::Dead,
+            Status::Failed,
+            Status::InProgress,
+        ] {
+            assert_eq!(
+                classify(&row(status, Some("a")), Some("b")),
+                Path::PayloadMismatch
+            );
+        }
+    }
+
+    #[test]
+    fn labels_round_trip() {
+        for path in [Path::FirstRun, Path::LeaseRetake, Path::StaleCompletion] {
+            assert_eq!(Path::parse(path.as_str()), Some(path));
+        }
+        for status in [Status::InProgress, Status::Dead] {
+            assert_eq!(Status::parse(status.as_str()), Some(status));
+        }
+    }
+}

@@ -1,0 +1,200 @@
+//! The rules a configuration must keep before hookgate starts, each reported with the
+//! numbers it compared so that `check-config` can show its work.
+//!
+//! The central rule is DESIGN.md's: target timeout < lease < first backoff, so that a live
+//! attempt is never mistaken for a dead one, and a sender's retry never lands while the
+//! previous attempt may still be running.
+
+use std::collections::HashSet;
+use std::fmt;
+
+use super::{Config, KeySource};
+
+/// Why a configuration could not be used.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The named file does not exist.
+    #[error("config file {0} not found (pass --config FILE)")]
+    Missing(String),
+    /// The file or an environment override could not be parsed.
+    #[error("config could not be parsed: {0}")]
+    Parse(String),
+    /// One or more rules are broken; each line names the keys to change.
+    #[error("config breaks these rules:\n{0}")]
+    Invalid(String),
+}
+
+/// One checked rule and its verdict.
+#[derive(Debug, Clone)]
+pub struct Rule {
+    /// What was checked, naming the config keys.
+    pub name: String,
+    /// The numbers compared.
+    pub detail: String,
+    /// Whether the rule holds.
+    pub ok: bool,
+}
+
+impl fmt::Display for Rule {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let verdict = if self.ok { "ok  " } else { "FAIL" };
+        write!(f, "{verdict} {}: {}", self.name, self.detail)
+    }
+}
+
+fn rule(name: impl Into<String>, ok: bool, detail: impl Into<String>) -> Rule {
+    Rule {
+        name: name.into(),
+        ok,
+        detail: detail.into(),
+    }
+}
+
+/// Every rule, in the order `check-config` prints them.
+pub(super) fn rules(config: &Config) -> Vec<Rule> {
+    let lease = config.lease.duration;
+    let base = config.retry.base;
+    let mut rules = vec![
+        rule(
+            "server.shards >= 1",
+            config.server.shard_count() >= 1,
+            format!("shards = {}", config.server.shard_count()),
+        ),
+        rule(
+            "server.workers_per_shard >= 1",
+            config.server.workers_per_shard >= 1,
+            format!("workers_per_shard = {}", config.server.workers_per_shard),
+        ),
+        rule(
+            "server.mailbox_capacity >= 1",
+            config.server.mailbox_capacity >= 1,
+            format!("mailbox_capacity = {}", config.server.mailbox_capacity),
+        ),
+        rule(
+            "store.pool_size >= 1",
+            config.store.pool_size >= 1,
+            format!("pool_size = {}", config.store.pool_size),
+        ),
+        rule(
+            "lease.duration < retry.base",
+            lease < base,
+            format!(
+                "lease {} vs first backoff {}: raise retry.base or lower lease.duration",
+                show(lease),
+                show(base)
+            ),
+        ),
+        rule(
+            "retry.max_attempts >= 1",
+            config.retry.max_attempts >= 1,
+            format!("max_attempts = {}", config.retry.max_attempts),
+        ),
+        rule(
+            "retry.factor >= 1",
+            config.retry.factor >= 1.0,
+            format!("factor = {}", config.retry.factor),
+        ),
+        rule(
+            "retry.cap >= retry.base",
+            config.retry.cap >= base,
+            format!("cap {} vs base {}", show(config.retry.cap), show(base)),
+        ),
+        rule(
+            "0 <= retry.jitter < 1",
+            (0.0..1.0).contains(&config.retry.jitter),
+            format!("jitter = {}", config.retry.jitter),
+        ),
+        rule(
+            "at least one [[providers]] entry",
+            !config.providers.is_empty(),
+            format!("{} providers", config.providers.len()),
+        ),
+    ];
+    let mut seen = HashSet::new();
+    for p in &config.providers {
+        let name = &p.name;
+        rules.push(rule(
+            format!("providers.{name}: name is unique and URL-safe"),
+            seen.insert(name.as_str())
+                && !name.is_empty()
+                && name
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_'),
+            "letters, digits, '-' and '_' only",
+        ));
+        rules.push(rule(
+            format!("providers.{name}.target.timeout < lease.duration"),
+            p.target.timeout < lease,
+            format!(
+                "timeout {} vs lease {}: lower the timeout or raise lease.duration",
+                show(p.target.timeout),
+                show(lease)
+            ),
+        ));
+        rules.push(rule(
+            format!("providers.{name}.target.url is http://"),
+            p.target.url.starts_with("http://"),
+            format!("url = {}", p.target.url),
+        ));
+        let pointers_ok = p.key.iter().all(|k| match k {
+            KeySource::Header { header } => !header.is_empty(),
+            KeySource::Json { json } => json.is_empty() || json.starts_with('/'),
+        });
+        rules.push(rule(
+            format!("providers.{name}.key has sources"),
+            !p.key.is_empty() && pointers_ok,
+            "at least one; headers non-empty; JSON pointers start with '/'",
+        ));
+    }
+    rules
+}
+
+fn show(d: std::time::Duration) -> String {
+    humantime::format_duration(d).to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::Config;
+
+    const PROVIDER: &str = r#"
+        [[providers]]
+        name = "stripe"
+        key = [{ json = "/id" }]
+        target = { url = "http://127.0.0.1:9000/", timeout = "10s" }
+    "#;
+
+    #[test]
+    fn a_lease_not_shorter_than_the_first_backoff_is_refused_naming_both_keys() {
+        let text = format!("[lease]\nduration = \"60s\"\n[retry]\nbase = \"45s\"\n{PROVIDER}");
+        let err = Config::from_toml(&text).unwrap_err().to_string();
+        assert!(err.contains("lease.duration < retry.base"), "{err}");
+        assert!(err.contains("1m"), "{err}");
+    }
+
+    #[test]
+    fn a_target_timeout_not_shorter_than_the_lease_is_refused() {
+        let text = format!(
+            "[lease]\nduration = \"5s\"\n{}",
+            PROVIDER.replace("10s", "5s")
+        );
+        let err = Config::from_toml(&text).unwrap_err().to_string();
+        assert!(
+            err.contains("providers.stripe.target.timeout < lease.duration"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn duplicate_provider_names_are_refused() {
+        let text = format!("{PROVIDER}{PROVIDER}");
+        let err = Config::from_toml(&text).unwrap_err().to_string();
+        assert!(err.contains("name is unique"), "{err}");
+    }
+
+    #[test]
+    fn defaults_with_one_provider_pass_every_rule() {
+        let config = Config::from_toml(PROVIDER).expect("valid");
+        assert!(config.validate().expect("rules").iter().all(|r| r.ok));
+    }
+}

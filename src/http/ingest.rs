@@ -1,0 +1,141 @@
+//! `POST /webhooks/{provider}`: read the body within its limit, derive the key, hand the
+//! event to its shard, and render the shard's answer with `Hookgate-Path` and
+//! `Hookgate-Attempt`.
+//!
+//! Everything refused here is refused before any claim and logged as `webhook.rejected`.
+
+use std::sync::Arc;
+
+use actix_web::http::header::{self, HeaderValue};
+use actix_web::http::StatusCode;
+use actix_web::web::{self, Bytes, BytesMut};
+use actix_web::{HttpRequest, HttpResponse, HttpResponseBuilder};
+use futures_util::StreamExt;
+use serde_json::json;
+
+use super::{ApiError, AppState};
+use crate::key::{fingerprint, EventId};
+use crate::shard::{Answer, Event, Reply};
+
+/// The handler.
+pub async fn ingest(
+    req: HttpRequest,
+    provider: web::Path<String>,
+    payload: web::Payload,
+    state: web::Data<AppState>,
+) -> Result<HttpResponse, ApiError> {
+    let provider = provider.into_inner();
+    match accept(&req, &provider, payload, &state).await {
+        Ok(event) => Ok(render(state.dispatcher.dispatch(event).await)),
+        Err(e) => {
+            slog::info!(state.log, "webhook.rejected";
+                "provider" => &provider, "reason" => e.code());
+            Err(e)
+        }
+    }
+}
+
+/// Everything checked before a claim: provider, body size, key.
+async fn accept(
+    req: &HttpRequest,
+    provider: &str,
+    payload: web::Payload,
+    state: &AppState,
+) -> Result<Event, ApiError> {
+    let runtime = state
+        .providers
+        .get(provider)
+        .ok_or_else(|| ApiError::UnknownProvider(provider.to_owned()))?;
+    let body = read_body(req, payload, state.max_body_bytes).await?;
+    let key = runtime.key.derive(req.headers(), &body)?;
+    Ok(Event {
+        id: EventId::new(Arc::clone(&runtime.name), key),
+        fingerprint: Some(fingerprint(&body)),
+        content_type: req
+            .headers()
+            .get(header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned),
+        body,
+        target: Arc::clone(&runtime.target),
+    })
+}
+
+/// Reads the whole body, refusing it as soon as it passes `limit` bytes.
+async fn read_body(
+    req: &HttpRequest,
+    mut payload: web::Payload,
+    limit: usize,
+) -> Result<Bytes, ApiError> {
+    let declared = req
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<usize>().ok());
+    if declared.is_some_and(|n| n > limit) {
+        return Err(ApiError::TooLarge(limit));
+    }
+    let mut body = BytesMut::with_capacity(declared.unwrap_or(0));
+    while let Some(chunk) = payload.next().await {
+        let chunk = chunk.map_err(|e| ApiError::BadBody(e.to_string()))?;
+        if body.len() + chunk.len() > limit {
+            return Err(ApiError::TooLarge(limit));
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(body.freeze())
+}
+
+/// Turns the shard's answer into the sender's response.
+fn render(answer: Answer) -> HttpResponse {
+    let (status, retry_after, body) = match &answer.reply {
+        Reply::Result(result) => {
+            let status = StatusCode::from_u16(result.status).unwrap_or(StatusCode::OK);
+            let mut builder = labelled(status, &answer);
+            if let Some(ct) = &result.content_type {
+                builder.insert_header((header::CONTENT_TYPE, ct.as_str()));
+            }
+            return builder.body(result.body.clone());
+        }
+        &Reply::Busy { retry_after } => (
+            StatusCode::CONFLICT,
+            Some(retry_after),
+            json!({"status": "in_progress", "retry_after_s": retry_after}),
+        ),
+        &Reply::RetryLater {
+            retry_after,
+            reason,
+        } => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            Some(retry_after),
+            json!({"status": "retry_later", "reason": reason, "retry_after_s": retry_after}),
+        ),
+        Reply::DeadLettered => (StatusCode::OK, None, json!({"status": "dead_lettered"})),
+        Reply::Mismatch => (
+            StatusCode::UNPROCESSABLE_ENTITY,
+            None,
+            json!({
+                "error": "payload_mismatch",
+                "message": "this idempotency key was first seen with a different payload",
+            }),
+        ),
+    };
+    let mut builder = labelled(status, &answer);
+    if let Some(secs) = retry_after {
+        builder.insert_header((header::RETRY_AFTER, secs.to_string()));
+    }
+    builder.json(body)
+}
+
+/// A response builder carrying `Hookgate-Path` and, where known, `Hookgate-Attempt`.
+fn labelled(status: StatusCode, answer: &Answer) -> HttpResponseBuilder {
+    let mut builder = HttpResponse::build(status);
+    builder.insert_header((
+        "Hookgate-Path",
+        HeaderValue::from_static(answer.path.as_str()),
+    ));
+    if let Some(attempts) = answer.attempts {
+        builder.insert_header(("Hookgate-Attempt", attempts.to_string()));
+    }
+    builder
+}

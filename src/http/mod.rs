@@ -1,0 +1,62 @@
+//! The HTTP surface: routes, the shared state handlers see, and nothing else.
+//!
+//! Handlers parse, verify and render; every decision about an event is the shard's.
+
+mod error;
+mod health;
+mod ingest;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use actix_web::web;
+
+pub use error::ApiError;
+
+use crate::key::KeyDeriver;
+use crate::shard::{Dispatcher, Target};
+use crate::store::Store;
+
+/// What a provider's requests need at run time.
+pub struct ProviderRuntime {
+    /// The provider's name (the key's scope).
+    pub name: Arc<str>,
+    /// Where its keys come from.
+    pub key: KeyDeriver,
+    /// Where its events go.
+    pub target: Arc<Target>,
+}
+
+/// State shared by every handler.
+pub struct AppState {
+    /// Providers by name.
+    pub providers: HashMap<String, ProviderRuntime>,
+    /// The shards.
+    pub dispatcher: Dispatcher,
+    /// The store (for `/readyz`).
+    pub store: Arc<dyn Store>,
+    /// `server.max_body_bytes`.
+    pub max_body_bytes: usize,
+    /// Request-path logger.
+    pub log: slog::Logger,
+}
+
+/// Registers every route.
+pub fn routes(cfg: &mut web::ServiceConfig) {
+    cfg.service(
+        web::resource("/webhooks/{provider}")
+            .route(web::post().to(ingest::ingest))
+            .default_service(web::to(method_not_allowed)),
+    )
+    .service(web::resource("/healthz").route(web::get().to(health::healthz)))
+    .service(web::resource("/readyz").route(web::get().to(health::readyz)))
+    .default_service(web::to(not_found));
+}
+
+async fn method_not_allowed() -> Result<actix_web::HttpResponse, ApiError> {
+    Err(ApiError::MethodNotAllowed)
+}
+
+async fn not_found() -> Result<actix_web::HttpResponse, ApiError> {
+    Err(ApiError::NotFound)
+}

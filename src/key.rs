@@ -1,0 +1,232 @@
+//! The idempotency key: where it comes from (a header or a JSON pointer, tried in order),
+//! what a valid one looks like, and the payload fingerprint stored beside it.
+//!
+//! Pure: takes headers and body bytes, returns a key or a [`KeyError`]. It never claims,
+//! logs or allocates beyond the key itself and, when a JSON source is reached, the parsed
+//! body.
+
+use std::fmt;
+use std::sync::Arc;
+
+use actix_web::http::header::HeaderMap;
+use sha2::{Digest, Sha256};
+
+use crate::config::KeySource;
+
+/// Longest accepted key, in bytes (it is a primary-key column and a log field).
+pub const MAX_KEY_BYTES: usize = 255;
+
+/// A key scoped by its provider: the identity of one event.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct EventId {
+    /// The provider's name.
+    pub provider: Arc<str>,
+    /// The idempotency key within that provider.
+    pub key: Arc<str>,
+}
+
+impl EventId {
+    /// Builds an id from its parts.
+    pub fn new(provider: impl Into<Arc<str>>, key: impl Into<Arc<str>>) -> Self {
+        Self {
+            provider: provider.into(),
+            key: key.into(),
+        }
+    }
+}
+
+impl fmt::Display for EventId {
+    /// `provider:key`, the form sent to the target as `Idempotency-Key`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}:{}", self.provider, self.key)
+    }
+}
+
+/// Why no usable key could be derived. Each is the sender's fault: 400, nothing claimed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum KeyError {
+    /// A JSON source was reached and the body is not JSON.
+    #[error("the body is not valid JSON, and the key is read from it")]
+    NotJson,
+    /// No source yielded a value.
+    #[error("no idempotency key found (tried {0})")]
+    Missing(String),
+    /// The key is longer than [`MAX_KEY_BYTES`].
+    #[error("the idempotency key is {0} bytes long; at most 255 are allowed")]
+    TooLong(usize),
+    /// The key has a control character or is not text.
+    #[error("the idempotency key contains control characters or is not UTF-8")]
+    Unprintable,
+    /// The key is empty.
+    #[error("the idempotency key is empty")]
+    Empty,
+}
+
+/// Derives keys for one provider.
+#[derive(Debug, Clone)]
+pub struct KeyDeriver {
+    sources: Vec<KeySource>,
+}
+
+impl KeyDeriver {
+    /// A deriver trying `sources` in order.
+    pub fn new(sources: Vec<KeySource>) -> Self {
+        Self { sources }
+    }
+
+    /// The first key any source yields, validated.
+    pub fn derive(&self, headers: &HeaderMap, body: &[u8]) -> Result<String, KeyError> {
+        let mut parsed: Option<serde_json::Value> = None;
+        for source in &self.sources {
+            let found = match source {
+                KeySource::Header { header } => match headers.get(header.as_str()) {
+                    Some(value) => Some(
+                        value
+                            .to_str()
+                            .map_err(|_| KeyError::Unprintable)?
+                            .to_owned(),
+                    ),
+                    None => None,
+                },
+                KeySource::Json { json } => {
+                    if parsed.is_none() {
+                        parsed = Some(serde_json::from_slice(body).map_err(|_| KeyError::NotJson)?);
+                    }
+                    parsed
+                        .as_ref()
+                        .and_then(|v| v.pointer(json))
+                        .and_then(scalar_text)
+                }
+            };
+            if let Some(key) = found {
+                return validate(key);
+            }
+        }
+        Err(KeyError::Missing(self.describe()))
+    }
+
+    fn describe(&self) -> String {
+        self.sources
+            .iter()
+            .map(|s| match s {
+                KeySource::Header { header } => format!("header {header}"),
+                KeySource::Json { json } => format!("JSON {json}"),
+            })
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+}
+
+/// Strings are taken as they are, numbers in their JSON form; anything else is no key.
+fn scalar_text(value: &serde_json::Value) -> Option<String> {
+    match value {
+        serde_json::Value::String(s) => Some(s.clone()),
+        serde_json::Value::Number(n) => Some(n.to_string()),
+        _ => None,
+    }
+}
+
+fn validate(key: String) -> Result<String, KeyError> {
+    if key.is_empty() {
+        Err(KeyError::Empty)
+    } else if key.len() > MAX_KEY_BYTES {
+        Err(KeyError::TooLong(key.len()))
+    } else if key.chars().any(char::is_control) {
+        Err(KeyError::Unprintable)
+    } else {
+        Ok(key)
+    }
+}
+
+/// SHA-256 of the payload, hex: detects the same key arriving with another body.
+pub fn fingerprint(body: &[u8]) -> String {
+    hex::encode(Sha256::digest(body))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use actix_web::http::header::{HeaderName, HeaderValue};
+
+    fn deriver() -> KeyDeriver {
+        KeyDeriver::new(vec![
+            KeySource::Header {
+                header: "X-Idempotency-Key".into(),
+            },
+            KeySource::Json { json: "/id".into() },
+        ])
+    }
+
+    fn headers(pairs: &[(&'static str, &str)]) -> HeaderMap {
+        let mut map = HeaderMap::new();
+        for (name, value) in pairs {
+            map.insert(
+                HeaderName::from_static(name),
+                HeaderValue::from_str(value).expect("header value"),
+            );
+        }
+        map
+    }
+
+    #[test]
+    fn the_header_wins_over_the_body_and_is_case_insensitive() {
+        let h = headers(&[("x-idempotency-key", "from-header")]);
+        assert_eq!(
+            deriver().derive(&h, br#"{"id":"from-body"}"#),
+            Ok("from-header".into())
+        );
+    }
+
+    #[test]
+    fn the_body_is_used_when_the_header_is_absent_and_numbers_count() {
+        let none = HeaderMap::new();
+        assert_eq!(
+            deriver().derive(&none, br#"{"id":"evt_1"}"#),
+            Ok("evt_1".into())
+        );
+        assert_eq!(deriver().derive(&none, br#"{"id":42}"#), Ok("42".into()));
+    }
+
+    #[test]
+    fn a_body_that_is_not_json_is_refused_only_when_it_is_needed() {
+        let none = HeaderMap::new();
+        assert_eq!(deriver().derive(&none, b"not json"), Err(KeyError::NotJson));
+        let h = headers(&[("x-idempotency-key", "k")]);
+        assert_eq!(deriver().derive(&h, b"not json"), Ok("k".into()));
+    }
+
+    #[test]
+    fn missing_long_and_unprintable_keys_are_refused() {
+        let none = HeaderMap::new();
+        assert!(matches!(
+            deriver().derive(&none, br#"{"other":1}"#),
+            Err(KeyError::Missing(_))
+        ));
+        assert!(matches!(
+            deriver().derive(&none, br#"{"id":{"nested":1}}"#),
+            Err(KeyError::Missing(_))
+        ));
+        let long = format!(r#"{{"id":"{}"}}"#, "k".repeat(256));
+        assert_eq!(
+            deriver().derive(&none, long.as_bytes()),
+            Err(KeyError::TooLong(256))
+        );
+        assert_eq!(
+            deriver().derive(&none, br#"{"id":"a\nb"}"#),
+            Err(KeyError::Unprintable)
+        );
+        assert_eq!(
+            deriver().derive(&none, br#"{"id":""}"#),
+            Err(KeyError::Empty)
+        );
+    }
+
+    #[test]
+    fn fingerprints_are_stable_hex_sha256() {
+        assert_eq!(
+            fingerprint(b""),
+            "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+        );
+        assert_ne!(fingerprint(b"a"), fingerprint(b"b"));
+    }
+}

@@ -1,0 +1,33 @@
+//! hookgate: a webhook receiver that turns senders' at-least-once delivery into
+//! effectively-once processing, by claiming every event's idempotency key atomically in the
+//! store before the application (the *target*) sees it.
+//!
+//! # Layout
+//!
+//! | pattern | where |
+//! |---|---|
+//! | config file + env layering, validation rules | [`config`] |
+//! | the idempotency key and payload fingerprint (pure) | [`key`] |
+//! | row states, named paths, the not-won rule (pure) | [`claim`] |
+//! | backoff with jitter and the attempt cap (pure) | [`retry`] |
+//! | what a delivery's outcome means for the row (pure) | [`outcome`] |
+//! | the store trait; atomic claim, fenced complete/fail | [`store`], [`store::postgres`] |
+//! | shard actors: in-flight set, done cache, routing | [`shard`], [`shard::dispatcher`] |
+//! | supervised workers, the delivery seam | [`worker`], [`worker::delivery`] |
+//! | HTTP routes, ingest, the one error type | [`http`] |
+//! | JSON logs through an async drain | [`logging`] |
+//! | building and stopping a node | [`startup`] |
+//! | the command line | [`cli`] |
+
+pub mod claim;
+pub mod cli;
+pub mod config;
+pub mod http;
+pub mod key;
+pub mod logging;
+pub mod outcome;
+pub mod retry;
+pub mod shard;
+pub mod startup;
+pub mod store;
+pub mod worker;

@@ -1,0 +1,67 @@
+//! Structured logs: one JSON object a line on stdout (or human-readable lines), written
+//! by a background thread so that a slow stdout never stalls request handling.
+//!
+//! Event names are `webhook.claim`, `webhook.done`, `webhook.failed`, `webhook.dead`,
+//! `webhook.stale`, `webhook.rejected`; grepping one `event_key` tells its story. Callers
+//! must never log a payload or a secret.
+
+use std::str::FromStr;
+
+use slog::{o, Drain, Level, Logger};
+
+use crate::config::{LogConfig, LogFormat};
+
+/// Lines buffered for the writer thread; beyond that, lines are dropped and the drop is
+/// reported, because blocking a shard on stdout would be worse than losing a log line.
+const CHANNEL_SIZE: usize = 16 * 1024;
+
+/// Keeps the writer thread alive; dropping it flushes the last lines.
+pub struct LogGuard(#[allow(dead_code)] slog_async::AsyncGuard);
+
+/// Builds the root logger described by `[log]`.
+pub fn init(config: &LogConfig) -> anyhow::Result<(Logger, LogGuard)> {
+    let level = Level::from_str(&config.level)
+        .map_err(|()| anyhow::anyhow!("log.level {:?} is not a level", config.level))?;
+    let drain: Box<dyn Drain<Ok = (), Err = slog::Never> + Send> = match config.format {
+        LogFormat::Json => Box::new(
+            slog_json::Json::new(std::io::stdout())
+                .add_default_keys()
+                .build()
+                .fuse(),
+        ),
+        LogFormat::Term => {
+            let decorator = slog_term::PlainDecorator::new(std::io::stdout());
+            Box::new(slog_term::FullFormat::new(decorator).build().fuse())
+        }
+    };
+    let (drain, guard) = slog_async::Async::new(drain.filter_level(level).fuse())
+        .chan_size(CHANNEL_SIZE)
+        .overflow_strategy(slog_async::OverflowStrategy::DropAndReport)
+        .thread_name("hookgate-log".into())
+        .build_with_guard();
+    let log = Logger::root(drain.fuse(), o!("service" => "hookgate"));
+    Ok((log, LogGuard(guard)))
+}
+
+/// A logger that writes nothing (tests, benches).
+pub fn discard() -> Logger {
+    Logger::root(slog::Discard, o!())
+}
+
+/// Routes panic messages through the logger as one JSON line instead of raw stderr.
+pub fn install_panic_hook(log: Logger) {
+    std::panic::set_hook(Box::new(move |info| {
+        let location = info
+            .location()
+            .map(|l| format!("{}:{}", l.file(), l.line()))
+            .unwrap_or_default();
+        let message = info
+            .payload()
+            .downcast_ref::<&str>()
+            .map(|s| (*s).to_owned())
+            .or_else(|| info.payload().downcast_ref::<String>().cloned())
+            .unwrap_or_default();
+        slog::crit!(log, "panic"; "message" => message, "location" => location,
+            "thread" => std::thread::current().name().unwrap_or("unnamed").to_owned());
+    }));
+}

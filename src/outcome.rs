@@ -1,0 +1,169 @@
+//! What one delivery's outcome means for the row and the sender: done, retry later, dead
+//! letter, or unknown (the worker crashed). Pure: the shard writes the row and answers.
+
+use crate::claim::StoredResult;
+use crate::retry::RetryPolicy;
+use crate::store::DeadReason;
+use crate::worker::DeliveryOutcome;
+
+/// The decision for one finished attempt.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    /// Mark the row done with this result and answer it.
+    Done(StoredResult),
+    /// Mark the row failed; the sender retries after `retry_after` seconds.
+    Retry {
+        /// What went wrong.
+        error: String,
+        /// Seconds for `Retry-After`.
+        retry_after: u64,
+    },
+    /// Make the row a dead letter; the sender is told to stop.
+    Dead {
+        /// What went wrong.
+        error: String,
+        /// Why no retry will help.
+        reason: DeadReason,
+    },
+    /// The worker crashed: nobody knows whether the target acted. The row keeps its lease
+    /// and is retaken after it expires.
+    Unknown {
+        /// The panic message.
+        error: String,
+    },
+}
+
+/// Target statuses worth retrying: timeouts, too early, rate limits and server errors.
+pub fn is_retryable_status(status: u16) -> bool {
+    matches!(status, 408 | 425 | 429) || (500..=599).contains(&status)
+}
+
+/// Judges attempt number `attempt` from its outcome.
+pub fn judge(outcome: DeliveryOutcome, attempt: i32, policy: &RetryPolicy) -> Verdict {
+    let attempt = u32::try_from(attempt).unwrap_or(0);
+    let (error, target_retry_after) = match outcome {
+        DeliveryOutcome::Delivered(result) => return Verdict::Done(result),
+        DeliveryOutcome::Crashed(error) => return Verdict::Unknown { error },
+        DeliveryOutcome::Refused { status, .. } if !is_retryable_status(status) => {
+            return Verdict::Dead {
+                error: format!("target answered {status}"),
+                reason: DeadReason::NonRetryable,
+            }
+        }
+        DeliveryOutcome::Refused {
+            status,
+            retry_after,
+        } => (format!("target answered {status}"), retry_after),
+        DeliveryOutcome::Unreachable(error) => (format!("target unreachable: {error}"), None),
+    };
+    if policy.exhausted(attempt) {
+        return Verdict::Dead {
+            error,
+            reason: DeadReason::AttemptsExhausted,
+        };
+    }
+    let retry_after = policy
+        .retry_after_secs(attempt)
+        .max(target_retry_after.unwrap_or(0));
+    Verdict::Retry { error, retry_after }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::RetryConfig;
+
+    fn policy() -> RetryPolicy {
+        RetryPolicy::new(&RetryConfig {
+            jitter: 0.0,
+            max_attempts: 3,
+            ..RetryConfig::default()
+        })
+    }
+
+    fn refused(status: u16, retry_after: Option<u64>) -> DeliveryOutcome {
+        DeliveryOutcome::Refused {
+            status,
+            retry_after,
+        }
+    }
+
+    #[test]
+    fn server_errors_rate_limits_and_timeouts_are_retried_with_the_backoff() {
+        for status in [408, 425, 429, 500, 502, 503] {
+            assert_eq!(
+                judge(refused(status, None), 1, &policy()),
+                Verdict::Retry {
+                    error: format!("target answered {status}"),
+                    retry_after: 45
+                }
+            );
+        }
+        assert!(matches!(
+            judge(DeliveryOutcome::Unreachable("refused".into()), 2, &policy()),
+            Verdict::Retry {
+                retry_after: 90,
+                ..
+            }
+        ));
+    }
+
+    #[test]
+    fn other_client_errors_are_dead_at_once() {
+        for status in [400, 401, 404, 410, 422] {
+            assert!(matches!(
+                judge(refused(status, None), 1, &policy()),
+                Verdict::Dead {
+                    reason: DeadReason::NonRetryable,
+                    ..
+                }
+            ));
+        }
+    }
+
+    #[test]
+    fn the_last_attempt_becomes_a_dead_letter() {
+        assert!(matches!(
+            judge(refused(500, None), 3, &policy()),
+            Verdict::Dead {
+                reason: DeadReason::AttemptsExhausted,
+                ..
+            }
+        ));
+    }
+
+    #[test]
+    fn a_longer_target_retry_after_raises_ours() {
+        assert!(matches!(
+            judge(refused(429, Some(600)), 1, &policy()),
+            Verdict::Retry {
+                retry_after: 600,
+                ..
+            }
+        ));
+        assert!(matches!(
+            judge(refused(429, Some(5)), 1, &policy()),
+            Verdict::Retry {
+                retry_after: 45,
+                ..
+            }
+        ));
+    }
+
+    #[test]
+    fn a_crash_is_unknown_and_success_is_done() {
+        assert!(matches!(
+            judge(DeliveryOutcome::Crashed("boom".into()), 1, &policy()),
+            Verdict::Unknown { .. }
+        ));
+        let result = StoredResult {
+            status: 200,
+            content_type: None,
+            body: b"ok".to_vec(),
+        };
+        assert_eq!(
+            judge(DeliveryOutcome::Delivered(result.clone()), 1, &policy()),
+            Verdict::Done(result)
+        );
+    }
+}

@@ -1,0 +1,113 @@
+//! The retry policy: how long a sender should wait after a failed attempt, and when an
+//! event has had enough attempts. Pure arithmetic; the randomness of the jitter is passed
+//! in, so every value is testable.
+
+use std::time::Duration;
+
+use crate::config::RetryConfig;
+
+/// Exponential backoff with jitter and an attempt cap.
+#[derive(Debug, Clone)]
+pub struct RetryPolicy {
+    base: Duration,
+    factor: f64,
+    cap: Duration,
+    jitter: f64,
+    max_attempts: u32,
+}
+
+impl RetryPolicy {
+    /// The policy described by `[retry]`.
+    pub fn new(config: &RetryConfig) -> Self {
+        Self {
+            base: config.base,
+            factor: config.factor,
+            cap: config.cap,
+            jitter: config.jitter,
+            max_attempts: config.max_attempts,
+        }
+    }
+
+    /// Delay after attempt `attempt` (1-based) failed, before jitter:
+    /// `min(cap, base * factor^(attempt-1))`.
+    pub fn delay(&self, attempt: u32) -> Duration {
+        let exponent = attempt.saturating_sub(1).min(64) as i32;
+        let secs = self.base.as_secs_f64() * self.factor.powi(exponent);
+        if !secs.is_finite() || secs >= self.cap.as_secs_f64() {
+            self.cap
+        } else {
+            Duration::from_secs_f64(secs)
+        }
+    }
+
+    /// [`delay`](Self::delay) moved by up to ±`jitter` of itself; `unit` is a random number
+    /// in `0.0..1.0` (0.5 means no change).
+    pub fn jittered(&self, attempt: u32, unit: f64) -> Duration {
+        let delay = self.delay(attempt).as_secs_f64();
+        let offset = delay * self.jitter * (2.0 * unit.clamp(0.0, 1.0) - 1.0);
+        Duration::from_secs_f64((delay + offset).max(0.0))
+    }
+
+    /// The jittered delay for `attempt`, in whole seconds for `Retry-After` (at least 1).
+    pub fn retry_after_secs(&self, attempt: u32) -> u64 {
+        self.jittered(attempt, fastrand::f64())
+            .as_secs_f64()
+            .ceil()
+            .max(1.0) as u64
+    }
+
+    /// Whether an event whose attempt number `attempt` just failed has used them all.
+    pub fn exhausted(&self, attempt: u32) -> bool {
+        attempt >= self.max_attempts
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn policy() -> RetryPolicy {
+        RetryPolicy::new(&RetryConfig {
+            base: Duration::from_secs(45),
+            factor: 2.0,
+            cap: Duration::from_secs(6 * 3600),
+            jitter: 0.2,
+            max_attempts: 8,
+        })
+    }
+
+    #[test]
+    fn delays_double_from_the_base() {
+        let p = policy();
+        assert_eq!(p.delay(1), Duration::from_secs(45));
+        assert_eq!(p.delay(2), Duration::from_secs(90));
+        assert_eq!(p.delay(3), Duration::from_secs(180));
+        assert_eq!(p.delay(0), Duration::from_secs(45));
+    }
+
+    #[test]
+    fn delays_stop_at_the_cap_even_for_huge_attempts() {
+        let p = policy();
+        assert_eq!(p.delay(10), Duration::from_secs(6 * 3600));
+        assert_eq!(p.delay(u32::MAX), Duration::from_secs(6 * 3600));
+    }
+
+    #[test]
+    fn jitter_stays_within_its_fraction() {
+        let p = policy();
+        assert_eq!(p.jittered(1, 0.5), Duration::from_secs(45));
+        assert_eq!(p.jittered(1, 0.0), Duration::from_secs(36));
+        assert_eq!(p.jittered(1, 1.0), Duration::from_secs(54));
+        for _ in 0..1000 {
+            let secs = p.retry_after_secs(1);
+            assert!((36..=54).contains(&secs), "{secs}");
+        }
+    }
+
+    #[test]
+    fn the_cap_on_attempts_is_inclusive() {
+        let p = policy();
+        assert!(!p.exhausted(7));
+        assert!(p.exhausted(8));
+    }
+}

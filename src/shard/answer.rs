@@ -1,0 +1,52 @@
+//! What a shard tells the HTTP layer: the attempt's path and the answer for the sender.
+//! The HTTP layer only renders it (`http/ingest.rs`); every decision was made here or in
+//! the shard, from the row.
+
+use std::sync::Arc;
+
+use crate::claim::{Path, StoredResult};
+
+/// The answer to one delivery.
+#[derive(Debug, Clone)]
+pub struct Answer {
+    /// The attempt's path (`Hookgate-Path`).
+    pub path: Path,
+    /// The row's attempts where a claim was made or read (`Hookgate-Attempt`).
+    pub attempts: Option<i32>,
+    /// What the sender gets.
+    pub reply: Reply,
+}
+
+/// The sender's answer.
+#[derive(Debug, Clone)]
+pub enum Reply {
+    /// The target's result: fresh, or replayed from the row or the cache.
+    Result(Arc<StoredResult>),
+    /// 409: the key is held by a live lease; come back after `retry_after` seconds.
+    Busy {
+        /// Seconds left on the lease (at least 1).
+        retry_after: u64,
+    },
+    /// 503: nothing is settled yet; come back after `retry_after` seconds.
+    RetryLater {
+        /// Seconds for `Retry-After`.
+        retry_after: u64,
+        /// A short machine-readable reason for the body.
+        reason: &'static str,
+    },
+    /// 200 `{"status":"dead_lettered"}`: stop retrying, people will look at it.
+    DeadLettered,
+    /// 422: the key was seen with another payload.
+    Mismatch,
+}
+
+impl Answer {
+    /// An answer with no claim behind it.
+    pub fn unclaimed(path: Path, reply: Reply) -> Self {
+        Self {
+            path,
+            attempts: None,
+            reply,
+        }
+    }
+}

@@ -1,0 +1,150 @@
+//! The dispatcher: starts the shards and their workers, and routes every event to the one
+//! shard that owns its key.
+//!
+//! Routing is a pure hash of `(provider, key)`, so the same key always meets the same
+//! shard on this node. The dispatcher never queues: a full shard mailbox is answered 503
+//! at once (`overloaded`), so memory stays bounded under any load.
+
+use std::hash::{DefaultHasher, Hash, Hasher};
+use std::sync::Arc;
+
+use actix::prelude::*;
+use futures_util::future::join_all;
+use tokio::sync::oneshot;
+
+use super::{Answer, Event, Ingest, ReleaseLeases, Reply, Shard, ShardSettings};
+use crate::claim::Path;
+use crate::key::EventId;
+use crate::store::Store;
+use crate::worker::{Delivery, Worker};
+
+/// The shard index for `id` among `shards` (`shards` ≥ 1).
+pub fn shard_for(id: &EventId, shards: usize) -> usize {
+    let mut hasher = DefaultHasher::new();
+    id.hash(&mut hasher);
+    (hasher.finish() % shards.max(1) as u64) as usize
+}
+
+/// The running shards of one node.
+#[derive(Clone)]
+pub struct Dispatcher {
+    shards: Arc<[Addr<Shard>]>,
+    arbiters: Arc<[ArbiterHandle]>,
+}
+
+impl Dispatcher {
+    /// Starts `shards` shard actors, each supervising `workers_per_shard` workers, spread
+    /// over one arbiter thread per CPU (a shard and its workers share a thread).
+    pub fn start(
+        shards: usize,
+        workers_per_shard: usize,
+        settings: ShardSettings,
+        store: Arc<dyn Store>,
+        delivery: Arc<dyn Delivery>,
+        log: &slog::Logger,
+    ) -> Self {
+        let threads = shards.min(crate::config::cpus()).max(1);
+        let arbiters: Vec<ArbiterHandle> = (0..threads).map(|_| Arbiter::new().handle()).collect();
+        let settings = Arc::new(settings);
+        let addrs = (0..shards)
+            .map(|index| {
+                let arbiter = &arbiters[index % threads];
+                let log = log.new(slog::o!("shard" => index));
+                let workers = (0..workers_per_shard)
+                    .map(|_| {
+                        let delivery = Arc::clone(&delivery);
+                        let log = log.clone();
+                        Supervisor::start_in_arbiter(arbiter, move |_| Worker::new(delivery, log))
+                    })
+                    .collect();
+                let store = Arc::clone(&store);
+                let settings = Arc::clone(&settings);
+                Shard::start_in_arbiter(arbiter, move |_| {
+                    Shard::new(index, store, settings, workers, log)
+                })
+            })
+            .collect();
+        Self {
+            shards: addrs,
+            arbiters: arbiters.into(),
+        }
+    }
+
+    /// Number of shards.
+    pub fn len(&self) -> usize {
+        self.shards.len()
+    }
+
+    /// Whether there are no shards (never, once started).
+    pub fn is_empty(&self) -> bool {
+        self.shards.is_empty()
+    }
+
+    /// Hands `event` to its shard and waits for the answer.
+    pub async fn dispatch(&self, event: Event) -> Answer {
+        let shard = &self.shards[shard_for(&event.id, self.shards.len())];
+        let (reply, answer) = oneshot::channel();
+        let msg = Ingest {
+            event: Arc::new(event),
+            reply,
+        };
+        if shard.try_send(msg).is_err() {
+            return Answer::unclaimed(
+                Path::Overloaded,
+                Reply::RetryLater {
+                    retry_after: 1,
+                    reason: "overloaded",
+                },
+            );
+        }
+        answer.await.unwrap_or_else(|_| {
+            Answer::unclaimed(
+                Path::Overloaded,
+                Reply::RetryLater {
+                    retry_after: 1,
+                    reason: "shard_unavailable",
+                },
+            )
+        })
+    }
+
+    /// Marks every attempt still running on this node `failed`; answers how many.
+    pub async fn release_leases(&self) -> usize {
+        join_all(self.shards.iter().map(|s| s.send(ReleaseLeases)))
+            .await
+            .into_iter()
+            .map(|r| r.unwrap_or(0))
+            .sum()
+    }
+
+    /// Stops the shard threads (after [`release_leases`](Self::release_leases)).
+    pub fn stop(&self) {
+        for arbiter in self.arbiters.iter() {
+            arbiter.stop();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_same_key_always_meets_the_same_shard_and_keys_spread() {
+        let id = EventId::new("stripe", "evt_1");
+        assert_eq!(shard_for(&id, 8), shard_for(&id.clone(), 8));
+        let mut used = [0usize; 8];
+        for i in 0..8000 {
+            used[shard_for(&EventId::new("stripe", format!("evt_{i}")), 8)] += 1;
+        }
+        assert!(used.iter().all(|&n| n > 800), "{used:?}");
+    }
+
+    #[test]
+    fn the_provider_scopes_the_key() {
+        let spread: std::collections::HashSet<usize> = (0..64)
+            .map(|i| shard_for(&EventId::new(format!("p{i}"), "same"), 8))
+            .collect();
+        assert!(spread.len() > 1);
+    }
+}

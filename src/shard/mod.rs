@@ -1,0 +1,522 @@
+//! The shard actor: owns a slice of the key space and serializes the claims for its keys.
+//!
+//! Every key hashes to exactly one shard ([`dispatcher`]), and a shard's state is touched
+//! only by its own handlers, one at a time, so no lock guards it. Per key, a shard
+//! answers from memory when it can — a key in its in-flight set is `in_progress_elsewhere`,
+//! a key in its done cache is `duplicate_done` — and otherwise claims in the store, hands a
+//! won claim to one of its supervised workers, and writes the outcome back fenced by the
+//! attempt number. The store row stays the truth; memory only saves round trips.
+//!
+//! Claims for *different* keys run concurrently (their futures are spawned, not awaited
+//! in the mailbox); two requests for the *same* key never reach the store together from
+//! this node, because the first one's in-flight entry answers the second.
+
+pub mod answer;
+pub mod cache;
+pub mod dispatcher;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use actix::prelude::*;
+use actix_web::web::Bytes;
+use futures_util::future::join_all;
+use slog::{error, info, warn, Logger};
+use tokio::sync::oneshot;
+
+use crate::claim::{classify, ClaimResult, Path, RowState};
+use crate::key::EventId;
+use crate::outcome::{judge, Verdict};
+use crate::retry::RetryPolicy;
+use crate::store::{Failure, Fenced, Store, StoreError};
+use crate::worker::{Deliver, DeliveryOutcome, DeliveryRequest, Worker};
+
+pub use answer::{Answer, Reply};
+use cache::{CachedDone, DoneCache};
+pub use dispatcher::Dispatcher;
+
+/// `Retry-After` while the store is unreachable: about the longest reconnect backoff, so
+/// a sender does not hammer a node that cannot answer yet.
+const STORE_RETRY_AFTER_SECS: u64 = 5;
+
+/// Where a provider's events go.
+#[derive(Debug)]
+pub struct Target {
+    /// The URL events are POSTed to.
+    pub url: Arc<str>,
+    /// The delivery time limit.
+    pub timeout: Duration,
+}
+
+/// One received, verified, keyed delivery.
+#[derive(Debug)]
+pub struct Event {
+    /// Provider and key.
+    pub id: EventId,
+    /// The raw body.
+    pub body: Bytes,
+    /// The sender's content type.
+    pub content_type: Option<String>,
+    /// Fingerprint of the payload, `None` when fingerprints are off.
+    pub fingerprint: Option<String>,
+    /// Where it goes.
+    pub target: Arc<Target>,
+}
+
+/// Settings shared by every shard of a node.
+#[derive(Debug, Clone)]
+pub struct ShardSettings {
+    /// The claim lease.
+    pub lease: Duration,
+    /// Backoff and attempt cap.
+    pub retry: RetryPolicy,
+    /// Done results each shard caches.
+    pub cache_capacity: usize,
+    /// Messages each shard's mailbox holds.
+    pub mailbox_capacity: usize,
+}
+
+/// Handle one delivery; the answer comes back on `reply`.
+///
+/// The reply travels in the message (rather than as the handler's result) so that the
+/// HTTP layer can use `try_send` and refuse at once when the mailbox is full.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct Ingest {
+    /// The delivery.
+    pub event: Arc<Event>,
+    /// Where the answer goes.
+    pub reply: oneshot::Sender<Answer>,
+}
+
+/// Shutdown: mark every attempt still running on this shard `failed`, so senders' retries
+/// can claim the keys at once instead of waiting for the leases. Answers how many.
+#[derive(Message)]
+#[rtype(result = "usize")]
+pub struct ReleaseLeases;
+
+/// A key this shard is working on now.
+struct InFlight {
+    /// Tells this entry from a later one for the same key (see [`Shard::forget`]).
+    token: u64,
+    /// `None` while the claim is on its way to the store.
+    attempts: Option<i32>,
+    since: Instant,
+    event: Arc<Event>,
+}
+
+/// One shard.
+pub struct Shard {
+    index: usize,
+    store: Arc<dyn Store>,
+    settings: Arc<ShardSettings>,
+    workers: Vec<Addr<Worker>>,
+    /// Deliveries sent to each worker and not yet answered; picks the least busy.
+    outstanding: Vec<usize>,
+    in_flight: HashMap<EventId, InFlight>,
+    done: DoneCache,
+    next_token: u64,
+    log: Logger,
+}
+
+impl Shard {
+    /// A shard numbered `index`, delivering through `workers`.
+    pub fn new(
+        index: usize,
+        store: Arc<dyn Store>,
+        settings: Arc<ShardSettings>,
+        workers: Vec<Addr<Worker>>,
+        log: Logger,
+    ) -> Self {
+        Self {
+            index,
+            store,
+            outstanding: vec![0; workers.len()],
+            workers,
+            in_flight: HashMap::new(),
+            done: DoneCache::new(settings.cache_capacity),
+            settings,
+            next_token: 0,
+            log,
+        }
+    }
+
+    /// Answers from the in-flight set or the done cache, without the store.
+    fn answer_from_memory(&mut self, event: &Event) -> Option<Answer> {
+        let mismatch = |stored: Option<&str>| match (stored, event.fingerprint.as_deref()) {
+            (Some(stored), Some(incoming)) => stored != incoming,
+            _ => false,
+        };
+        if let Some(entry) = self.in_flight.get(&event.id) {
+            let held = entry.since.elapsed();
+            // An entry older than the lease is not trusted: the store decides.
+            if held < self.settings.lease {
+                let attempts = entry.attempts;
+                return Some(if mismatch(entry.event.fingerprint.as_deref()) {
+                    Answer {
+                        path: Path::PayloadMismatch,
+                        attempts,
+                        reply: Reply::Mismatch,
+                    }
+                } else {
+                    Answer {
+                        path: Path::InProgressElsewhere,
+                        attempts,
+                        reply: Reply::Busy {
+                            retry_after: ceil_secs(self.settings.lease - held),
+                        },
+                    }
+                });
+            }
+        }
+        let done = self.done.get(&event.id)?;
+        let attempts = Some(done.attempts);
+        Some(if mismatch(done.fingerprint.as_deref()) {
+            Answer {
+                path: Path::PayloadMismatch,
+                attempts,
+                reply: Reply::Mismatch,
+            }
+        } else {
+            Answer {
+                path: Path::DuplicateDone,
+                attempts,
+                reply: Reply::Result(Arc::clone(&done.result)),
+            }
+        })
+    }
+
+    /// Drops the in-flight entry for `id` if it is still the one `token` created.
+    fn forget(&mut self, id: &EventId, token: u64) {
+        if self.in_flight.get(id).is_some_and(|e| e.token == token) {
+            self.in_flight.remove(id);
+        }
+    }
+
+    fn log_claim(&self, id: &EventId, path: Path, attempts: Option<i32>) {
+        info!(self.log, "webhook.claim";
+            "provider" => &*id.provider, "event_key" => &*id.key, "path" => path.as_str(),
+            "attempts" => attempts, "shard" => self.index);
+    }
+
+    /// The store answered the claim.
+    fn claimed(
+        &mut self,
+        event: Arc<Event>,
+        token: u64,
+        reply: oneshot::Sender<Answer>,
+        result: Result<ClaimResult, StoreError>,
+        ctx: &mut Context<Self>,
+    ) {
+        match result {
+            Ok(ClaimResult::Won { attempts, path }) => {
+                self.log_claim(&event.id, path, Some(attempts));
+                if let Some(entry) = self.in_flight.get_mut(&event.id) {
+                    entry.attempts = Some(attempts);
+                }
+                self.deliver(event, token, attempts, path, reply, ctx);
+            }
+            Ok(ClaimResult::Existing(row)) => {
+                self.forget(&event.id, token);
+                let answer = self.existing(&event, row);
+                self.log_claim(&event.id, answer.path, answer.attempts);
+                let _ = reply.send(answer);
+            }
+            Err(e) => {
+                self.forget(&event.id, token);
+                error!(self.log, "webhook.store_error";
+                    "provider" => &*event.id.provider, "event_key" => &*event.id.key,
+                    "error" => %e, "shard" => self.index);
+                self.log_claim(&event.id, Path::StoreUnavailable, None);
+                let _ = reply.send(Answer::unclaimed(
+                    Path::StoreUnavailable,
+                    Reply::RetryLater {
+                        retry_after: STORE_RETRY_AFTER_SECS,
+                        reason: "store_unavailable",
+                    },
+                ));
+            }
+        }
+    }
+
+    /// The answer for a row the claim did not win; caches it when it is done.
+    fn existing(&mut self, event: &Event, row: RowState) -> Answer {
+        let path = classify(&row, event.fingerprint.as_deref());
+        let attempts = Some(row.attempts);
+        let reply = match path {
+            Path::DuplicateDone => match row.result {
+                Some(result) => {
+                    let result = Arc::new(result);
+                    self.done.insert(
+                        event.id.clone(),
+                        CachedDone {
+                            attempts: row.attempts,
+                            fingerprint: row.fingerprint,
+                            result: Arc::clone(&result),
+                        },
+                    );
+                    Reply::Result(result)
+                }
+                None => Reply::RetryLater {
+                    retry_after: 1,
+                    reason: "result_missing",
+                },
+            },
+            Path::DuplicateDead => Reply::DeadLettered,
+            Path::PayloadMismatch => Reply::Mismatch,
+            _ => Reply::Busy {
+                retry_after: ceil_secs(row.lease_left),
+            },
+        };
+        Answer {
+            path,
+            attempts,
+            reply,
+        }
+    }
+
+    fn pick_worker(&self) -> usize {
+        (0..self.outstanding.len())
+            .min_by_key(|&i| self.outstanding[i])
+            .unwrap_or(0)
+    }
+
+    /// Hands a won claim to a worker, then records and answers its outcome.
+    fn deliver(
+        &mut self,
+        event: Arc<Event>,
+        token: u64,
+        attempts: i32,
+        path: Path,
+        reply: oneshot::Sender<Answer>,
+        ctx: &mut Context<Self>,
+    ) {
+        let worker = self.pick_worker();
+        self.outstanding[worker] += 1;
+        let request = DeliveryRequest {
+            url: Arc::clone(&event.target.url),
+            timeout: event.target.timeout,
+            body: event.body.clone(),
+            content_type: event.content_type.clone(),
+            idempotency_key: event.id.to_string(),
+            attempt: attempts,
+        };
+        let sent = self.workers[worker].send(Deliver(request));
+        let store = Arc::clone(&self.store);
+        let settings = Arc::clone(&self.settings);
+        let ev = Arc::clone(&event);
+        let started = Instant::now();
+        let work = async move {
+            let outcome = sent
+                .await
+                .unwrap_or_else(|e| DeliveryOutcome::Crashed(format!("worker unreachable: {e}")));
+            let verdict = judge(outcome, attempts, &settings.retry);
+            let written = match &verdict {
+                Verdict::Done(result) => Some(store.complete(&ev.id, attempts, result).await),
+                Verdict::Retry { error, .. } => Some(
+                    store
+                        .fail(&ev.id, attempts, &failure(&ev, error, None))
+                        .await,
+                ),
+                Verdict::Dead { error, reason } => Some(
+                    store
+                        .fail(&ev.id, attempts, &failure(&ev, error, Some(*reason)))
+                        .await,
+                ),
+                Verdict::Unknown { .. } => None,
+            };
+            (verdict, written, started.elapsed())
+        };
+        ctx.spawn(
+            work.into_actor(self)
+                .map(move |(verdict, written, took), act, _ctx| {
+                    act.outstanding[worker] -= 1;
+                    act.forget(&event.id, token);
+                    let answer = act.finished(&event, attempts, path, verdict, written, took);
+                    let _ = reply.send(answer);
+                }),
+        );
+    }
+
+    /// Logs a finished attempt and builds its answer from what the row now says.
+    fn finished(
+        &mut self,
+        event: &Event,
+        attempts: i32,
+        path: Path,
+        verdict: Verdict,
+        written: Option<Result<Fenced, StoreError>>,
+        took: Duration,
+    ) -> Answer {
+        let id = &event.id;
+        let answer = |reply| Answer {
+            path,
+            attempts: Some(attempts),
+            reply,
+        };
+        let duration_ms = u64::try_from(took.as_millis()).unwrap_or(u64::MAX);
+        match written {
+            Some(Ok(Fenced::Applied)) | None => {}
+            Some(Ok(Fenced::Stale)) => {
+                warn!(self.log, "webhook.stale";
+                    "provider" => &*id.provider, "event_key" => &*id.key,
+                    "path" => Path::StaleCompletion.as_str(), "attempts" => attempts,
+                    "shard" => self.index);
+                return answer(Reply::RetryLater {
+                    retry_after: 1,
+                    reason: "lease_lost",
+                });
+            }
+            Some(Err(e)) => {
+                error!(self.log, "webhook.failed";
+                    "provider" => &*id.provider, "event_key" => &*id.key,
+                    "error" => format!("recording the outcome: {e}"), "attempts" => attempts,
+                    "retry_after_s" => STORE_RETRY_AFTER_SECS);
+                return answer(Reply::RetryLater {
+                    retry_after: STORE_RETRY_AFTER_SECS,
+                    reason: "store_unavailable",
+                });
+            }
+        }
+        match verdict {
+            Verdict::Done(result) => {
+                info!(self.log, "webhook.done";
+                    "provider" => &*id.provider, "event_key" => &*id.key,
+                    "outcome" => "delivered", "status" => result.status,
+                    "attempts" => attempts, "duration_ms" => duration_ms);
+                let result = Arc::new(result);
+                self.done.insert(
+                    id.clone(),
+                    CachedDone {
+                        attempts,
+                        fingerprint: event.fingerprint.clone(),
+                        result: Arc::clone(&result),
+                    },
+                );
+                answer(Reply::Result(result))
+            }
+            Verdict::Retry { error, retry_after } => {
+                warn!(self.log, "webhook.failed";
+                    "provider" => &*id.provider, "event_key" => &*id.key, "error" => &error,
+                    "attempts" => attempts, "retry_after_s" => retry_after,
+                    "duration_ms" => duration_ms);
+                answer(Reply::RetryLater {
+                    retry_after,
+                    reason: "delivery_failed",
+                })
+            }
+            Verdict::Dead { error, reason } => {
+                warn!(self.log, "webhook.dead";
+                    "provider" => &*id.provider, "event_key" => &*id.key, "error" => &error,
+                    "reason" => reason.as_str(), "attempts" => attempts,
+                    "duration_ms" => duration_ms);
+                answer(Reply::DeadLettered)
+            }
+            Verdict::Unknown { error } => {
+                let retry_after = ceil_secs(self.settings.lease);
+                error!(self.log, "webhook.failed";
+                    "provider" => &*id.provider, "event_key" => &*id.key,
+                    "error" => format!("worker crashed: {error}"), "attempts" => attempts,
+                    "retry_after_s" => retry_after, "duration_ms" => duration_ms);
+                answer(Reply::RetryLater {
+                    retry_after,
+                    reason: "worker_crashed",
+                })
+            }
+        }
+    }
+}
+
+fn failure(event: &Event, error: &str, dead: Option<crate::store::DeadReason>) -> Failure {
+    Failure {
+        error: error.to_owned(),
+        dead,
+        payload: event.body.clone(),
+        content_type: event.content_type.clone(),
+    }
+}
+
+/// Whole seconds, rounded up, at least 1 (for `Retry-After`).
+fn ceil_secs(d: Duration) -> u64 {
+    d.as_secs_f64().ceil().max(1.0) as u64
+}
+
+impl Actor for Shard {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Context<Self>) {
+        ctx.set_mailbox_capacity(self.settings.mailbox_capacity);
+    }
+}
+
+impl Handler<Ingest> for Shard {
+    type Result = ();
+
+    fn handle(&mut self, msg: Ingest, ctx: &mut Context<Self>) {
+        let Ingest { event, reply } = msg;
+        if let Some(answer) = self.answer_from_memory(&event) {
+            self.log_claim(&event.id, answer.path, answer.attempts);
+            let _ = reply.send(answer);
+            return;
+        }
+        self.next_token += 1;
+        let token = self.next_token;
+        self.in_flight.insert(
+            event.id.clone(),
+            InFlight {
+                token,
+                attempts: None,
+                since: Instant::now(),
+                event: Arc::clone(&event),
+            },
+        );
+        let store = Arc::clone(&self.store);
+        let lease = self.settings.lease;
+        let ev = Arc::clone(&event);
+        let claim = async move { store.claim(&ev.id, ev.fingerprint.as_deref(), lease).await };
+        ctx.spawn(claim.into_actor(self).map(move |result, act, ctx| {
+            act.claimed(event, token, reply, result, ctx);
+        }));
+    }
+}
+
+impl Handler<ReleaseLeases> for Shard {
+    type Result = ResponseFuture<usize>;
+
+    fn handle(&mut self, _msg: ReleaseLeases, _ctx: &mut Context<Self>) -> Self::Result {
+        let held: Vec<(Arc<Event>, i32)> = self
+            .in_flight
+            .values()
+            .filter_map(|e| e.attempts.map(|a| (Arc::clone(&e.event), a)))
+            .collect();
+        let store = Arc::clone(&self.store);
+        let log = self.log.clone();
+        Box::pin(async move {
+            let writes = held.iter().map(|(event, attempts)| {
+                let store = Arc::clone(&store);
+                let failure = failure(event, "released at shutdown", None);
+                async move {
+                    let written = store.fail(&event.id, *attempts, &failure).await;
+                    (event, attempts, written)
+                }
+            });
+            let mut released = 0;
+            for (event, attempts, written) in join_all(writes).await {
+                match written {
+                    Ok(Fenced::Applied) => {
+                        released += 1;
+                        info!(log, "webhook.released";
+                            "provider" => &*event.id.provider, "event_key" => &*event.id.key,
+                            "attempts" => *attempts);
+                    }
+                    Ok(Fenced::Stale) => {}
+                    Err(e) => error!(log, "webhook.release_failed";
+                        "provider" => &*event.id.provider, "event_key" => &*event.id.key,
+                        "error" => %e),
+                }
+            }
+            released
+        })
+    }
+}

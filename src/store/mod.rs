@@ -1,0 +1,161 @@
+//! The store: the narrow interface to the row that is the truth about every event.
+//!
+//! Each operation is one atomic statement on one row. The claim wins or reports; complete
+//! and fail are *fenced* by the attempt number the claim returned, so a worker whose lease
+//! was retaken cannot overwrite the newer attempt's outcome. Lease times always come from
+//! the store's own clock, never from a node's.
+//!
+//! Backends: [`postgres::PgStore`]. Every backend passes the conformance suite in
+//! `tests/api/store_conformance.rs`.
+
+pub mod postgres;
+mod reconnect;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use actix_web::web::Bytes;
+use futures_util::future::BoxFuture;
+
+use crate::claim::{ClaimResult, Path, Status, StoredResult};
+use crate::config::StoreConfig;
+use crate::key::EventId;
+
+/// Why a store operation failed. Outcomes (a duplicate, a held key) are not errors.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum StoreError {
+    /// The database could not be reached; nothing was changed.
+    #[error("store unavailable: {0}")]
+    Unavailable(String),
+    /// The database answered with an error.
+    #[error("store query failed: {0}")]
+    Query(String),
+    /// The database answered with something hookgate did not write.
+    #[error("store returned unexpected data: {0}")]
+    Corrupt(String),
+}
+
+/// A future returned by a [`Store`] operation.
+pub type StoreFuture<'a, T> = BoxFuture<'a, Result<T, StoreError>>;
+
+/// Whether a fenced write took effect.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fenced {
+    /// The row still belonged to this attempt and now holds its outcome.
+    Applied,
+    /// Another attempt had retaken the row; nothing changed (path `stale_completion`).
+    Stale,
+}
+
+/// Why an event became a dead letter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeadReason {
+    /// `retry.max_attempts` attempts failed.
+    AttemptsExhausted,
+    /// The target refused the event with a non-retryable 4xx.
+    NonRetryable,
+}
+
+impl DeadReason {
+    /// The text stored in `dead_reason`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DeadReason::AttemptsExhausted => "attempts_exhausted",
+            DeadReason::NonRetryable => "non_retryable",
+        }
+    }
+}
+
+/// The outcome of a failed attempt, written by [`Store::fail`].
+#[derive(Debug, Clone)]
+pub struct Failure {
+    /// What went wrong, for people.
+    pub error: String,
+    /// `Some` makes the row a dead letter instead of `failed`.
+    pub dead: Option<DeadReason>,
+    /// The payload, kept so the event can be read and replayed.
+    pub payload: Bytes,
+    /// The payload's content type.
+    pub content_type: Option<String>,
+}
+
+/// A whole row, for operators (`hookgate events show`).
+#[derive(Debug, Clone)]
+pub struct EventRecord {
+    /// Provider and key.
+    pub id: EventId,
+    /// The row's status.
+    pub status: Status,
+    /// Won claims so far.
+    pub attempts: i32,
+    /// The path of the last won claim.
+    pub last_path: Option<Path>,
+    /// Fingerprint of the payload.
+    pub fingerprint: Option<String>,
+    /// The cached result of a done row.
+    pub result: Option<StoredResult>,
+    /// The kept payload of a failed or dead row.
+    pub payload: Option<Vec<u8>>,
+    /// The last failure.
+    pub last_error: Option<String>,
+    /// Why the row is dead.
+    pub dead_reason: Option<String>,
+    /// Time left on the lease (zero when none is live).
+    pub lease_left: Duration,
+    /// Row creation, seconds since the Unix epoch (store clock).
+    pub created_at: f64,
+    /// Last change, seconds since the Unix epoch (store clock).
+    pub updated_at: f64,
+}
+
+/// The operations hookgate needs from a database.
+pub trait Store: Send + Sync + 'static {
+    /// Creates or upgrades the schema; safe to run concurrently from several nodes.
+    fn migrate(&self) -> StoreFuture<'_, ()>;
+
+    /// Checks that the store answers (for `/readyz`); a success also ends any reconnect
+    /// backoff.
+    fn ping(&self) -> StoreFuture<'_, ()>;
+
+    /// Wins the key for one attempt holding a lease of `lease`, or reports the row.
+    ///
+    /// Won when the key is new, `failed`, or `in_progress` with an expired lease — and the
+    /// stored fingerprint (if any) equals `fingerprint`. `done` and `dead` are never won.
+    fn claim<'a>(
+        &'a self,
+        id: &'a EventId,
+        fingerprint: Option<&'a str>,
+        lease: Duration,
+    ) -> StoreFuture<'a, ClaimResult>;
+
+    /// Marks attempt `attempts` done with `result`, if the row is still that attempt's.
+    fn complete<'a>(
+        &'a self,
+        id: &'a EventId,
+        attempts: i32,
+        result: &'a StoredResult,
+    ) -> StoreFuture<'a, Fenced>;
+
+    /// Marks attempt `attempts` failed (or dead), if the row is still that attempt's.
+    fn fail<'a>(
+        &'a self,
+        id: &'a EventId,
+        attempts: i32,
+        failure: &'a Failure,
+    ) -> StoreFuture<'a, Fenced>;
+
+    /// The whole row, if the key is known.
+    fn lookup<'a>(&'a self, id: &'a EventId) -> StoreFuture<'a, Option<EventRecord>>;
+}
+
+/// Opens the store named by `config.url`.
+pub async fn open(config: &StoreConfig) -> Result<Arc<dyn Store>, StoreError> {
+    if config.url.starts_with("postgres://") || config.url.starts_with("postgresql://") {
+        Ok(Arc::new(postgres::PgStore::connect(config)?))
+    } else {
+        Err(StoreError::Query(format!(
+            "unsupported store URL {} (expected postgres://)",
+            config.redacted_url()
+        )))
+    }
+}

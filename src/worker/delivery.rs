@@ -1,0 +1,119 @@
+//! The delivery seam: how one event is handed to the target application.
+//!
+//! [`HttpDelivery`] POSTs the original body over a pooled keep-alive client. Tests plug in
+//! their own [`Delivery`] (for example one that panics) to exercise the worker's crash
+//! handling. A delivery only reports what happened; it never touches the store.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use actix_web::web::Bytes;
+use futures_util::future::LocalBoxFuture;
+
+use crate::claim::StoredResult;
+
+/// Largest target body cached as the replayable result. A larger body is not kept: the
+/// result keeps its status and content type and replays an empty body. Webhook handlers
+/// answer with a few bytes; this bounds the row and the in-memory cache.
+pub const RESULT_BODY_LIMIT: usize = 64 * 1024;
+
+/// Everything a delivery needs, already decided by the shard.
+#[derive(Debug, Clone)]
+pub struct DeliveryRequest {
+    /// The target URL.
+    pub url: Arc<str>,
+    /// The target's time limit (shorter than the lease, by config rule).
+    pub timeout: Duration,
+    /// The original body, byte for byte.
+    pub body: Bytes,
+    /// The original content type.
+    pub content_type: Option<String>,
+    /// `provider:key`, sent as `Idempotency-Key`.
+    pub idempotency_key: String,
+    /// The attempt number, sent as `Hookgate-Attempt`.
+    pub attempt: i32,
+}
+
+/// What the target did with one delivery.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DeliveryOutcome {
+    /// A 2xx answer; the event is done.
+    Delivered(StoredResult),
+    /// A non-2xx answer.
+    Refused {
+        /// The target's status.
+        status: u16,
+        /// The target's `Retry-After`, in seconds, if it sent one.
+        retry_after: Option<u64>,
+    },
+    /// No answer: timeout, connection refused, broken connection.
+    Unreachable(String),
+    /// The delivery code panicked; the worker was restarted. The attempt's outcome is
+    /// unknown, so its row keeps its lease and is retaken after it expires.
+    Crashed(String),
+}
+
+/// The delivery seam.
+pub trait Delivery: Send + Sync + 'static {
+    /// Delivers one event. Runs on a worker actor's thread; may panic (the worker catches).
+    fn deliver(&self, request: DeliveryRequest) -> LocalBoxFuture<'static, DeliveryOutcome>;
+}
+
+/// Delivery over HTTP/1.1 with keep-alive connections, one pool per worker thread.
+#[derive(Debug, Default)]
+pub struct HttpDelivery;
+
+thread_local! {
+    /// awc clients are bound to their thread; each arbiter thread keeps one pool.
+    static CLIENT: awc::Client = awc::Client::builder()
+        .disable_redirects()
+        .timeout(Duration::from_secs(3600))
+        .finish();
+}
+
+impl Delivery for HttpDelivery {
+    fn deliver(&self, request: DeliveryRequest) -> LocalBoxFuture<'static, DeliveryOutcome> {
+        let client = CLIENT.with(Clone::clone);
+        Box::pin(async move {
+            let mut outgoing = client
+                .post(&*request.url)
+                .timeout(request.timeout)
+                .insert_header(("Idempotency-Key", request.idempotency_key.as_str()))
+                .insert_header(("Hookgate-Attempt", request.attempt.to_string()));
+            if let Some(ct) = &request.content_type {
+                outgoing = outgoing.insert_header(("Content-Type", ct.as_str()));
+            }
+            let mut response = match outgoing.send_body(request.body).await {
+                Ok(response) => response,
+                Err(e) => return DeliveryOutcome::Unreachable(e.to_string()),
+            };
+            let status = response.status().as_u16();
+            if !response.status().is_success() {
+                let retry_after = response
+                    .headers()
+                    .get("Retry-After")
+                    .and_then(|v| v.to_str().ok())
+                    .and_then(|v| v.trim().parse().ok());
+                return DeliveryOutcome::Refused {
+                    status,
+                    retry_after,
+                };
+            }
+            let content_type = response
+                .headers()
+                .get("Content-Type")
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_owned);
+            // A body that is too large (or cut off) is not kept; the status is what counts.
+            let body = match response.body().limit(RESULT_BODY_LIMIT).await {
+                Ok(body) => body.to_vec(),
+                Err(_) => Vec::new(),
+            };
+            DeliveryOutcome::Delivered(StoredResult {
+                status,
+                content_type,
+                body,
+            })
+        })
+    }
+}
