@@ -59,9 +59,7 @@ impl Dispatcher {
                     .collect();
                 let store = Arc::clone(&store);
                 let settings = Arc::clone(&settings);
-                Shard::start_in_arbiter(arbiter, move |_| {
-                    Shard::new(index, store, settings, workers, log)
-                })
+                Shard::start_in_arbiter(arbiter, move |_| Shard::new(store, settings, workers, log))
             })
             .collect();
         Self {

@@ -36,6 +36,10 @@ pub use answer::{Answer, Reply};
 use cache::{CachedDone, DoneCache};
 pub use dispatcher::Dispatcher;
 
+/// Requests for one key that may wait on its pending claim; more are answered 409 at once.
+/// Bounds a shard's memory under a flood of one key while the store is slow.
+const MAX_WAITERS: usize = 1024;
+
 /// `Retry-After` while the store is unreachable: about the longest reconnect backoff, so
 /// a sender does not hammer a node that cannot answer yet.
 const STORE_RETRY_AFTER_SECS: u64 = 5;
@@ -104,11 +108,13 @@ struct InFlight {
     attempts: Option<i32>,
     since: Instant,
     event: Arc<Event>,
+    /// Requests for the same key that arrived while the claim was pending; they get the
+    /// answer the claim's row implies instead of a blind 409.
+    waiters: Vec<(Arc<Event>, oneshot::Sender<Answer>)>,
 }
 
 /// One shard.
 pub struct Shard {
-    index: usize,
     store: Arc<dyn Store>,
     settings: Arc<ShardSettings>,
     workers: Vec<Addr<Worker>>,
@@ -121,16 +127,14 @@ pub struct Shard {
 }
 
 impl Shard {
-    /// A shard numbered `index`, delivering through `workers`.
+    /// A shard delivering through `workers`; `log` carries the shard's number.
     pub fn new(
-        index: usize,
         store: Arc<dyn Store>,
         settings: Arc<ShardSettings>,
         workers: Vec<Addr<Worker>>,
         log: Logger,
     ) -> Self {
         Self {
-            index,
             store,
             outstanding: vec![0; workers.len()],
             workers,
@@ -197,10 +201,10 @@ impl Shard {
     fn log_claim(&self, id: &EventId, path: Path, attempts: Option<i32>) {
         info!(self.log, "webhook.claim";
             "provider" => &*id.provider, "event_key" => &*id.key, "path" => path.as_str(),
-            "attempts" => attempts, "shard" => self.index);
+            "attempts" => attempts);
     }
 
-    /// The store answered the claim.
+    /// The store answered the claim: answer it and every request that waited on it.
     fn claimed(
         &mut self,
         event: Arc<Event>,
@@ -209,33 +213,51 @@ impl Shard {
         result: Result<ClaimResult, StoreError>,
         ctx: &mut Context<Self>,
     ) {
+        let waiters = match self.in_flight.get_mut(&event.id) {
+            Some(entry) if entry.token == token => std::mem::take(&mut entry.waiters),
+            _ => Vec::new(),
+        };
         match result {
             Ok(ClaimResult::Won { attempts, path }) => {
                 self.log_claim(&event.id, path, Some(attempts));
                 if let Some(entry) = self.in_flight.get_mut(&event.id) {
                     entry.attempts = Some(attempts);
                 }
+                let retry_after = ceil_secs(self.settings.lease);
+                for (waiter, waiter_reply) in waiters {
+                    let answer = Answer {
+                        path: Path::InProgressElsewhere,
+                        attempts: Some(attempts),
+                        reply: Reply::Busy { retry_after },
+                    };
+                    self.log_claim(&waiter.id, answer.path, answer.attempts);
+                    let _ = waiter_reply.send(answer);
+                }
                 self.deliver(event, token, attempts, path, reply, ctx);
             }
             Ok(ClaimResult::Existing(row)) => {
                 self.forget(&event.id, token);
-                let answer = self.existing(&event, row);
-                self.log_claim(&event.id, answer.path, answer.attempts);
-                let _ = reply.send(answer);
+                for (event, reply) in std::iter::once((event, reply)).chain(waiters) {
+                    let answer = self.existing(&event, row.clone());
+                    self.log_claim(&event.id, answer.path, answer.attempts);
+                    let _ = reply.send(answer);
+                }
             }
             Err(e) => {
                 self.forget(&event.id, token);
                 error!(self.log, "webhook.store_error";
                     "provider" => &*event.id.provider, "event_key" => &*event.id.key,
-                    "error" => %e, "shard" => self.index);
-                self.log_claim(&event.id, Path::StoreUnavailable, None);
-                let _ = reply.send(Answer::unclaimed(
-                    Path::StoreUnavailable,
-                    Reply::RetryLater {
-                        retry_after: STORE_RETRY_AFTER_SECS,
-                        reason: "store_unavailable",
-                    },
-                ));
+                    "error" => %e);
+                for (event, reply) in std::iter::once((event, reply)).chain(waiters) {
+                    self.log_claim(&event.id, Path::StoreUnavailable, None);
+                    let _ = reply.send(Answer::unclaimed(
+                        Path::StoreUnavailable,
+                        Reply::RetryLater {
+                            retry_after: STORE_RETRY_AFTER_SECS,
+                            reason: "store_unavailable",
+                        },
+                    ));
+                }
             }
         }
     }
@@ -361,8 +383,7 @@ impl Shard {
             Some(Ok(Fenced::Stale)) => {
                 warn!(self.log, "webhook.stale";
                     "provider" => &*id.provider, "event_key" => &*id.key,
-                    "path" => Path::StaleCompletion.as_str(), "attempts" => attempts,
-                    "shard" => self.index);
+                    "path" => Path::StaleCompletion.as_str(), "attempts" => attempts);
                 return answer(Reply::RetryLater {
                     retry_after: 1,
                     reason: "lease_lost",
@@ -455,6 +476,13 @@ impl Handler<Ingest> for Shard {
 
     fn handle(&mut self, msg: Ingest, ctx: &mut Context<Self>) {
         let Ingest { event, reply } = msg;
+        if let Some(entry) = self.in_flight.get_mut(&event.id) {
+            let pending = entry.attempts.is_none() && entry.since.elapsed() < self.settings.lease;
+            if pending && entry.waiters.len() < MAX_WAITERS {
+                entry.waiters.push((event, reply));
+                return;
+            }
+        }
         if let Some(answer) = self.answer_from_memory(&event) {
             self.log_claim(&event.id, answer.path, answer.attempts);
             let _ = reply.send(answer);
@@ -469,6 +497,7 @@ impl Handler<Ingest> for Shard {
                 attempts: None,
                 since: Instant::now(),
                 event: Arc::clone(&event),
+                waiters: Vec::new(),
             },
         );
         let store = Arc::clone(&self.store);

@@ -1,0 +1,96 @@
+//! Bad input gets a clear JSON error and claims nothing.
+
+use awc::http::Method;
+
+use crate::helpers::{spawn_app, spawn_app_with, PROVIDER};
+
+#[actix_web::test]
+async fn every_bad_request_is_refused_with_its_code_and_nothing_is_claimed() {
+    let app = spawn_app_with(|c| c.server.max_body_bytes = 64).await;
+    let hook = format!("/webhooks/{PROVIDER}");
+    let long_key = "k".repeat(256);
+    let cases = [
+        Case::new(
+            "unknown provider",
+            "/webhooks/nobody",
+            "{}",
+            404,
+            "unknown_provider",
+        ),
+        Case::new(
+            "body over the limit",
+            &hook,
+            &format!(r#"{{"id":"{}"}}"#, "x".repeat(100)),
+            413,
+            "body_too_large",
+        ),
+        Case::new("not JSON", &hook, "not json", 400, "invalid_json"),
+        Case::new("no key", &hook, r#"{"other":1}"#, 400, "missing_key"),
+        Case::new("key too long", &hook, "{}", 400, "invalid_key").header(&long_key),
+        Case::new(
+            "control character",
+            &hook,
+            r#"{"id":"a\u0001b"}"#,
+            400,
+            "invalid_key",
+        ),
+        Case::new("empty key", &hook, r#"{"id":""}"#, 400, "invalid_key"),
+    ];
+    for case in cases {
+        let headers: Vec<(&str, &str)> = case
+            .key_header
+            .iter()
+            .map(|k| ("X-Idempotency-Key", k.as_str()))
+            .collect();
+        let answer = app.post(&case.path, &headers, case.body.clone()).await;
+        assert_eq!(answer.status, case.status, "{}: {answer:?}", case.what);
+        let json: serde_json::Value = serde_json::from_str(&answer.body).expect("JSON error");
+        assert_eq!(json["error"], case.code, "{}", case.what);
+        assert!(
+            json["message"].as_str().is_some_and(|m| !m.is_empty()),
+            "{}",
+            case.what
+        );
+    }
+    assert_eq!(app.db.count_rows().await, 0);
+    assert_eq!(app.target.total(), 0);
+}
+
+#[actix_web::test]
+async fn a_wrong_method_is_405_and_an_unknown_route_404() {
+    let app = spawn_app().await;
+    let get = app
+        .request(Method::GET, &format!("/webhooks/{PROVIDER}"))
+        .await;
+    assert_eq!(get.status, 405);
+    assert!(get.body.contains("method_not_allowed"));
+    assert_eq!(app.request(Method::GET, "/nowhere").await.status, 404);
+    assert_eq!(app.db.count_rows().await, 0);
+}
+
+struct Case {
+    what: &'static str,
+    path: String,
+    body: String,
+    key_header: Option<String>,
+    status: u16,
+    code: &'static str,
+}
+
+impl Case {
+    fn new(what: &'static str, path: &str, body: &str, status: u16, code: &'static str) -> Self {
+        Self {
+            what,
+            path: path.to_owned(),
+            body: body.to_owned(),
+            key_header: None,
+            status,
+            code,
+        }
+    }
+
+    fn header(mut self, key: &str) -> Self {
+        self.key_header = Some(key.to_owned());
+        self
+    }
+}

@@ -1,0 +1,104 @@
+//! Idempotency under concurrency: parallel deliveries of one key, then a count at the
+//! target. One node, and several nodes on one database.
+
+use futures_util::future::join_all;
+
+use crate::helpers::{spawn_app, spawn_app_with, Behaviour, TestApp, PROVIDER};
+
+#[actix_web::test]
+async fn fifty_parallel_first_deliveries_of_one_key_run_the_target_once() {
+    let app = spawn_app().await;
+    let answers = join_all((0..50).map(|_| app.deliver("evt_par", r#"{"id":"evt_par"}"#))).await;
+    assert_eq!(app.target.count(&TestApp::idem("evt_par")), 1);
+    let won = answers.iter().filter(|a| a.path == "first_run").count();
+    assert_eq!(won, 1, "{answers:?}");
+    for a in &answers {
+        match a.status {
+            201 => assert!(a.path == "first_run" || a.path == "duplicate_done", "{a:?}"),
+            409 => assert_eq!(a.path, "in_progress_elsewhere"),
+            _ => panic!("unexpected answer {a:?}"),
+        }
+    }
+}
+
+#[actix_web::test]
+async fn concurrent_redeliveries_after_failure_run_the_target_once_more() {
+    let app = spawn_app().await;
+    app.target.set(Behaviour::Status(500));
+    assert_eq!(app.deliver("evt_rf", "{}").await.status, 503);
+    assert_eq!(app.target.count(&TestApp::idem("evt_rf")), 1);
+
+    app.target.set(Behaviour::Accept);
+    let answers = join_all((0..20).map(|_| app.deliver("evt_rf", "{}"))).await;
+    assert_eq!(app.target.count(&TestApp::idem("evt_rf")), 2, "{answers:?}");
+    let retried = answers
+        .iter()
+        .filter(|a| a.path == "retry_after_failure")
+        .count();
+    assert_eq!(retried, 1, "{answers:?}");
+    assert_eq!(
+        app.db.status(PROVIDER, "evt_rf").await.as_deref(),
+        Some("done")
+    );
+}
+
+#[actix_web::test]
+async fn parallel_deliveries_across_two_nodes_on_one_database_run_the_target_once() {
+    let a = spawn_app().await;
+    let b = a.second_node(|_| {}).await;
+    let mut requests = Vec::new();
+    for i in 0..40 {
+        let node = if i % 2 == 0 { &a } else { &b };
+        requests.push(node.deliver("evt_2n", "{}"));
+    }
+    let answers = join_all(requests).await;
+    assert_eq!(a.target.count(&TestApp::idem("evt_2n")), 1, "{answers:?}");
+    assert_eq!(answers.iter().filter(|x| x.path == "first_run").count(), 1);
+    assert!(answers.iter().all(|x| x.status == 201 || x.status == 409));
+}
+
+#[actix_web::test]
+async fn parallel_failures_and_retries_across_two_nodes_deliver_once_per_won_claim() {
+    let a = spawn_app().await;
+    let b = a.second_node(|_| {}).await;
+    let node = |i: usize| if i % 2 == 0 { &a } else { &b };
+    let key = TestApp::idem("evt_2f");
+
+    // While the target fails, a redelivery that arrives after a failure was recorded is a
+    // new attempt; every won claim delivers exactly once, with its own attempt number.
+    a.target.set(Behaviour::Status(503));
+    let first = join_all((0..10).map(|i| node(i).deliver("evt_2f", "{}"))).await;
+    let mut attempts: Vec<i32> = first
+        .iter()
+        .filter(|x| x.path == "first_run" || x.path == "retry_after_failure")
+        .map(|x| x.attempt.expect("attempt"))
+        .collect();
+    attempts.sort_unstable();
+    let expected: Vec<i32> = (1..=attempts.len() as i32).collect();
+    assert_eq!(attempts, expected, "{first:?}");
+    assert_eq!(a.target.count(&key), attempts.len(), "{first:?}");
+
+    a.target.set(Behaviour::Accept);
+    let second = join_all((0..10).map(|i| node(i).deliver("evt_2f", "{}"))).await;
+    let won = second
+        .iter()
+        .filter(|x| x.path == "retry_after_failure")
+        .count();
+    assert_eq!(won, 1, "{second:?}");
+    assert_eq!(a.target.count(&key), attempts.len() + 1, "{second:?}");
+}
+
+#[actix_web::test]
+async fn a_done_event_is_replayed_even_long_after_its_lease_expired() {
+    let app = spawn_app_with(|c| c.cache.capacity = 0).await;
+    assert_eq!(app.deliver("evt_old", "{}").await.status, 201);
+    app.db.expire_lease(PROVIDER, "evt_old").await;
+    let answers = join_all((0..10).map(|_| app.deliver("evt_old", "{}"))).await;
+    assert!(
+        answers
+            .iter()
+            .all(|a| a.path == "duplicate_done" && a.status == 201),
+        "{answers:?}"
+    );
+    assert_eq!(app.target.count(&TestApp::idem("evt_old")), 1);
+}

@@ -1,0 +1,177 @@
+//! What goes wrong: a worker that panics, a worker that finishes after its lease was
+//! retaken, a store that goes away and comes back, a node that is told to stop.
+
+use std::sync::Arc;
+
+use hookgate::key::EventId;
+use hookgate::shard::dispatcher::shard_for;
+
+use crate::helpers::{
+    base_config, eventually, spawn_app, spawn_app_with, start_node, Behaviour, PanickingDelivery,
+    StoreProxy, TestApp, TestDb, TestTarget, PROVIDER,
+};
+
+#[actix_web::test]
+async fn a_worker_panic_leaves_the_node_serving_and_the_key_is_retaken_after_its_lease() {
+    let db = TestDb::new().await;
+    let target = TestTarget::start().await;
+    let config = base_config(&db, &target);
+    let shards = config.server.shard_count();
+    let app = start_node(db, target, config, Arc::new(PanickingDelivery)).await;
+
+    let crashed = app.deliver("evt_panic", "{}").await;
+    assert_eq!(crashed.status, 503);
+    assert_eq!(crashed.path, "first_run");
+    assert!(crashed.body.contains("worker_crashed"), "{crashed:?}");
+    assert_eq!(crashed.retry_after, Some(30), "Retry-After is the lease");
+    assert_eq!(
+        app.db.status(PROVIDER, "evt_panic").await.as_deref(),
+        Some("in_progress")
+    );
+
+    // The shard and its (restarted) worker still serve a key routed to the same shard.
+    let home = shard_for(&EventId::new(PROVIDER, "evt_panic"), shards);
+    let neighbour = (0..)
+        .map(|i| format!("evt_n{i}"))
+        .find(|k| shard_for(&EventId::new(PROVIDER, k.as_str()), shards) == home)
+        .unwrap();
+    assert_eq!(app.deliver(&neighbour, "{}").await.status, 201);
+
+    // While the lease is live the key is busy; once it expired, it is retaken.
+    let busy = app.deliver("evt_panic", "{}").await;
+    assert_eq!(busy.status, 409);
+    assert_eq!(busy.path, "in_progress_elsewhere");
+    app.db.expire_lease(PROVIDER, "evt_panic").await;
+    let retaken = app.deliver("evt_panic", "{}").await;
+    assert_eq!(retaken.status, 201, "{retaken:?}");
+    assert_eq!(retaken.path, "lease_retake");
+    assert_eq!(retaken.attempt, Some(2));
+    assert_eq!(app.target.count(&TestApp::idem("evt_panic")), 1);
+}
+
+#[actix_web::test]
+async fn a_late_completion_after_a_retake_changes_nothing_and_is_logged_stale() {
+    let a = spawn_app().await;
+    let b = a.second_node(|_| {}).await;
+    a.target.set(Behaviour::Hang);
+    let slow = a.deliver("evt_stale", "{}");
+    let takeover = async {
+        a.target.wait_for(&TestApp::idem("evt_stale"), 1).await;
+        a.db.expire_lease(PROVIDER, "evt_stale").await;
+        a.target.set(Behaviour::Accept);
+        let retake = b.deliver("evt_stale", "{}").await;
+        a.target.release();
+        retake
+    };
+    let (late, retake) = futures_util::join!(slow, takeover);
+
+    assert_eq!(retake.path, "lease_retake");
+    assert_eq!(retake.status, 201);
+    assert_eq!(retake.attempt, Some(2));
+    assert_eq!(late.status, 503, "{late:?}");
+    assert!(late.body.contains("lease_lost"));
+    let row = a
+        .store
+        .lookup(&EventId::new(PROVIDER, "evt_stale"))
+        .await
+        .unwrap()
+        .expect("row");
+    assert_eq!(row.status.as_str(), "done");
+    assert_eq!(row.attempts, 2);
+    assert_eq!(row.last_path.map(|p| p.as_str()), Some("lease_retake"));
+    let stale = a.log.events("webhook.stale", "evt_stale");
+    assert_eq!(stale.len(), 1, "{:?}", a.log.lines());
+    assert_eq!(stale[0]["path"], "stale_completion");
+    assert_eq!(stale[0]["attempts"], 1);
+    assert_eq!(a.target.count(&TestApp::idem("evt_stale")), 2);
+}
+
+#[actix_web::test]
+async fn while_the_store_is_unreachable_nothing_is_delivered_and_service_resumes_without_restart() {
+    let db = TestDb::new().await;
+    let proxy = StoreProxy::start(&db.url).await;
+    let target = TestTarget::start().await;
+    let mut config = base_config(&db, &target);
+    config.store.url = proxy.url_for(&db.url);
+    let app = start_node(db, target, config, Arc::new(hookgate::worker::HttpDelivery)).await;
+    assert_eq!(app.deliver("evt_up", "{}").await.status, 201);
+
+    proxy.cut();
+    let down = app.deliver("evt_down", "{}").await;
+    assert_eq!(down.status, 503, "{down:?}");
+    assert_eq!(down.path, "store_unavailable");
+    assert!(down.retry_after.is_some_and(|s| s >= 1));
+    assert_eq!(app.get("/readyz").await.status, 503);
+    // A done key is still answered from memory: `done` is terminal.
+    assert_eq!(app.deliver("evt_up", "{}").await.path, "duplicate_done");
+    assert_eq!(app.target.count(&TestApp::idem("evt_down")), 0);
+    assert_eq!(app.db.status(PROVIDER, "evt_down").await, None);
+
+    proxy.restore();
+    eventually("the store to be reachable again", || async {
+        app.get("/readyz").await.status == 200
+    })
+    .await;
+    let back = app.deliver("evt_down", "{}").await;
+    assert_eq!(back.status, 201, "{back:?}");
+    assert_eq!(back.path, "first_run");
+    assert_eq!(app.target.count(&TestApp::idem("evt_down")), 1);
+}
+
+#[actix_web::test]
+async fn shutdown_releases_the_leases_of_unfinished_attempts() {
+    let mut app = spawn_app().await;
+    app.target.set(Behaviour::Hang);
+    app.fire("evt_sd", "{}");
+    app.target.wait_for(&TestApp::idem("evt_sd"), 1).await;
+    assert_eq!(
+        app.db.status(PROVIDER, "evt_sd").await.as_deref(),
+        Some("in_progress")
+    );
+
+    app.shutdown().await;
+    assert_eq!(
+        app.db.status(PROVIDER, "evt_sd").await.as_deref(),
+        Some("failed")
+    );
+    let row = app
+        .store
+        .lookup(&EventId::new(PROVIDER, "evt_sd"))
+        .await
+        .unwrap()
+        .expect("row");
+    assert_eq!(row.last_error.as_deref(), Some("released at shutdown"));
+
+    // The sender's retry is claimed at once on another node: no wait for the lease.
+    app.target.set(Behaviour::Accept);
+    let next = app.second_node(|_| {}).await;
+    let retry = next.deliver("evt_sd", "{}").await;
+    assert_eq!(retry.path, "retry_after_failure");
+    assert_eq!(retry.status, 201);
+    app.target.release();
+}
+
+#[actix_web::test]
+async fn a_full_shard_mailbox_is_answered_503_overloaded() {
+    // One shard, a mailbox of one message, a target that holds every request: the shard's
+    // claims are spawned, so its mailbox drains; this checks the refusal path's shape.
+    let app = spawn_app_with(|c| {
+        c.server.shards = Some(1);
+        c.server.mailbox_capacity = 1;
+    })
+    .await;
+    let keys: Vec<String> = (0..200).map(|i| format!("evt_o{i}")).collect();
+    let answers = futures_util::future::join_all(keys.iter().map(|k| app.deliver(k, "{}"))).await;
+    for a in &answers {
+        match a.status {
+            201 => assert_eq!(a.path, "first_run"),
+            503 => {
+                assert_eq!(a.path, "overloaded");
+                assert_eq!(a.retry_after, Some(1));
+            }
+            _ => panic!("{a:?}"),
+        }
+    }
+    let delivered = answers.iter().filter(|a| a.status == 201).count();
+    assert_eq!(app.target.total(), delivered);
+}

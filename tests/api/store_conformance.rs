@@ -1,0 +1,237 @@
+//! The store conformance suite: every rule of the row, written once against the `Store`
+//! trait and run against each backend. Time travel is done with a zero lease (expired the
+//! moment it is taken), so no test reaches into a backend's tables.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use actix_web::web::Bytes;
+use futures_util::future::join_all;
+use hookgate::claim::{classify, ClaimResult, Path, Status, StoredResult};
+use hookgate::key::EventId;
+use hookgate::store::{DeadReason, Failure, Fenced, Store};
+
+const LEASE: Duration = Duration::from_secs(30);
+const EXPIRED: Duration = Duration::ZERO;
+
+fn id(key: &str) -> EventId {
+    EventId::new("p", key)
+}
+
+fn result(body: &str) -> StoredResult {
+    StoredResult {
+        status: 200,
+        content_type: Some("text/plain".into()),
+        body: body.as_bytes().to_vec(),
+    }
+}
+
+fn failure(dead: Option<DeadReason>) -> Failure {
+    Failure {
+        error: "target answered 500".into(),
+        dead,
+        payload: Bytes::from_static(b"{\"a\":1}"),
+        content_type: Some("application/json".into()),
+    }
+}
+
+async fn claim(store: &dyn Store, key: &str, lease: Duration) -> ClaimResult {
+    store
+        .claim(&id(key), Some("fp"), lease)
+        .await
+        .expect("claim")
+}
+
+fn won(result: &ClaimResult) -> Option<(i32, Path)> {
+    match result {
+        ClaimResult::Won { attempts, path } => Some((*attempts, *path)),
+        ClaimResult::Existing(_) => None,
+    }
+}
+
+fn existing(result: ClaimResult) -> hookgate::claim::RowState {
+    match result {
+        ClaimResult::Existing(row) => row,
+        ClaimResult::Won { .. } => panic!("expected the claim to be refused"),
+    }
+}
+
+async fn a_new_key_is_won_once_and_then_held(store: Arc<dyn Store>) {
+    assert_eq!(
+        won(&claim(&*store, "k", LEASE).await),
+        Some((1, Path::FirstRun))
+    );
+    let row = existing(claim(&*store, "k", LEASE).await);
+    assert_eq!(row.status, Status::InProgress);
+    assert_eq!(row.attempts, 1);
+    assert!(
+        row.lease_left > Duration::from_secs(20),
+        "{:?}",
+        row.lease_left
+    );
+    assert_eq!(classify(&row, Some("fp")), Path::InProgressElsewhere);
+}
+
+async fn a_won_retry_of_a_failed_row_holds_it_again(store: Arc<dyn Store>) {
+    claim(&*store, "k", LEASE).await;
+    assert_eq!(
+        store.fail(&id("k"), 1, &failure(None)).await.unwrap(),
+        Fenced::Applied
+    );
+    assert_eq!(
+        won(&claim(&*store, "k", LEASE).await),
+        Some((2, Path::RetryAfterFailure))
+    );
+    // The retry set the row back to in_progress: a second redelivery does not also win.
+    let row = existing(claim(&*store, "k", LEASE).await);
+    assert_eq!(row.status, Status::InProgress);
+    assert_eq!(row.attempts, 2);
+}
+
+async fn an_expired_lease_is_retaken(store: Arc<dyn Store>) {
+    claim(&*store, "k", EXPIRED).await;
+    assert_eq!(
+        won(&claim(&*store, "k", LEASE).await),
+        Some((2, Path::LeaseRetake))
+    );
+}
+
+async fn done_is_terminal_whatever_the_lease(store: Arc<dyn Store>) {
+    claim(&*store, "k", EXPIRED).await;
+    assert_eq!(
+        store.complete(&id("k"), 1, &result("ok")).await.unwrap(),
+        Fenced::Applied
+    );
+    for _ in 0..3 {
+        let row = existing(claim(&*store, "k", EXPIRED).await);
+        assert_eq!(row.status, Status::Done);
+        assert_eq!(row.attempts, 1);
+        assert_eq!(row.result, Some(result("ok")));
+        assert_eq!(classify(&row, Some("fp")), Path::DuplicateDone);
+    }
+}
+
+async fn dead_is_terminal_and_keeps_payload_and_reason(store: Arc<dyn Store>) {
+    claim(&*store, "k", EXPIRED).await;
+    let dead = failure(Some(DeadReason::NonRetryable));
+    assert_eq!(
+        store.fail(&id("k"), 1, &dead).await.unwrap(),
+        Fenced::Applied
+    );
+    let row = existing(claim(&*store, "k", EXPIRED).await);
+    assert_eq!(row.status, Status::Dead);
+    assert_eq!(classify(&row, Some("fp")), Path::DuplicateDead);
+    let record = store.lookup(&id("k")).await.unwrap().expect("row");
+    assert_eq!(record.dead_reason.as_deref(), Some("non_retryable"));
+    assert_eq!(record.payload.as_deref(), Some(&b"{\"a\":1}"[..]));
+    assert_eq!(record.last_error.as_deref(), Some("target answered 500"));
+}
+
+async fn completions_are_fenced_by_the_attempt(store: Arc<dyn Store>) {
+    claim(&*store, "k", EXPIRED).await; // attempt 1, lease already gone
+    assert_eq!(
+        won(&claim(&*store, "k", LEASE).await),
+        Some((2, Path::LeaseRetake))
+    );
+    assert_eq!(
+        store.complete(&id("k"), 1, &result("late")).await.unwrap(),
+        Fenced::Stale
+    );
+    assert_eq!(
+        store.fail(&id("k"), 1, &failure(None)).await.unwrap(),
+        Fenced::Stale
+    );
+    assert_eq!(
+        store.complete(&id("k"), 2, &result("new")).await.unwrap(),
+        Fenced::Applied
+    );
+    // Once done, no token completes or fails it again.
+    assert_eq!(
+        store.fail(&id("k"), 2, &failure(None)).await.unwrap(),
+        Fenced::Stale
+    );
+    let record = store.lookup(&id("k")).await.unwrap().expect("row");
+    assert_eq!(record.status, Status::Done);
+    assert_eq!(record.attempts, 2);
+    assert_eq!(record.result, Some(result("new")));
+}
+
+async fn a_different_fingerprint_never_wins_a_failed_row(store: Arc<dyn Store>) {
+    claim(&*store, "k", LEASE).await;
+    store.fail(&id("k"), 1, &failure(None)).await.unwrap();
+    let row = existing(store.claim(&id("k"), Some("other"), LEASE).await.unwrap());
+    assert_eq!(row.status, Status::Failed);
+    assert_eq!(classify(&row, Some("other")), Path::PayloadMismatch);
+}
+
+async fn parallel_claims_of_a_new_key_have_one_winner(store: Arc<dyn Store>) {
+    let claims = join_all((0..50).map(|_| claim(&*store, "k", LEASE))).await;
+    assert_eq!(claims.iter().filter(|c| won(c).is_some()).count(), 1);
+}
+
+async fn parallel_claims_of_a_failed_row_have_one_winner(store: Arc<dyn Store>) {
+    claim(&*store, "k", LEASE).await;
+    store.fail(&id("k"), 1, &failure(None)).await.unwrap();
+    let claims = join_all((0..20).map(|_| claim(&*store, "k", LEASE))).await;
+    let winners: Vec<_> = claims.iter().filter_map(won).collect();
+    assert_eq!(winners, vec![(2, Path::RetryAfterFailure)]);
+}
+
+async fn parallel_claims_of_an_expired_lease_have_one_winner(store: Arc<dyn Store>) {
+    claim(&*store, "k", EXPIRED).await;
+    let claims = join_all((0..20).map(|_| claim(&*store, "k", LEASE))).await;
+    let winners: Vec<_> = claims.iter().filter_map(won).collect();
+    assert_eq!(winners, vec![(2, Path::LeaseRetake)]);
+}
+
+async fn keys_are_scoped_by_provider(store: Arc<dyn Store>) {
+    let a = store
+        .claim(&EventId::new("a", "k"), None, LEASE)
+        .await
+        .unwrap();
+    let b = store
+        .claim(&EventId::new("b", "k"), None, LEASE)
+        .await
+        .unwrap();
+    assert!(won(&a).is_some() && won(&b).is_some());
+    assert!(store
+        .lookup(&EventId::new("c", "k"))
+        .await
+        .unwrap()
+        .is_none());
+}
+
+async fn migrations_can_run_again(store: Arc<dyn Store>) {
+    store.migrate().await.expect("second migrate");
+    store.ping().await.expect("ping");
+}
+
+/// Runs each named suite function against each backend.
+macro_rules! conformance {
+    ($($name:ident),* $(,)?) => {
+        mod postgres {
+            $(
+                #[actix_web::test]
+                async fn $name() {
+                    let db = crate::helpers::TestDb::new().await;
+                    super::$name(db.store().await).await;
+                }
+            )*
+        }
+    };
+}
+
+conformance!(
+    a_new_key_is_won_once_and_then_held,
+    a_won_retry_of_a_failed_row_holds_it_again,
+    an_expired_lease_is_retaken,
+    done_is_terminal_whatever_the_lease,
+    dead_is_terminal_and_keeps_payload_and_reason,
+    completions_are_fenced_by_the_attempt,
+    a_different_fingerprint_never_wins_a_failed_row,
+    parallel_claims_of_a_new_key_have_one_winner,
+    parallel_claims_of_a_failed_row_have_one_winner,
+    parallel_claims_of_an_expired_lease_have_one_winner,
+    keys_are_scoped_by_provider,
+    migrations_can_run_again,
+);
