@@ -144,8 +144,17 @@ pub enum Behaviour {
     Hang,
 }
 
+/// What the target saw of the last delivery of a key.
+#[derive(Debug, Clone, Default)]
+pub struct Seen {
+    pub attempt: Option<String>,
+    pub content_type: Option<String>,
+    pub body: Vec<u8>,
+}
+
 struct TargetState {
     counts: Mutex<HashMap<String, usize>>,
+    last: Mutex<HashMap<String, Seen>>,
     behaviour: Mutex<Behaviour>,
     release: watch::Sender<bool>,
 }
@@ -161,6 +170,7 @@ impl TestTarget {
         let (release, _) = watch::channel(false);
         let state = Arc::new(TargetState {
             counts: Mutex::default(),
+            last: Mutex::default(),
             behaviour: Mutex::new(Behaviour::Accept),
             release,
         });
@@ -207,6 +217,17 @@ impl TestTarget {
             .unwrap_or(0)
     }
 
+    /// The last delivery of `provider:key`, as the target received it.
+    pub fn last(&self, idempotency_key: &str) -> Seen {
+        self.state
+            .last
+            .lock()
+            .unwrap()
+            .get(idempotency_key)
+            .cloned()
+            .unwrap_or_default()
+    }
+
     pub fn total(&self) -> usize {
         self.state.counts.lock().unwrap().values().sum()
     }
@@ -219,14 +240,27 @@ impl TestTarget {
     }
 }
 
-async fn receive(req: HttpRequest, state: web::Data<TargetState>) -> HttpResponse {
-    let key = req
-        .headers()
-        .get("Idempotency-Key")
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("")
-        .to_owned();
+async fn receive(
+    req: HttpRequest,
+    body: web::Bytes,
+    state: web::Data<TargetState>,
+) -> HttpResponse {
+    let header = |name: &str| {
+        req.headers()
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned)
+    };
+    let key = header("Idempotency-Key").unwrap_or_default();
     *state.counts.lock().unwrap().entry(key.clone()).or_default() += 1;
+    state.last.lock().unwrap().insert(
+        key.clone(),
+        Seen {
+            attempt: header("Hookgate-Attempt"),
+            content_type: header("Content-Type"),
+            body: body.to_vec(),
+        },
+    );
     let behaviour = *state.behaviour.lock().unwrap();
     match behaviour {
         Behaviour::Accept => {}

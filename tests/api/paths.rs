@@ -146,10 +146,21 @@ async fn health_and_readiness_answer() {
 }
 
 #[actix_web::test]
-async fn the_target_receives_the_original_body_and_the_idempotency_headers() {
-    // The target echoes nothing but counts by Idempotency-Key, so a count under
-    // "stripe:evt_hdr" proves the header; the attempt header is checked by the retry test.
+async fn the_target_receives_the_original_body_content_type_and_idempotency_headers() {
     let app = spawn_app().await;
-    app.deliver("evt_hdr", r#"{"id":"evt_hdr"}"#).await;
-    assert_eq!(app.target.count("stripe:evt_hdr"), 1);
+    let body = r#"{ "id": "evt_hdr",  "amount": 12 }"#;
+    app.target.set(Behaviour::Status(502));
+    app.deliver("evt_hdr", body).await;
+    let seen = app.target.last("stripe:evt_hdr");
+    assert_eq!(seen.attempt.as_deref(), Some("1"));
+    assert_eq!(seen.body, body.as_bytes());
+    assert_eq!(seen.content_type.as_deref(), Some("application/json"));
+
+    app.target.set(Behaviour::Accept);
+    app.deliver("evt_hdr", body).await;
+    assert_eq!(
+        app.target.last("stripe:evt_hdr").attempt.as_deref(),
+        Some("2")
+    );
+    assert_eq!(app.target.count("stripe:evt_hdr"), 2);
 }
