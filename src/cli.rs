@@ -1,4 +1,4 @@
-//! The command line: `serve`, `check-config`, `migrate`, `events show`.
+//! The command line: `serve`, `check-config`, `migrate`, `events show`, `dead list|show|replay`.
 //!
 //! Each command loads the config the same way (`--config FILE`, then env overrides) and
 //! fails with a message naming what to fix.
@@ -9,11 +9,15 @@ use std::sync::Arc;
 use anyhow::Context as _;
 use clap::{Parser, Subcommand};
 
+use crate::claim::Status;
 use crate::config::{Config, DEFAULT_PATH};
 use crate::key::EventId;
+use crate::outcome::{judge, Verdict};
+use crate::retry::RetryPolicy;
+use crate::shard::{write_verdict, Event, Target};
 use crate::startup::Application;
-use crate::store::{self, EventRecord};
-use crate::worker::HttpDelivery;
+use crate::store::{self, Fenced};
+use crate::worker::{Delivery, DeliveryRequest, HttpDelivery};
 
 /// hookgate: claim before work, one record, every attempt labelled.
 #[derive(Debug, Parser)]
@@ -36,11 +40,45 @@ pub enum Command {
     CheckConfig,
     /// Create or upgrade the store's schema.
     Migrate,
+    /// Read and replay dead letters.
+    Dead {
+        /// What to do.
+        #[command(subcommand)]
+        command: DeadCommand,
+    },
     /// Inspect events.
     Events {
         /// What to inspect.
         #[command(subcommand)]
         command: EventsCommand,
+    },
+}
+
+/// `hookgate dead ...`
+#[derive(Debug, Subcommand)]
+pub enum DeadCommand {
+    /// List dead letters, newest first.
+    List {
+        /// Only this provider's.
+        #[arg(long)]
+        provider: Option<String>,
+        /// At most this many.
+        #[arg(long, default_value_t = 50)]
+        limit: u32,
+    },
+    /// Print one dead letter with its payload and headers.
+    Show {
+        /// The provider's name.
+        provider: String,
+        /// The idempotency key.
+        key: String,
+    },
+    /// Deliver a dead letter once more (path `replay`); it ends done, or dead again.
+    Replay {
+        /// The provider's name.
+        provider: String,
+        /// The idempotency key.
+        key: String,
     },
 }
 
@@ -59,13 +97,13 @@ pub enum EventsCommand {
 /// Parses the command line and runs it.
 pub async fn run() -> anyhow::Result<()> {
     let cli = Cli::parse();
+    if let Command::CheckConfig = cli.command {
+        return check_config(&Config::load_unchecked(&cli.config)?);
+    }
     let config = Config::load(&cli.config)?;
     match cli.command {
         Command::Serve => serve(config).await,
-        Command::CheckConfig => {
-            check_config(&config);
-            Ok(())
-        }
+        Command::CheckConfig => Ok(()),
         Command::Migrate => {
             let store = store::open(&config.store).await?;
             store.migrate().await.context("migrating the store")?;
@@ -74,18 +112,109 @@ pub async fn run() -> anyhow::Result<()> {
         }
         Command::Events {
             command: EventsCommand::Show { provider, key },
-        } => {
+        } => show(&config, EventId::new(provider, key), false).await,
+        Command::Dead { command } => dead(&config, command).await,
+    }
+}
+
+async fn show(config: &Config, id: EventId, dead_only: bool) -> anyhow::Result<()> {
+    let store = store::open(&config.store).await?;
+    match store.lookup(&id).await? {
+        Some(record) if dead_only && record.status != Status::Dead => {
+            anyhow::bail!("{id} is {}, not a dead letter", record.status.as_str())
+        }
+        Some(record) => {
+            println!("{}", serde_json::to_string_pretty(&record.to_json())?);
+            Ok(())
+        }
+        None => anyhow::bail!("no event {id}"),
+    }
+}
+
+async fn dead(config: &Config, command: DeadCommand) -> anyhow::Result<()> {
+    match command {
+        DeadCommand::List { provider, limit } => {
             let store = store::open(&config.store).await?;
-            let id = EventId::new(provider, key);
-            match store.lookup(&id).await? {
-                Some(record) => {
-                    println!("{}", serde_json::to_string_pretty(&record_json(&record))?);
-                    Ok(())
-                }
-                None => anyhow::bail!("no event {id}"),
+            let dead = store.dead_letters(provider.as_deref(), limit).await?;
+            for r in &dead {
+                println!(
+                    "{}\t{}\t{}\tattempts={}\t{}",
+                    r.id.provider,
+                    r.id.key,
+                    r.dead_reason.as_deref().unwrap_or("-"),
+                    r.attempts,
+                    r.last_error.as_deref().unwrap_or("-"),
+                );
             }
+            eprintln!("{} dead letter(s)", dead.len());
+            Ok(())
+        }
+        DeadCommand::Show { provider, key } => {
+            show(config, EventId::new(provider, key), true).await
+        }
+        DeadCommand::Replay { provider, key } => {
+            let line = replay(config, EventId::new(provider, key)).await?;
+            println!("{line}");
+            Ok(())
         }
     }
+}
+
+/// Replays a dead letter from this process: reopen (of concurrent replays the store lets
+/// one win), deliver once, write the verdict fenced: the steps a shard takes.
+pub async fn replay(config: &Config, id: EventId) -> anyhow::Result<String> {
+    let target = &config
+        .provider(&id.provider)
+        .with_context(|| format!("no provider {:?} in the config", id.provider))?
+        .target;
+    let store = store::open(&config.store).await?;
+    let Some(reopened) = store.replay(&id, config.lease.duration).await? else {
+        match store.lookup(&id).await? {
+            Some(r) => anyhow::bail!(
+                "{id} is {}, not dead; only dead letters can be replayed",
+                r.status.as_str()
+            ),
+            None => anyhow::bail!("no event {id}"),
+        }
+    };
+    let attempts = reopened.attempts;
+    let event = Event {
+        id: id.clone(),
+        body: reopened.payload,
+        content_type: reopened.content_type,
+        fingerprint: reopened.fingerprint,
+        target: Arc::new(Target {
+            url: target.url.as_str().into(),
+            timeout: target.timeout,
+        }),
+        headers: Default::default(),
+    };
+    let outcome = HttpDelivery
+        .deliver(DeliveryRequest {
+            url: Arc::clone(&event.target.url),
+            timeout: event.target.timeout,
+            body: event.body.clone(),
+            content_type: event.content_type.clone(),
+            idempotency_key: id.to_string(),
+            attempt: attempts,
+        })
+        .await;
+    let verdict = judge(outcome, attempts, &RetryPolicy::new(&config.retry), true);
+    match write_verdict(&*store, &event, attempts, &verdict).await {
+        Some(Ok(Fenced::Applied)) => {}
+        Some(Ok(Fenced::Stale)) => anyhow::bail!("the replay's lease was lost; nothing written"),
+        Some(Err(e)) => return Err(e).context("recording the replay"),
+        None => anyhow::bail!("the delivery crashed; the row is retaken after its lease"),
+    }
+    Ok(match verdict {
+        Verdict::Done(result) => format!(
+            "replayed {id} (attempt {attempts}): target answered {}; done",
+            result.status
+        ),
+        Verdict::Dead { error, .. } | Verdict::Retry { error, .. } | Verdict::Unknown { error } => {
+            format!("replayed {id} (attempt {attempts}): {error}; dead again")
+        }
+    })
 }
 
 async fn serve(config: Config) -> anyhow::Result<()> {
@@ -100,34 +229,30 @@ async fn serve(config: Config) -> anyhow::Result<()> {
     app.run_until_stopped().await
 }
 
-fn check_config(config: &Config) {
+/// Prints the effective config and every rule; fails when a rule fails or a secret is
+/// missing.
+fn check_config(config: &Config) -> anyhow::Result<()> {
     println!("# effective configuration (secrets redacted)\n{config:#?}\n");
     println!("# rules checked");
-    for rule in config.validate().unwrap_or_default() {
+    let rules = config.rules();
+    for rule in &rules {
         println!("{rule}");
     }
-}
-
-fn record_json(r: &EventRecord) -> serde_json::Value {
-    let time = |secs: f64| {
-        humantime::format_rfc3339_millis(
-            std::time::UNIX_EPOCH + std::time::Duration::from_secs_f64(secs.max(0.0)),
-        )
-        .to_string()
-    };
-    serde_json::json!({
-        "provider": &*r.id.provider,
-        "event_key": &*r.id.key,
-        "status": r.status.as_str(),
-        "attempts": r.attempts,
-        "last_path": r.last_path.map(|p| p.as_str()),
-        "fingerprint": r.fingerprint,
-        "result_status": r.result.as_ref().map(|x| x.status),
-        "payload_bytes": r.payload.as_ref().map(Vec::len),
-        "last_error": r.last_error,
-        "dead_reason": r.dead_reason,
-        "lease_left_s": r.lease_left.as_secs_f64(),
-        "created_at": time(r.created_at),
-        "updated_at": time(r.updated_at),
-    })
+    let mut resolved = config.clone();
+    let secrets = resolved.resolve_secrets();
+    match &secrets {
+        Ok(()) => println!("ok   secrets: every named environment variable is set"),
+        Err(e) => println!("FAIL secrets: {e}"),
+    }
+    let failed = rules
+        .iter()
+        .filter(|r| r.verdict == crate::config::Verdict::Fail)
+        .count();
+    if failed > 0 || secrets.is_err() {
+        anyhow::bail!(
+            "the config breaks {} rule(s)",
+            failed + usize::from(secrets.is_err())
+        );
+    }
+    Ok(())
 }

@@ -16,6 +16,8 @@
 //! | supervised workers, the delivery seam | [`worker`], [`worker::delivery`] |
 //! | HTTP routes, ingest, the one error type | [`http`] |
 //! | JSON logs through an async drain | [`logging`] |
+//! | Prometheus metrics, one registry per node | [`metrics`] |
+//! | the retention sweeper (`run_once`) | [`retention`] |
 //! | building and stopping a node | [`startup`] |
 //! | the command line | [`cli`] |
 
@@ -25,7 +27,9 @@ pub mod config;
 pub mod http;
 pub mod key;
 pub mod logging;
+pub mod metrics;
 pub mod outcome;
+pub mod retention;
 pub mod retry;
 pub mod shard;
 pub mod startup;

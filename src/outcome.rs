@@ -38,8 +38,14 @@ pub fn is_retryable_status(status: u16) -> bool {
     matches!(status, 408 | 425 | 429) || (500..=599).contains(&status)
 }
 
-/// Judges attempt number `attempt` from its outcome.
-pub fn judge(outcome: DeliveryOutcome, attempt: i32, policy: &RetryPolicy) -> Verdict {
+/// Judges attempt number `attempt` from its outcome. A failed `replay` is dead again at
+/// once: the sender stopped long ago, so nobody would redeliver a `failed` row.
+pub fn judge(
+    outcome: DeliveryOutcome,
+    attempt: i32,
+    policy: &RetryPolicy,
+    replay: bool,
+) -> Verdict {
     let attempt = u32::try_from(attempt).unwrap_or(0);
     let (error, target_retry_after) = match outcome {
         DeliveryOutcome::Delivered(result) => return Verdict::Done(result),
@@ -56,6 +62,12 @@ pub fn judge(outcome: DeliveryOutcome, attempt: i32, policy: &RetryPolicy) -> Ve
         } => (format!("target answered {status}"), retry_after),
         DeliveryOutcome::Unreachable(error) => (format!("target unreachable: {error}"), None),
     };
+    if replay {
+        return Verdict::Dead {
+            error,
+            reason: DeadReason::ReplayFailed,
+        };
+    }
     if policy.exhausted(attempt) {
         return Verdict::Dead {
             error,
@@ -92,7 +104,7 @@ mod tests {
     fn server_errors_rate_limits_and_timeouts_are_retried_with_the_backoff() {
         for status in [408, 425, 429, 500, 502, 503] {
             assert_eq!(
-                judge(refused(status, None), 1, &policy()),
+                judge(refused(status, None), 1, &policy(), false),
                 Verdict::Retry {
                     error: format!("target answered {status}"),
                     retry_after: 45
@@ -100,7 +112,12 @@ mod tests {
             );
         }
         assert!(matches!(
-            judge(DeliveryOutcome::Unreachable("refused".into()), 2, &policy()),
+            judge(
+                DeliveryOutcome::Unreachable("refused".into()),
+                2,
+                &policy(),
+                false
+            ),
             Verdict::Retry {
                 retry_after: 90,
                 ..
@@ -112,7 +129,7 @@ mod tests {
     fn other_client_errors_are_dead_at_once() {
         for status in [400, 401, 404, 410, 422] {
             assert!(matches!(
-                judge(refused(status, None), 1, &policy()),
+                judge(refused(status, None), 1, &policy(), false),
                 Verdict::Dead {
                     reason: DeadReason::NonRetryable,
                     ..
@@ -124,7 +141,7 @@ mod tests {
     #[test]
     fn the_last_attempt_becomes_a_dead_letter() {
         assert!(matches!(
-            judge(refused(500, None), 3, &policy()),
+            judge(refused(500, None), 3, &policy(), false),
             Verdict::Dead {
                 reason: DeadReason::AttemptsExhausted,
                 ..
@@ -135,14 +152,14 @@ mod tests {
     #[test]
     fn a_longer_target_retry_after_raises_ours() {
         assert!(matches!(
-            judge(refused(429, Some(600)), 1, &policy()),
+            judge(refused(429, Some(600)), 1, &policy(), false),
             Verdict::Retry {
                 retry_after: 600,
                 ..
             }
         ));
         assert!(matches!(
-            judge(refused(429, Some(5)), 1, &policy()),
+            judge(refused(429, Some(5)), 1, &policy(), false),
             Verdict::Retry {
                 retry_after: 45,
                 ..
@@ -151,9 +168,20 @@ mod tests {
     }
 
     #[test]
+    fn a_failed_replay_is_dead_again_whatever_the_attempt() {
+        assert!(matches!(
+            judge(refused(503, None), 1, &policy(), true),
+            Verdict::Dead {
+                reason: DeadReason::ReplayFailed,
+                ..
+            }
+        ));
+    }
+
+    #[test]
     fn a_crash_is_unknown_and_success_is_done() {
         assert!(matches!(
-            judge(DeliveryOutcome::Crashed("boom".into()), 1, &policy()),
+            judge(DeliveryOutcome::Crashed("boom".into()), 1, &policy(), false),
             Verdict::Unknown { .. }
         ));
         let result = StoredResult {
@@ -162,7 +190,12 @@ mod tests {
             body: b"ok".to_vec(),
         };
         assert_eq!(
-            judge(DeliveryOutcome::Delivered(result.clone()), 1, &policy()),
+            judge(
+                DeliveryOutcome::Delivered(result.clone()),
+                1,
+                &policy(),
+                false
+            ),
             Verdict::Done(result)
         );
     }

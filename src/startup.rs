@@ -14,6 +14,8 @@ use slog::{info, Logger};
 use crate::config::{cpus, Config};
 use crate::http::{routes, AppState, ProviderRuntime};
 use crate::key::KeyDeriver;
+use crate::metrics::Metrics;
+use crate::retention::Sweeper;
 use crate::retry::RetryPolicy;
 use crate::shard::{Dispatcher, ShardSettings, Target};
 use crate::store::Store;
@@ -23,6 +25,7 @@ use crate::worker::Delivery;
 pub struct Application {
     port: u16,
     server: Server,
+    sweeping: actix_rt::task::JoinHandle<()>,
     dispatcher: Dispatcher,
     log: Logger,
 }
@@ -45,14 +48,23 @@ impl Application {
             cache_capacity: config.cache.capacity.div_ceil(shards),
             mailbox_capacity: config.server.mailbox_capacity,
         };
+        let metrics = Arc::new(Metrics::new());
         let dispatcher = Dispatcher::start(
             shards,
             config.server.workers_per_shard,
             settings,
             Arc::clone(&store),
             delivery,
+            Arc::clone(&metrics),
             &log,
         );
+        let sweeper = Sweeper::new(
+            Arc::clone(&store),
+            config.retention.clone(),
+            Arc::clone(&metrics),
+            log.clone(),
+        );
+        let sweeping = actix_rt::spawn(sweeper.run_forever());
         let providers: HashMap<String, ProviderRuntime> = config
             .providers
             .iter()
@@ -74,6 +86,8 @@ impl Application {
             store,
             max_body_bytes: config.server.max_body_bytes,
             log: log.clone(),
+            metrics,
+            admin_token: config.admin.token.clone(),
         });
         let server = HttpServer::new(move || App::new().app_data(state.clone()).configure(routes))
             .listen(listener)?
@@ -84,6 +98,7 @@ impl Application {
         Ok(Self {
             port,
             server,
+            sweeping,
             dispatcher,
             log,
         })
@@ -103,6 +118,7 @@ impl Application {
     /// senders' retries need not wait for them to expire.
     pub async fn run_until_stopped(self) -> anyhow::Result<()> {
         self.server.await.context("HTTP server")?;
+        self.sweeping.abort();
         let released = self.dispatcher.release_leases().await;
         info!(self.log, "hookgate.stopped"; "leases_released" => released);
         self.dispatcher.stop();

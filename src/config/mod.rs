@@ -4,6 +4,7 @@
 //! This module only describes and loads settings; it never opens a socket or a database.
 //! Every key and its default is documented in `config/hookgate.toml`.
 
+mod secret;
 mod validate;
 
 use std::fmt;
@@ -14,7 +15,8 @@ use figment::providers::{Env, Format, Toml};
 use figment::Figment;
 use serde::Deserialize;
 
-pub use validate::{ConfigError, Rule};
+pub use secret::Secret;
+pub use validate::{ConfigError, Rule, Verdict};
 
 /// The whole configuration of one hookgate node.
 #[derive(Debug, Clone, Deserialize, Default)]
@@ -34,6 +36,10 @@ pub struct Config {
     pub log: LogConfig,
     /// Graceful shutdown.
     pub shutdown: ShutdownConfig,
+    /// How long finished rows are kept.
+    pub retention: RetentionConfig,
+    /// The operator's HTTP API under `/admin/`.
+    pub admin: AdminConfig,
     /// The senders hookgate accepts, one `POST /webhooks/{name}` each.
     pub providers: Vec<ProviderConfig>,
 }
@@ -254,6 +260,46 @@ impl Default for ShutdownConfig {
     }
 }
 
+/// `[retention]`
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RetentionConfig {
+    /// Done rows older than this are deleted; must cover the senders' retry horizon.
+    #[serde(with = "humantime_serde")]
+    pub done: Duration,
+    /// Dead letters older than this are deleted.
+    #[serde(with = "humantime_serde")]
+    pub dead: Duration,
+    /// How often the sweeper runs.
+    #[serde(with = "humantime_serde")]
+    pub sweep_interval: Duration,
+    /// Rows deleted per statement, so no sweep holds many row locks at once.
+    pub sweep_batch: u32,
+}
+
+impl Default for RetentionConfig {
+    fn default() -> Self {
+        Self {
+            done: Duration::from_secs(7 * 24 * 3600),
+            dead: Duration::from_secs(30 * 24 * 3600),
+            sweep_interval: Duration::from_secs(60),
+            sweep_batch: 1000,
+        }
+    }
+}
+
+/// `[admin]`
+#[derive(Debug, Clone, Deserialize, Default)]
+#[serde(deny_unknown_fields, default)]
+pub struct AdminConfig {
+    /// Name of the environment variable holding the bearer token; unset disables `/admin/`.
+    pub token_env: Option<String>,
+    /// The token itself, read from `token_env` by [`Config::resolve_secrets`] (tests set
+    /// it directly). Never read from the file.
+    #[serde(skip)]
+    pub token: Option<Secret>,
+}
+
 /// One `[[providers]]` entry.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -304,21 +350,38 @@ impl Config {
     /// Loads `path`, applies `HOOKGATE_<SECTION>__<KEY>` overrides from the environment,
     /// and validates the result.
     pub fn load(path: &Path) -> Result<Self, ConfigError> {
+        let mut config = Self::load_unchecked(path)?;
+        config.validate()?;
+        config.resolve_secrets()?;
+        Ok(config)
+    }
+
+    /// Loads like [`load`](Self::load) but neither validates nor reads secrets
+    /// (`check-config` reports every rule itself).
+    pub fn load_unchecked(path: &Path) -> Result<Self, ConfigError> {
         if !path.exists() {
             return Err(ConfigError::Missing(path.display().to_string()));
         }
-        let figment = Figment::new().merge(Toml::file(path)).merge(
-            // Only `SECTION__KEY` names: a variable such as HOOKGATE_TEST_DATABASE_URL is
-            // not a config key and must not trip `deny_unknown_fields`.
-            Env::prefixed("HOOKGATE_")
-                .filter(|key| key.as_str().contains("__"))
-                .split("__"),
-        );
-        let config: Config = figment
+        Figment::new()
+            .merge(Toml::file(path))
+            .merge(
+                // Only `SECTION__KEY` names: a variable such as HOOKGATE_TEST_DATABASE_URL
+                // is not a config key and must not trip `deny_unknown_fields`.
+                Env::prefixed("HOOKGATE_")
+                    .filter(|key| key.as_str().contains("__"))
+                    .split("__"),
+            )
             .extract()
-            .map_err(|e| ConfigError::Parse(e.to_string()))?;
-        config.validate()?;
-        Ok(config)
+            .map_err(|e| ConfigError::Parse(e.to_string()))
+    }
+
+    /// Reads every secret from the environment variables the config names. A named
+    /// variable that is unset or empty is an error naming it.
+    pub fn resolve_secrets(&mut self) -> Result<(), ConfigError> {
+        if let Some(var) = &self.admin.token_env {
+            self.admin.token = Some(Secret::from_env(var)?);
+        }
+        Ok(())
     }
 
     /// Parses TOML text without the environment layer (tests, examples).
@@ -331,12 +394,12 @@ impl Config {
         Ok(config)
     }
 
-    /// Checks every rule; the first violated one is the error.
+    /// Checks every rule; the violated ones, together, are the error (warnings are not).
     pub fn validate(&self) -> Result<Vec<Rule>, ConfigError> {
-        let rules = validate::rules(self);
+        let rules = self.rules();
         let broken: Vec<String> = rules
             .iter()
-            .filter(|r| !r.ok)
+            .filter(|r| r.verdict == Verdict::Fail)
             .map(|r| r.to_string())
             .collect();
         if broken.is_empty() {
@@ -344,6 +407,11 @@ impl Config {
         } else {
             Err(ConfigError::Invalid(broken.join("\n")))
         }
+    }
+
+    /// Every rule with its verdict, in the order `check-config` prints them.
+    pub fn rules(&self) -> Vec<Rule> {
+        validate::rules(self)
     }
 
     /// The provider called `name`.

@@ -7,6 +7,7 @@
 
 use std::collections::HashSet;
 use std::fmt;
+use std::time::Duration;
 
 use super::{Config, KeySource};
 
@@ -22,6 +23,20 @@ pub enum ConfigError {
     /// One or more rules are broken; each line names the keys to change.
     #[error("config breaks these rules:\n{0}")]
     Invalid(String),
+    /// An environment variable named for a secret is unset or empty.
+    #[error("environment variable {0} (named in the config for a secret) is not set")]
+    MissingSecret(String),
+}
+
+/// A rule's verdict.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// The rule holds.
+    Ok,
+    /// Allowed, but probably not what you want.
+    Warn,
+    /// hookgate refuses to start.
+    Fail,
 }
 
 /// One checked rule and its verdict.
@@ -32,12 +47,16 @@ pub struct Rule {
     /// The numbers compared.
     pub detail: String,
     /// Whether the rule holds.
-    pub ok: bool,
+    pub verdict: Verdict,
 }
 
 impl fmt::Display for Rule {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let verdict = if self.ok { "ok  " } else { "FAIL" };
+        let verdict = match self.verdict {
+            Verdict::Ok => "ok  ",
+            Verdict::Warn => "WARN",
+            Verdict::Fail => "FAIL",
+        };
         write!(f, "{verdict} {}: {}", self.name, self.detail)
     }
 }
@@ -45,10 +64,24 @@ impl fmt::Display for Rule {
 fn rule(name: impl Into<String>, ok: bool, detail: impl Into<String>) -> Rule {
     Rule {
         name: name.into(),
-        ok,
+        verdict: if ok { Verdict::Ok } else { Verdict::Fail },
         detail: detail.into(),
     }
 }
+
+/// A rule that only warns when it does not hold.
+fn advice(name: impl Into<String>, ok: bool, detail: impl Into<String>) -> Rule {
+    Rule {
+        verdict: if ok { Verdict::Ok } else { Verdict::Warn },
+        ..rule(name, true, detail)
+    }
+}
+
+/// Stripe retries for three days: a done result must outlive that, or a late retry
+/// would run the target again.
+const MIN_RETENTION: Duration = Duration::from_secs(72 * 3600);
+/// Standard Webhooks' schedule spans about 75 hours.
+const ADVISED_RETENTION: Duration = Duration::from_secs(75 * 3600);
 
 /// Every rule, in the order `check-config` prints them.
 pub(super) fn rules(config: &Config) -> Vec<Rule> {
@@ -105,6 +138,40 @@ pub(super) fn rules(config: &Config) -> Vec<Rule> {
             format!("jitter = {}", config.retry.jitter),
         ),
         rule(
+            "retention.done >= 72h",
+            config.retention.done >= MIN_RETENTION,
+            format!(
+                "done rows kept {}: senders retry for up to 3 days (Stripe); raise retention.done",
+                show(config.retention.done)
+            ),
+        ),
+        advice(
+            "retention.done >= 75h",
+            config.retention.done >= ADVISED_RETENTION,
+            format!(
+                "done rows kept {}: Standard Webhooks retries span ~75h",
+                show(config.retention.done)
+            ),
+        ),
+        rule(
+            "retention.sweep_batch >= 1",
+            config.retention.sweep_batch >= 1,
+            format!("sweep_batch = {}", config.retention.sweep_batch),
+        ),
+        rule(
+            "retention.sweep_interval >= 1s",
+            config.retention.sweep_interval >= Duration::from_secs(1),
+            format!("sweep_interval = {}", show(config.retention.sweep_interval)),
+        ),
+        rule(
+            "admin.token_env names a variable",
+            config.admin.token_env.as_deref() != Some(""),
+            match &config.admin.token_env {
+                Some(var) => format!("token from ${var}"),
+                None => "admin API disabled".into(),
+            },
+        ),
+        rule(
             "at least one [[providers]] entry",
             !config.providers.is_empty(),
             format!("{} providers", config.providers.len()),
@@ -149,7 +216,7 @@ pub(super) fn rules(config: &Config) -> Vec<Rule> {
     rules
 }
 
-fn show(d: std::time::Duration) -> String {
+fn show(d: Duration) -> String {
     humantime::format_duration(d).to_string()
 }
 
@@ -195,6 +262,23 @@ mod tests {
     #[test]
     fn defaults_with_one_provider_pass_every_rule() {
         let config = Config::from_toml(PROVIDER).expect("valid");
-        assert!(config.validate().expect("rules").iter().all(|r| r.ok));
+        let rules = config.validate().expect("rules");
+        assert!(rules.iter().all(|r| r.verdict == super::Verdict::Ok));
+    }
+
+    #[test]
+    fn retention_under_three_days_is_refused_and_under_75h_warned() {
+        let short = format!("[retention]\ndone = \"48h\"\n{PROVIDER}");
+        let err = Config::from_toml(&short).unwrap_err().to_string();
+        assert!(err.contains("retention.done >= 72h"), "{err}");
+        let config = Config::from_toml(&format!("[retention]\ndone = \"73h\"\n{PROVIDER}"))
+            .expect("allowed");
+        let warned: Vec<_> = config
+            .rules()
+            .into_iter()
+            .filter(|r| r.verdict == super::Verdict::Warn)
+            .collect();
+        assert_eq!(warned.len(), 1);
+        assert!(warned[0].name.contains("75h"));
     }
 }

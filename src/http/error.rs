@@ -7,6 +7,7 @@ use actix_web::http::StatusCode;
 use actix_web::{HttpResponse, ResponseError};
 
 use crate::key::KeyError;
+use crate::store::StoreError;
 
 /// Why a request was refused before any claim.
 #[derive(Debug, thiserror::Error)]
@@ -29,6 +30,21 @@ pub enum ApiError {
     /// No such route.
     #[error("not found")]
     NotFound,
+    /// An admin route without the right bearer token.
+    #[error("a valid bearer token is required")]
+    Unauthorized,
+    /// No row for this key.
+    #[error("no event {0}")]
+    NoSuchEvent(String),
+    /// Only dead letters can be replayed.
+    #[error("the event is {0}, not dead; only dead letters can be replayed")]
+    NotDead(&'static str),
+    /// The node cannot take the request now.
+    #[error("try again later ({0})")]
+    Unavailable(&'static str),
+    /// The store failed; the cause is logged, not shown.
+    #[error("the store is unavailable")]
+    Store(#[from] StoreError),
 }
 
 impl ApiError {
@@ -43,6 +59,11 @@ impl ApiError {
             ApiError::Key(_) => "invalid_key",
             ApiError::MethodNotAllowed => "method_not_allowed",
             ApiError::NotFound => "not_found",
+            ApiError::Unauthorized => "unauthorized",
+            ApiError::NoSuchEvent(_) => "no_such_event",
+            ApiError::NotDead(_) => "not_dead",
+            ApiError::Unavailable(_) => "unavailable",
+            ApiError::Store(_) => "store_unavailable",
         }
     }
 }
@@ -54,11 +75,26 @@ impl ResponseError for ApiError {
             ApiError::TooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::BadBody(_) | ApiError::Key(_) => StatusCode::BAD_REQUEST,
             ApiError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
+            ApiError::Unauthorized => StatusCode::UNAUTHORIZED,
+            ApiError::NoSuchEvent(_) => StatusCode::NOT_FOUND,
+            ApiError::NotDead(_) => StatusCode::CONFLICT,
+            ApiError::Unavailable(_) | ApiError::Store(_) => StatusCode::SERVICE_UNAVAILABLE,
         }
     }
 
     fn error_response(&self) -> HttpResponse {
-        HttpResponse::build(self.status_code()).json(serde_json::json!({
+        let mut response = HttpResponse::build(self.status_code());
+        match self {
+            ApiError::Unauthorized => {
+                response.insert_header(("WWW-Authenticate", "Bearer"));
+            }
+            ApiError::Unavailable(_) | ApiError::Store(_) => {
+                response.insert_header(("Retry-After", "5"));
+            }
+            _ => {}
+        }
+        // 5xx bodies say only what kind of trouble it is; the cause goes to the log.
+        response.json(serde_json::json!({
             "error": self.code(),
             "message": self.to_string(),
         }))

@@ -1,4 +1,5 @@
-//! `GET /healthz` (the process answers) and `GET /readyz` (the store answers too).
+//! `GET /healthz` (the process answers), `GET /readyz` (the store answers too) and
+//! `GET /metrics` (Prometheus text).
 
 use actix_web::{web, HttpResponse};
 use serde_json::json;
@@ -21,4 +22,11 @@ pub async fn readyz(state: web::Data<AppState>) -> HttpResponse {
                 .json(json!({"status": "store_unavailable"}))
         }
     }
+}
+
+/// The node's metrics in the Prometheus text format.
+pub async fn metrics(state: web::Data<AppState>) -> HttpResponse {
+    HttpResponse::Ok()
+        .content_type("text/plain; version=0.0.4; charset=utf-8")
+        .body(state.metrics.render())
 }

@@ -28,6 +28,7 @@ pub async fn ingest(
     match accept(&req, &provider, payload, &state).await {
         Ok(event) => Ok(render(state.dispatcher.dispatch(event).await)),
         Err(e) => {
+            state.metrics.rejected(&provider, e.code());
             slog::info!(state.log, "webhook.rejected";
                 "provider" => &provider, "reason" => e.code());
             Err(e)
@@ -58,6 +59,7 @@ async fn accept(
             .map(str::to_owned),
         body,
         target: Arc::clone(&runtime.target),
+        headers: req.headers().clone(),
     })
 }
 
@@ -111,6 +113,7 @@ fn render(answer: Answer) -> HttpResponse {
             json!({"status": "retry_later", "reason": reason, "retry_after_s": retry_after}),
         ),
         Reply::DeadLettered => (StatusCode::OK, None, json!({"status": "dead_lettered"})),
+        Reply::NotReplayable => (StatusCode::CONFLICT, None, json!({"error": "not_dead"})),
         Reply::Mismatch => (
             StatusCode::UNPROCESSABLE_ENTITY,
             None,

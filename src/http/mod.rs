@@ -2,6 +2,7 @@
 //!
 //! Handlers parse, verify and render; every decision about an event is the shard's.
 
+mod admin;
 mod error;
 mod health;
 mod ingest;
@@ -13,7 +14,9 @@ use actix_web::web;
 
 pub use error::ApiError;
 
+use crate::config::Secret;
 use crate::key::KeyDeriver;
+use crate::metrics::Metrics;
 use crate::shard::{Dispatcher, Target};
 use crate::store::Store;
 
@@ -39,6 +42,10 @@ pub struct AppState {
     pub max_body_bytes: usize,
     /// Request-path logger.
     pub log: slog::Logger,
+    /// The node's metrics.
+    pub metrics: Arc<Metrics>,
+    /// The admin bearer token; `None` disables `/admin/`.
+    pub admin_token: Option<Secret>,
 }
 
 /// Registers every route.
@@ -50,6 +57,8 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
     )
     .service(web::resource("/healthz").route(web::get().to(health::healthz)))
     .service(web::resource("/readyz").route(web::get().to(health::readyz)))
+    .service(web::resource("/metrics").route(web::get().to(health::metrics)))
+    .configure(admin::routes)
     .default_service(web::to(not_found));
 }
 

@@ -38,6 +38,8 @@ pub enum Reply {
     DeadLettered,
     /// 422: the key was seen with another payload.
     Mismatch,
+    /// (Replays only) the row was not a dead letter, or another replay has it now.
+    NotReplayable,
 }
 
 impl Answer {

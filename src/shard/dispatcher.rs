@@ -12,9 +12,10 @@ use actix::prelude::*;
 use futures_util::future::join_all;
 use tokio::sync::oneshot;
 
-use super::{Answer, Event, Ingest, ReleaseLeases, Reply, Shard, ShardSettings};
+use super::{Answer, Event, Ingest, ReleaseLeases, Replay, Reply, Shard, ShardSettings, Target};
 use crate::claim::Path;
 use crate::key::EventId;
+use crate::metrics::Metrics;
 use crate::store::Store;
 use crate::worker::{Delivery, Worker};
 
@@ -29,6 +30,7 @@ pub fn shard_for(id: &EventId, shards: usize) -> usize {
 #[derive(Clone)]
 pub struct Dispatcher {
     shards: Arc<[Addr<Shard>]>,
+    metrics: Arc<Metrics>,
     arbiters: Arc<[ArbiterHandle]>,
 }
 
@@ -41,6 +43,7 @@ impl Dispatcher {
         settings: ShardSettings,
         store: Arc<dyn Store>,
         delivery: Arc<dyn Delivery>,
+        metrics: Arc<Metrics>,
         log: &slog::Logger,
     ) -> Self {
         let threads = shards.min(crate::config::cpus()).max(1);
@@ -59,11 +62,15 @@ impl Dispatcher {
                     .collect();
                 let store = Arc::clone(&store);
                 let settings = Arc::clone(&settings);
-                Shard::start_in_arbiter(arbiter, move |_| Shard::new(store, settings, workers, log))
+                let metrics = Arc::clone(&metrics);
+                Shard::start_in_arbiter(arbiter, move |_| {
+                    Shard::new(index, store, settings, workers, metrics, log)
+                })
             })
             .collect();
         Self {
             shards: addrs,
+            metrics,
             arbiters: arbiters.into(),
         }
     }
@@ -80,13 +87,15 @@ impl Dispatcher {
 
     /// Hands `event` to its shard and waits for the answer.
     pub async fn dispatch(&self, event: Event) -> Answer {
-        let shard = &self.shards[shard_for(&event.id, self.shards.len())];
+        let index = shard_for(&event.id, self.shards.len());
         let (reply, answer) = oneshot::channel();
         let msg = Ingest {
             event: Arc::new(event),
             reply,
         };
-        if shard.try_send(msg).is_err() {
+        if self.shards[index].try_send(msg).is_ok() {
+            self.metrics.mailbox(index, 1);
+        } else {
             return Answer::unclaimed(
                 Path::Overloaded,
                 Reply::RetryLater {
@@ -104,6 +113,25 @@ impl Dispatcher {
                 },
             )
         })
+    }
+
+    /// Replays dead letter `id` once through its shard, delivering to `target`.
+    pub async fn replay(&self, id: EventId, target: Arc<Target>) -> Answer {
+        let shard = &self.shards[shard_for(&id, self.shards.len())];
+        let (reply, answer) = oneshot::channel();
+        let unavailable = || {
+            Answer::unclaimed(
+                Path::Overloaded,
+                Reply::RetryLater {
+                    retry_after: 1,
+                    reason: "overloaded",
+                },
+            )
+        };
+        if shard.try_send(Replay { id, target, reply }).is_err() {
+            return unavailable();
+        }
+        answer.await.unwrap_or_else(|_| unavailable())
     }
 
     /// Marks every attempt still running on this node `failed`; answers how many.

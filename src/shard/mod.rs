@@ -20,6 +20,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use actix::prelude::*;
+use actix_web::http::header::HeaderMap;
 use actix_web::web::Bytes;
 use futures_util::future::join_all;
 use slog::{error, info, warn, Logger};
@@ -27,6 +28,7 @@ use tokio::sync::oneshot;
 
 use crate::claim::{classify, ClaimResult, Path, RowState};
 use crate::key::EventId;
+use crate::metrics::Metrics;
 use crate::outcome::{judge, Verdict};
 use crate::retry::RetryPolicy;
 use crate::store::{Failure, Fenced, Store, StoreError};
@@ -66,6 +68,8 @@ pub struct Event {
     pub fingerprint: Option<String>,
     /// Where it goes.
     pub target: Arc<Target>,
+    /// The request's headers, kept with the payload if the event fails.
+    pub headers: HeaderMap,
 }
 
 /// Settings shared by every shard of a node.
@@ -94,6 +98,19 @@ pub struct Ingest {
     pub reply: oneshot::Sender<Answer>,
 }
 
+/// Replay a dead letter once (an operator's request); the answer says how it ended, or
+/// [`Reply::NotReplayable`] when the row was not dead.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct Replay {
+    /// The dead letter's key.
+    pub id: EventId,
+    /// Where its provider delivers now.
+    pub target: Arc<Target>,
+    /// Where the answer goes.
+    pub reply: oneshot::Sender<Answer>,
+}
+
 /// Shutdown: mark every attempt still running on this shard `failed`, so senders' retries
 /// can claim the keys at once instead of waiting for the leases. Answers how many.
 #[derive(Message)]
@@ -115,7 +132,9 @@ struct InFlight {
 
 /// One shard.
 pub struct Shard {
+    index: usize,
     store: Arc<dyn Store>,
+    metrics: Arc<Metrics>,
     settings: Arc<ShardSettings>,
     workers: Vec<Addr<Worker>>,
     /// Deliveries sent to each worker and not yet answered; picks the least busy.
@@ -127,15 +146,19 @@ pub struct Shard {
 }
 
 impl Shard {
-    /// A shard delivering through `workers`; `log` carries the shard's number.
+    /// Shard number `index`, delivering through `workers`; `log` carries the number.
     pub fn new(
+        index: usize,
         store: Arc<dyn Store>,
         settings: Arc<ShardSettings>,
         workers: Vec<Addr<Worker>>,
+        metrics: Arc<Metrics>,
         log: Logger,
     ) -> Self {
         Self {
+            index,
             store,
+            metrics,
             outstanding: vec![0; workers.len()],
             workers,
             in_flight: HashMap::new(),
@@ -174,7 +197,11 @@ impl Shard {
                 });
             }
         }
-        let done = self.done.get(&event.id)?;
+        let Some(done) = self.done.get(&event.id) else {
+            self.metrics.cache(false);
+            return None;
+        };
+        self.metrics.cache(true);
         let attempts = Some(done.attempts);
         Some(if mismatch(done.fingerprint.as_deref()) {
             Answer {
@@ -198,7 +225,9 @@ impl Shard {
         }
     }
 
+    /// Labels one request with its path: the `webhook.claim` line and the metric.
     fn log_claim(&self, id: &EventId, path: Path, attempts: Option<i32>) {
+        self.metrics.attempt(&id.provider, path);
         info!(self.log, "webhook.claim";
             "provider" => &*id.provider, "event_key" => &*id.key, "path" => path.as_str(),
             "attempts" => attempts);
@@ -245,6 +274,7 @@ impl Shard {
             }
             Err(e) => {
                 self.forget(&event.id, token);
+                self.metrics.store_error(e.kind());
                 error!(self.log, "webhook.store_error";
                     "provider" => &*event.id.provider, "event_key" => &*event.id.key,
                     "error" => %e);
@@ -333,21 +363,8 @@ impl Shard {
             let outcome = sent
                 .await
                 .unwrap_or_else(|e| DeliveryOutcome::Crashed(format!("worker unreachable: {e}")));
-            let verdict = judge(outcome, attempts, &settings.retry);
-            let written = match &verdict {
-                Verdict::Done(result) => Some(store.complete(&ev.id, attempts, result).await),
-                Verdict::Retry { error, .. } => Some(
-                    store
-                        .fail(&ev.id, attempts, &failure(&ev, error, None))
-                        .await,
-                ),
-                Verdict::Dead { error, reason } => Some(
-                    store
-                        .fail(&ev.id, attempts, &failure(&ev, error, Some(*reason)))
-                        .await,
-                ),
-                Verdict::Unknown { .. } => None,
-            };
+            let verdict = judge(outcome, attempts, &settings.retry, path == Path::Replay);
+            let written = write_verdict(&*store, &ev, attempts, &verdict).await;
             (verdict, written, started.elapsed())
         };
         ctx.spawn(
@@ -378,6 +395,14 @@ impl Shard {
             reply,
         };
         let duration_ms = u64::try_from(took.as_millis()).unwrap_or(u64::MAX);
+        let outcome = match &verdict {
+            Verdict::Done(_) => "delivered",
+            Verdict::Retry { .. } => "failed",
+            Verdict::Dead { .. } => "dead",
+            Verdict::Unknown { .. } => "crashed",
+        };
+        self.metrics
+            .delivery(&id.provider, outcome, took.as_secs_f64());
         match written {
             Some(Ok(Fenced::Applied)) | None => {}
             Some(Ok(Fenced::Stale)) => {
@@ -390,6 +415,7 @@ impl Shard {
                 });
             }
             Some(Err(e)) => {
+                self.metrics.store_error(e.kind());
                 error!(self.log, "webhook.failed";
                     "provider" => &*id.provider, "event_key" => &*id.key,
                     "error" => format!("recording the outcome: {e}"), "attempts" => attempts,
@@ -428,6 +454,7 @@ impl Shard {
                 })
             }
             Verdict::Dead { error, reason } => {
+                self.metrics.dead_letter(&id.provider, reason.as_str());
                 warn!(self.log, "webhook.dead";
                     "provider" => &*id.provider, "event_key" => &*id.key, "error" => &error,
                     "reason" => reason.as_str(), "attempts" => attempts,
@@ -449,13 +476,57 @@ impl Shard {
     }
 }
 
+/// Writes an attempt's verdict to its row, fenced by `attempts`; `None` when the verdict
+/// is [`Verdict::Unknown`] (a crash: the row keeps its lease).
+pub async fn write_verdict(
+    store: &dyn Store,
+    event: &Event,
+    attempts: i32,
+    verdict: &Verdict,
+) -> Option<Result<Fenced, StoreError>> {
+    let id = &event.id;
+    Some(match verdict {
+        Verdict::Done(result) => store.complete(id, attempts, result).await,
+        Verdict::Retry { error, .. } => {
+            store.fail(id, attempts, &failure(event, error, None)).await
+        }
+        Verdict::Dead { error, reason } => {
+            store
+                .fail(id, attempts, &failure(event, error, Some(*reason)))
+                .await
+        }
+        Verdict::Unknown { .. } => return None,
+    })
+}
+
 fn failure(event: &Event, error: &str, dead: Option<crate::store::DeadReason>) -> Failure {
     Failure {
         error: error.to_owned(),
         dead,
         payload: event.body.clone(),
         content_type: event.content_type.clone(),
+        headers: headers_json(&event.headers),
     }
+}
+
+/// Headers never written to the store: credentials and per-hop transport headers.
+const UNKEPT_HEADERS: &[&str] = &[
+    "authorization",
+    "proxy-authorization",
+    "cookie",
+    "connection",
+    "keep-alive",
+    "transfer-encoding",
+];
+
+/// The request headers worth keeping with a dead letter, as a JSON object (`None` if none).
+fn headers_json(headers: &HeaderMap) -> Option<String> {
+    let kept: serde_json::Map<String, serde_json::Value> = headers
+        .iter()
+        .filter(|(name, _)| !UNKEPT_HEADERS.contains(&name.as_str()))
+        .filter_map(|(name, value)| Some((name.to_string(), value.to_str().ok()?.into())))
+        .collect();
+    (!kept.is_empty()).then(|| serde_json::Value::Object(kept).to_string())
 }
 
 /// Whole seconds, rounded up, at least 1 (for `Retry-After`).
@@ -475,6 +546,7 @@ impl Handler<Ingest> for Shard {
     type Result = ();
 
     fn handle(&mut self, msg: Ingest, ctx: &mut Context<Self>) {
+        self.metrics.mailbox(self.index, -1);
         let Ingest { event, reply } = msg;
         if let Some(entry) = self.in_flight.get_mut(&event.id) {
             let pending = entry.attempts.is_none() && entry.since.elapsed() < self.settings.lease;
@@ -506,6 +578,69 @@ impl Handler<Ingest> for Shard {
         let claim = async move { store.claim(&ev.id, ev.fingerprint.as_deref(), lease).await };
         ctx.spawn(claim.into_actor(self).map(move |result, act, ctx| {
             act.claimed(event, token, reply, result, ctx);
+        }));
+    }
+}
+
+impl Handler<Replay> for Shard {
+    type Result = ();
+
+    fn handle(&mut self, msg: Replay, ctx: &mut Context<Self>) {
+        let Replay { id, target, reply } = msg;
+        let refused = || Answer {
+            path: Path::Replay,
+            attempts: None,
+            reply: Reply::NotReplayable,
+        };
+        if self.in_flight.contains_key(&id) {
+            let _ = reply.send(refused());
+            return;
+        }
+        let store = Arc::clone(&self.store);
+        let lease = self.settings.lease;
+        let key = id.clone();
+        let reopen = async move { store.replay(&key, lease).await };
+        ctx.spawn(reopen.into_actor(self).map(move |reopened, act, ctx| {
+            let reopened = match reopened {
+                Ok(Some(reopened)) => reopened,
+                Ok(None) => {
+                    let _ = reply.send(refused());
+                    return;
+                }
+                Err(e) => {
+                    act.metrics.store_error(e.kind());
+                    let _ = reply.send(Answer::unclaimed(
+                        Path::StoreUnavailable,
+                        Reply::RetryLater {
+                            retry_after: STORE_RETRY_AFTER_SECS,
+                            reason: "store_unavailable",
+                        },
+                    ));
+                    return;
+                }
+            };
+            let event = Arc::new(Event {
+                id,
+                body: reopened.payload,
+                content_type: reopened.content_type,
+                fingerprint: reopened.fingerprint,
+                target,
+                headers: HeaderMap::new(),
+            });
+            act.next_token += 1;
+            let token = act.next_token;
+            act.in_flight.insert(
+                event.id.clone(),
+                InFlight {
+                    token,
+                    attempts: Some(reopened.attempts),
+                    since: Instant::now(),
+                    event: Arc::clone(&event),
+                    waiters: Vec::new(),
+                },
+            );
+            act.log_claim(&event.id, Path::Replay, Some(reopened.attempts));
+            act.deliver(event, token, reopened.attempts, Path::Replay, reply, ctx);
         }));
     }
 }

@@ -35,6 +35,17 @@ pub enum StoreError {
     Corrupt(String),
 }
 
+impl StoreError {
+    /// A short label for metrics.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            StoreError::Unavailable(_) => "unavailable",
+            StoreError::Query(_) => "query",
+            StoreError::Corrupt(_) => "corrupt",
+        }
+    }
+}
+
 /// A future returned by a [`Store`] operation.
 pub type StoreFuture<'a, T> = BoxFuture<'a, Result<T, StoreError>>;
 
@@ -54,6 +65,8 @@ pub enum DeadReason {
     AttemptsExhausted,
     /// The target refused the event with a non-retryable 4xx.
     NonRetryable,
+    /// An operator's replay failed; no sender will redeliver it, so it is dead again.
+    ReplayFailed,
 }
 
 impl DeadReason {
@@ -62,8 +75,23 @@ impl DeadReason {
         match self {
             DeadReason::AttemptsExhausted => "attempts_exhausted",
             DeadReason::NonRetryable => "non_retryable",
+            DeadReason::ReplayFailed => "replay_failed",
         }
     }
+}
+
+/// A dead letter reopened by [`Store::replay`]: deliver it, then complete or fail it with
+/// `attempts` like any won claim.
+#[derive(Debug, Clone)]
+pub struct Reopened {
+    /// The fencing token of the replay attempt.
+    pub attempts: i32,
+    /// The kept payload.
+    pub payload: Bytes,
+    /// The kept content type.
+    pub content_type: Option<String>,
+    /// The payload's fingerprint, as first claimed.
+    pub fingerprint: Option<String>,
 }
 
 /// The outcome of a failed attempt, written by [`Store::fail`].
@@ -77,6 +105,8 @@ pub struct Failure {
     pub payload: Bytes,
     /// The payload's content type.
     pub content_type: Option<String>,
+    /// The request's headers as a JSON object, credentials left out.
+    pub headers: Option<String>,
 }
 
 /// A whole row, for operators (`hookgate events show`).
@@ -100,6 +130,10 @@ pub struct EventRecord {
     pub last_error: Option<String>,
     /// Why the row is dead.
     pub dead_reason: Option<String>,
+    /// The kept payload's content type.
+    pub content_type: Option<String>,
+    /// The kept request headers (JSON object text).
+    pub request_headers: Option<String>,
     /// Time left on the lease (zero when none is live).
     pub lease_left: Duration,
     /// Row creation, seconds since the Unix epoch (store clock).
@@ -146,6 +180,60 @@ pub trait Store: Send + Sync + 'static {
 
     /// The whole row, if the key is known.
     fn lookup<'a>(&'a self, id: &'a EventId) -> StoreFuture<'a, Option<EventRecord>>;
+
+    /// Reopens a dead letter for one more attempt holding a lease of `lease` (path
+    /// `replay`); `None` when the row is not dead (or unknown). Of concurrent replays of
+    /// one key, exactly one reopens it.
+    fn replay<'a>(&'a self, id: &'a EventId, lease: Duration) -> StoreFuture<'a, Option<Reopened>>;
+
+    /// Dead letters, newest first, optionally of one provider.
+    fn dead_letters<'a>(
+        &'a self,
+        provider: Option<&'a str>,
+        limit: u32,
+    ) -> StoreFuture<'a, Vec<EventRecord>>;
+
+    /// Deletes at most `batch` rows of `status` not changed for `older_than`; answers how
+    /// many. Callers loop while a full batch was deleted.
+    fn sweep(&self, status: Status, older_than: Duration, batch: u32) -> StoreFuture<'_, u64>;
+}
+
+impl EventRecord {
+    /// The row as JSON for operators (CLI and admin API); the payload as text when it is
+    /// UTF-8, else its size.
+    pub fn to_json(&self) -> serde_json::Value {
+        let time = |secs: f64| {
+            humantime::format_rfc3339_millis(
+                std::time::UNIX_EPOCH + Duration::from_secs_f64(secs.max(0.0)),
+            )
+            .to_string()
+        };
+        let payload = self.payload.as_ref().map(|p| match std::str::from_utf8(p) {
+            Ok(text) => serde_json::Value::String(text.to_owned()),
+            Err(_) => serde_json::json!({ "bytes": p.len() }),
+        });
+        let headers = self
+            .request_headers
+            .as_deref()
+            .and_then(|h| serde_json::from_str::<serde_json::Value>(h).ok());
+        serde_json::json!({
+            "provider": &*self.id.provider,
+            "event_key": &*self.id.key,
+            "status": self.status.as_str(),
+            "attempts": self.attempts,
+            "last_path": self.last_path.map(|p| p.as_str()),
+            "fingerprint": self.fingerprint,
+            "result_status": self.result.as_ref().map(|r| r.status),
+            "last_error": self.last_error,
+            "dead_reason": self.dead_reason,
+            "lease_left_s": self.lease_left.as_secs_f64(),
+            "content_type": self.content_type,
+            "request_headers": headers,
+            "payload": payload,
+            "created_at": time(self.created_at),
+            "updated_at": time(self.updated_at),
+        })
+    }
 }
 
 /// Opens the store named by `config.url`.

@@ -12,13 +12,17 @@ use tokio_postgres::error::SqlState;
 use tokio_postgres::{NoTls, Row};
 
 use super::reconnect::Reconnect;
-use super::{EventRecord, Failure, Fenced, Store, StoreError, StoreFuture};
+use super::{EventRecord, Failure, Fenced, Reopened, Store, StoreError, StoreFuture};
 use crate::claim::{ClaimResult, Path, RowState, Status, StoredResult};
 use crate::config::StoreConfig;
 use crate::key::EventId;
+use actix_web::web::Bytes;
 
 /// The migrations, applied in order, each once.
-const MIGRATIONS: &[(i32, &str)] = &[(1, include_str!("migrations/0001_webhook_events.sql"))];
+const MIGRATIONS: &[(i32, &str)] = &[
+    (1, include_str!("migrations/0001_webhook_events.sql")),
+    (2, include_str!("migrations/0002_request_headers.sql")),
+];
 
 /// How long a new connection may take before the store counts as unreachable.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
@@ -70,8 +74,8 @@ WHERE provider = $1 AND event_key = $2 AND NOT EXISTS (SELECT 1 FROM claimed)";
 const COMPLETE: &str = "
 UPDATE webhook_events
 SET status = 'done', result_status = $4, result_content_type = $5, result_body = $6,
-    locked_until = NULL, last_error = NULL, payload = NULL, content_type = NULL,
-    updated_at = now()
+    locked_until = NULL, last_error = NULL, dead_reason = NULL, payload = NULL,
+    content_type = NULL, request_headers = NULL, updated_at = now()
 WHERE provider = $1 AND event_key = $2 AND attempts = $3 AND status = 'in_progress'";
 
 /// Fail (or dead-letter), fenced the same way as [`COMPLETE`]; releases the lease at once
@@ -82,18 +86,63 @@ WHERE provider = $1 AND event_key = $2 AND attempts = $3 AND status = 'in_progre
 const FAIL: &str = "
 UPDATE webhook_events
 SET status = $4, last_error = $5, dead_reason = $6, payload = $7, content_type = $8,
-    locked_until = NULL, updated_at = now()
+    request_headers = $9, locked_until = NULL, updated_at = now()
 WHERE provider = $1 AND event_key = $2 AND attempts = $3 AND status = 'in_progress'";
 
+/// The columns of a whole row, for [`LOOKUP`] and [`DEAD_LETTERS`].
+macro_rules! record_columns {
+    () => {
+        "provider, event_key, status, attempts, last_path, fingerprint, result_status,
+         result_content_type, result_body, payload, content_type, request_headers,
+         last_error, dead_reason,
+         GREATEST(0, extract(epoch FROM locked_until - now()) * 1000)::bigint AS lease_left_ms,
+         extract(epoch FROM created_at)::float8 AS created_at,
+         extract(epoch FROM updated_at)::float8 AS updated_at"
+    };
+}
+
 /// Lookup: a plain read, no lock; sees the last committed state.
-const LOOKUP: &str = "
-SELECT status, attempts, last_path, fingerprint, result_status, result_content_type,
-       result_body, payload, last_error, dead_reason,
-       GREATEST(0, extract(epoch FROM locked_until - now()) * 1000)::bigint AS lease_left_ms,
-       extract(epoch FROM created_at)::float8 AS created_at,
-       extract(epoch FROM updated_at)::float8 AS updated_at
-FROM webhook_events
-WHERE provider = $1 AND event_key = $2";
+const LOOKUP: &str = concat!(
+    "SELECT ",
+    record_columns!(),
+    " FROM webhook_events WHERE provider = $1 AND event_key = $2"
+);
+
+/// Dead letters, newest first: a plain read over the (status, updated_at) index.
+const DEAD_LETTERS: &str = concat!(
+    "SELECT ",
+    record_columns!(),
+    " FROM webhook_events WHERE status = 'dead' AND ($1::text IS NULL OR provider = $1)
+      ORDER BY updated_at DESC LIMIT $2"
+);
+
+/// Replay: reopen a dead letter as a new attempt, the claim's way (attempts + 1 is the new
+/// fencing token, the lease from the database clock).
+///
+/// Locks the one row. A concurrent replay of the same key waits for the lock, re-checks
+/// `status = 'dead'` against the committed row, finds `in_progress` and changes nothing:
+/// exactly one replay wins. A sender's delivery arriving meanwhile sees a live lease.
+const REPLAY: &str = "
+UPDATE webhook_events
+SET status = 'in_progress', attempts = attempts + 1, last_path = 'replay',
+    locked_until = now() + $3::bigint * interval '1 millisecond', updated_at = now()
+WHERE provider = $1 AND event_key = $2 AND status = 'dead' AND payload IS NOT NULL
+RETURNING attempts, payload, content_type, fingerprint";
+
+/// Sweep: delete one bounded batch of old rows of one status.
+///
+/// The inner select locks at most `$3` rows and skips any row another transaction holds
+/// (`SKIP LOCKED`), so a sweep never waits on a claim and holds few locks. Only `done` and
+/// `dead` rows are swept, and nothing but a replay ever changes them: a replay that locked
+/// the row first is skipped; one that comes after the delete finds no row and is refused.
+const SWEEP: &str = "
+DELETE FROM webhook_events
+WHERE (provider, event_key) IN (
+    SELECT provider, event_key FROM webhook_events
+    WHERE status = $1 AND updated_at < now() - $2::bigint * interval '1 millisecond'
+    ORDER BY updated_at
+    LIMIT $3
+    FOR UPDATE SKIP LOCKED)";
 
 /// The Postgres store.
 pub struct PgStore {
@@ -307,6 +356,7 @@ impl Store for PgStore {
                     &failure.dead.map(|d| d.as_str()),
                     &&*failure.payload,
                     &failure.content_type,
+                    &failure.headers,
                 ],
             )
             .await
@@ -321,7 +371,53 @@ impl Store for PgStore {
                 .query_opt(&stmt, &[&&*id.provider, &&*id.key])
                 .await
                 .map_err(db_error)?;
-            row.map(|row| record(id, &row)).transpose()
+            row.map(|row| record(&row)).transpose()
+        }))
+    }
+
+    fn replay<'a>(&'a self, id: &'a EventId, lease: Duration) -> StoreFuture<'a, Option<Reopened>> {
+        Box::pin(self.guarded(async move {
+            let client = self.client().await?;
+            let lease_ms = i64::try_from(lease.as_millis()).unwrap_or(i64::MAX);
+            let row = client
+                .query_opt(REPLAY, &[&&*id.provider, &&*id.key, &lease_ms])
+                .await
+                .map_err(db_error)?;
+            row.map(|row| {
+                Ok(Reopened {
+                    attempts: get(&row, "attempts")?,
+                    payload: Bytes::from(get::<Vec<u8>>(&row, "payload")?),
+                    content_type: get(&row, "content_type")?,
+                    fingerprint: get(&row, "fingerprint")?,
+                })
+            })
+            .transpose()
+        }))
+    }
+
+    fn dead_letters<'a>(
+        &'a self,
+        provider: Option<&'a str>,
+        limit: u32,
+    ) -> StoreFuture<'a, Vec<EventRecord>> {
+        Box::pin(self.guarded(async move {
+            let client = self.client().await?;
+            let rows = client
+                .query(DEAD_LETTERS, &[&provider, &i64::from(limit)])
+                .await
+                .map_err(db_error)?;
+            rows.iter().map(record).collect()
+        }))
+    }
+
+    fn sweep(&self, status: Status, older_than: Duration, batch: u32) -> StoreFuture<'_, u64> {
+        Box::pin(self.guarded(async move {
+            let client = self.client().await?;
+            let age_ms = i64::try_from(older_than.as_millis()).unwrap_or(i64::MAX);
+            client
+                .execute(SWEEP, &[&status.as_str(), &age_ms, &i64::from(batch)])
+                .await
+                .map_err(db_error)
         }))
     }
 }
@@ -342,9 +438,12 @@ fn claim_result(row: &Row) -> Result<ClaimResult, StoreError> {
     }))
 }
 
-fn record(id: &EventId, row: &Row) -> Result<EventRecord, StoreError> {
+fn record(row: &Row) -> Result<EventRecord, StoreError> {
     Ok(EventRecord {
-        id: id.clone(),
+        id: EventId::new(
+            get::<String>(row, "provider")?,
+            get::<String>(row, "event_key")?,
+        ),
         status: parse_status(&get::<String>(row, "status")?)?,
         attempts: get(row, "attempts")?,
         last_path: Path::parse(&get::<String>(row, "last_path")?),
@@ -353,6 +452,8 @@ fn record(id: &EventId, row: &Row) -> Result<EventRecord, StoreError> {
         payload: get(row, "payload")?,
         last_error: get(row, "last_error")?,
         dead_reason: get(row, "dead_reason")?,
+        content_type: get(row, "content_type")?,
+        request_headers: get(row, "request_headers")?,
         lease_left: lease_left(row)?,
         created_at: get(row, "created_at")?,
         updated_at: get(row, "updated_at")?,

@@ -32,6 +32,7 @@ fn failure(dead: Option<DeadReason>) -> Failure {
         dead,
         payload: Bytes::from_static(b"{\"a\":1}"),
         content_type: Some("application/json".into()),
+        headers: Some(r#"{"x-sender":"s1"}"#.into()),
     }
 }
 
@@ -125,6 +126,115 @@ async fn dead_is_terminal_and_keeps_payload_and_reason(store: Arc<dyn Store>) {
     assert_eq!(record.dead_reason.as_deref(), Some("non_retryable"));
     assert_eq!(record.payload.as_deref(), Some(&b"{\"a\":1}"[..]));
     assert_eq!(record.last_error.as_deref(), Some("target answered 500"));
+    assert_eq!(
+        record.request_headers.as_deref(),
+        Some(r#"{"x-sender":"s1"}"#)
+    );
+}
+
+async fn a_replay_reopens_only_a_dead_row_once(store: Arc<dyn Store>) {
+    claim(&*store, "k", LEASE).await;
+    assert!(
+        store.replay(&id("k"), LEASE).await.unwrap().is_none(),
+        "in progress"
+    );
+    store.fail(&id("k"), 1, &failure(None)).await.unwrap();
+    assert!(
+        store.replay(&id("k"), LEASE).await.unwrap().is_none(),
+        "failed"
+    );
+    claim(&*store, "k", LEASE).await;
+    let dead = failure(Some(DeadReason::AttemptsExhausted));
+    store.fail(&id("k"), 2, &dead).await.unwrap();
+
+    let key = id("k");
+    let replays = join_all((0..20).map(|_| store.replay(&key, LEASE))).await;
+    let reopened: Vec<_> = replays
+        .into_iter()
+        .filter_map(|r| r.expect("replay"))
+        .collect();
+    assert_eq!(reopened.len(), 1);
+    assert_eq!(reopened[0].attempts, 3);
+    assert_eq!(&reopened[0].payload[..], b"{\"a\":1}");
+    assert_eq!(reopened[0].fingerprint.as_deref(), Some("fp"));
+    let row = existing(claim(&*store, "k", LEASE).await);
+    assert_eq!(row.status, Status::InProgress);
+    // The replay's attempt is fenced like any other.
+    assert_eq!(
+        store.complete(&id("k"), 2, &result("old")).await.unwrap(),
+        Fenced::Stale
+    );
+    assert_eq!(
+        store.complete(&id("k"), 3, &result("ok")).await.unwrap(),
+        Fenced::Applied
+    );
+    assert!(store.replay(&id("unknown"), LEASE).await.unwrap().is_none());
+}
+
+async fn dead_letters_are_listed_newest_first_by_provider(store: Arc<dyn Store>) {
+    for (provider, key) in [("a", "1"), ("b", "2"), ("a", "3")] {
+        let id = EventId::new(provider, key);
+        store.claim(&id, None, LEASE).await.unwrap();
+        store
+            .fail(&id, 1, &failure(Some(DeadReason::NonRetryable)))
+            .await
+            .unwrap();
+    }
+    store
+        .claim(&EventId::new("a", "alive"), None, LEASE)
+        .await
+        .unwrap();
+    let all = store.dead_letters(None, 10).await.unwrap();
+    let keys: Vec<&str> = all.iter().map(|r| &*r.id.key).collect();
+    assert_eq!(keys, vec!["3", "2", "1"]);
+    let a = store.dead_letters(Some("a"), 10).await.unwrap();
+    assert_eq!(a.len(), 2);
+    assert_eq!(store.dead_letters(None, 1).await.unwrap().len(), 1);
+}
+
+async fn the_sweep_deletes_only_old_terminal_rows_in_bounded_batches(store: Arc<dyn Store>) {
+    for i in 0..5 {
+        let key = format!("done{i}");
+        claim(&*store, &key, LEASE).await;
+        store.complete(&id(&key), 1, &result("ok")).await.unwrap();
+    }
+    claim(&*store, "dead", LEASE).await;
+    store
+        .fail(&id("dead"), 1, &failure(Some(DeadReason::NonRetryable)))
+        .await
+        .unwrap();
+    claim(&*store, "failed", LEASE).await;
+    store.fail(&id("failed"), 1, &failure(None)).await.unwrap();
+    claim(&*store, "held", EXPIRED).await;
+
+    let hour = Duration::from_secs(3600);
+    assert_eq!(
+        store.sweep(Status::Done, hour, 100).await.unwrap(),
+        0,
+        "all fresh"
+    );
+    assert_eq!(
+        store.sweep(Status::Done, Duration::ZERO, 2).await.unwrap(),
+        2
+    );
+    assert_eq!(
+        store
+            .sweep(Status::Done, Duration::ZERO, 100)
+            .await
+            .unwrap(),
+        3
+    );
+    assert_eq!(
+        store
+            .sweep(Status::Dead, Duration::ZERO, 100)
+            .await
+            .unwrap(),
+        1
+    );
+    assert!(store.lookup(&id("done0")).await.unwrap().is_none());
+    assert!(store.lookup(&id("dead")).await.unwrap().is_none());
+    assert!(store.lookup(&id("failed")).await.unwrap().is_some());
+    assert!(store.lookup(&id("held")).await.unwrap().is_some());
 }
 
 async fn completions_are_fenced_by_the_attempt(store: Arc<dyn Store>) {
@@ -233,5 +343,8 @@ conformance!(
     parallel_claims_of_a_failed_row_have_one_winner,
     parallel_claims_of_an_expired_lease_have_one_winner,
     keys_are_scoped_by_provider,
+    a_replay_reopens_only_a_dead_row_once,
+    dead_letters_are_listed_newest_first_by_provider,
+    the_sweep_deletes_only_old_terminal_rows_in_bounded_batches,
     migrations_can_run_again,
 );

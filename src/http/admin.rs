@@ -1,0 +1,122 @@
+//! The operator's HTTP API under `/admin/`, behind a bearer token.
+//!
+//! Enabled only when `[admin] token_env` names a variable holding a token; otherwise every
+//! `/admin/` route is 404. The token is compared in constant time (over SHA-256 digests, so
+//! its length does not leak either).
+
+use std::sync::Arc;
+
+use actix_web::http::header;
+use actix_web::{web, HttpRequest, HttpResponse};
+use serde::Deserialize;
+use sha2::{Digest, Sha256};
+use subtle::ConstantTimeEq;
+
+use super::{ApiError, AppState};
+use crate::claim::Path;
+use crate::key::EventId;
+use crate::shard::Reply;
+
+/// Dead letters listed when no `limit` is given, and the most one request may ask for.
+const DEFAULT_LIMIT: u32 = 50;
+const MAX_LIMIT: u32 = 1000;
+
+/// Registers the admin routes.
+pub fn routes(cfg: &mut web::ServiceConfig) {
+    cfg.service(
+        web::scope("/admin")
+            .route("/events/{provider}/{key}", web::get().to(show_event))
+            .route("/dead", web::get().to(list_dead))
+            .route("/dead/{provider}/{key}/replay", web::post().to(replay)),
+    );
+}
+
+/// Refuses the request unless it carries the configured bearer token.
+fn authorize(req: &HttpRequest, state: &AppState) -> Result<(), ApiError> {
+    let Some(token) = &state.admin_token else {
+        return Err(ApiError::NotFound);
+    };
+    let given = req
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .ok_or(ApiError::Unauthorized)?;
+    let matches =
+        Sha256::digest(given.as_bytes()).ct_eq(&Sha256::digest(token.expose().as_bytes()));
+    if bool::from(matches) {
+        Ok(())
+    } else {
+        Err(ApiError::Unauthorized)
+    }
+}
+
+async fn show_event(
+    req: HttpRequest,
+    path: web::Path<(String, String)>,
+    state: web::Data<AppState>,
+) -> Result<HttpResponse, ApiError> {
+    authorize(&req, &state)?;
+    let (provider, key) = path.into_inner();
+    let id = EventId::new(provider, key);
+    match state.store.lookup(&id).await? {
+        Some(record) => Ok(HttpResponse::Ok().json(record.to_json())),
+        None => Err(ApiError::NoSuchEvent(id.to_string())),
+    }
+}
+
+#[derive(Deserialize)]
+struct DeadQuery {
+    provider: Option<String>,
+    limit: Option<u32>,
+}
+
+async fn list_dead(
+    req: HttpRequest,
+    query: web::Query<DeadQuery>,
+    state: web::Data<AppState>,
+) -> Result<HttpResponse, ApiError> {
+    authorize(&req, &state)?;
+    let limit = query.limit.unwrap_or(DEFAULT_LIMIT).clamp(1, MAX_LIMIT);
+    let dead = state
+        .store
+        .dead_letters(query.provider.as_deref(), limit)
+        .await?;
+    let items: Vec<_> = dead.iter().map(|r| r.to_json()).collect();
+    Ok(HttpResponse::Ok().json(serde_json::json!({ "dead": items })))
+}
+
+async fn replay(
+    req: HttpRequest,
+    path: web::Path<(String, String)>,
+    state: web::Data<AppState>,
+) -> Result<HttpResponse, ApiError> {
+    authorize(&req, &state)?;
+    let (provider, key) = path.into_inner();
+    let runtime = state
+        .providers
+        .get(&provider)
+        .ok_or_else(|| ApiError::UnknownProvider(provider.clone()))?;
+    let id = EventId::new(Arc::clone(&runtime.name), key);
+    let answer = state
+        .dispatcher
+        .replay(id.clone(), Arc::clone(&runtime.target))
+        .await;
+    if let Reply::RetryLater { reason, .. } = answer.reply {
+        if answer.path != Path::Replay {
+            return Err(ApiError::Unavailable(reason));
+        }
+    }
+    // The row says how the replay ended (done, or dead again), or why there was none.
+    let record = state
+        .store
+        .lookup(&id)
+        .await?
+        .ok_or_else(|| ApiError::NoSuchEvent(id.to_string()))?;
+    if let Reply::NotReplayable = answer.reply {
+        return Err(ApiError::NotDead(record.status.as_str()));
+    }
+    let mut body = record.to_json();
+    body["path"] = Path::Replay.as_str().into();
+    Ok(HttpResponse::Ok().json(body))
+}

@@ -1,0 +1,260 @@
+//! Prometheus metrics for one node, served at `GET /metrics`.
+//!
+//! Each node owns its registry (no process-global recorder), so several nodes in one
+//! process — the test suite — never mix their counts. Recording is a few atomic adds; the
+//! label sets are small and bounded (providers and paths come from the config and code).
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::registry::Registry;
+
+use crate::claim::Path;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PathLabels {
+    provider: String,
+    path: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct OutcomeLabels {
+    provider: String,
+    outcome: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ProviderLabels {
+    provider: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ReasonLabels {
+    provider: String,
+    reason: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ShardLabels {
+    shard: u32,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct KindLabels {
+    kind: &'static str,
+}
+
+/// Delivery latency buckets: 1 ms doubling to ~33 s, covering a local target up to the
+/// longest sensible target timeout.
+fn latency_histogram() -> Histogram {
+    Histogram::new(exponential_buckets(0.001, 2.0, 16))
+}
+
+/// The metrics of one node.
+pub struct Metrics {
+    registry: Registry,
+    attempts: Family<PathLabels, Counter>,
+    deliveries: Family<OutcomeLabels, Counter>,
+    latency: Family<ProviderLabels, Histogram, fn() -> Histogram>,
+    dead: Family<ReasonLabels, Counter>,
+    rejected: Family<ReasonLabels, Counter>,
+    cache_hits: Counter,
+    cache_misses: Counter,
+    mailbox: Family<ShardLabels, Gauge>,
+    store_errors: Family<KindLabels, Counter>,
+    swept: Family<KindLabels, Counter>,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    /// A fresh registry with every metric registered.
+    pub fn new() -> Self {
+        let mut registry = Registry::with_prefix("hookgate");
+        let attempts = Family::<PathLabels, Counter>::default();
+        let deliveries = Family::<OutcomeLabels, Counter>::default();
+        let latency = Family::<ProviderLabels, Histogram, fn() -> Histogram>::new_with_constructor(
+            latency_histogram,
+        );
+        let dead = Family::<ReasonLabels, Counter>::default();
+        let rejected = Family::<ReasonLabels, Counter>::default();
+        let cache_hits = Counter::default();
+        let cache_misses = Counter::default();
+        let mailbox = Family::<ShardLabels, Gauge>::default();
+        let store_errors = Family::<KindLabels, Counter>::default();
+        let swept = Family::<KindLabels, Counter>::default();
+        registry.register(
+            "attempts",
+            "Deliveries received, by provider and path",
+            attempts.clone(),
+        );
+        registry.register(
+            "deliveries",
+            "Deliveries to the target, by outcome",
+            deliveries.clone(),
+        );
+        registry.register(
+            "delivery_seconds",
+            "Time the target took to answer",
+            latency.clone(),
+        );
+        registry.register(
+            "dead_letters",
+            "Events that became dead letters, by reason",
+            dead.clone(),
+        );
+        registry.register(
+            "rejected",
+            "Requests refused before any claim, by reason",
+            rejected.clone(),
+        );
+        registry.register(
+            "cache_hits",
+            "Duplicates answered from a shard's done cache",
+            cache_hits.clone(),
+        );
+        registry.register(
+            "cache_misses",
+            "Requests the done cache could not answer",
+            cache_misses.clone(),
+        );
+        registry.register(
+            "shard_mailbox_depth",
+            "Requests queued for each shard",
+            mailbox.clone(),
+        );
+        registry.register(
+            "store_errors",
+            "Store operations that failed, by kind",
+            store_errors.clone(),
+        );
+        registry.register(
+            "swept_rows",
+            "Rows deleted by the retention sweeper, by status",
+            swept.clone(),
+        );
+        Self {
+            registry,
+            attempts,
+            deliveries,
+            latency,
+            dead,
+            rejected,
+            cache_hits,
+            cache_misses,
+            mailbox,
+            store_errors,
+            swept,
+        }
+    }
+
+    /// One delivery received and labelled with `path`.
+    pub fn attempt(&self, provider: &str, path: Path) {
+        self.attempts
+            .get_or_create(&PathLabels {
+                provider: provider.to_owned(),
+                path: path.as_str(),
+            })
+            .inc();
+    }
+
+    /// One delivery to the target ended with `outcome` after `seconds`.
+    pub fn delivery(&self, provider: &str, outcome: &'static str, seconds: f64) {
+        self.deliveries
+            .get_or_create(&OutcomeLabels {
+                provider: provider.to_owned(),
+                outcome,
+            })
+            .inc();
+        self.latency
+            .get_or_create(&ProviderLabels {
+                provider: provider.to_owned(),
+            })
+            .observe(seconds);
+    }
+
+    /// An event became a dead letter.
+    pub fn dead_letter(&self, provider: &str, reason: &'static str) {
+        self.dead
+            .get_or_create(&ReasonLabels {
+                provider: provider.to_owned(),
+                reason,
+            })
+            .inc();
+    }
+
+    /// A request was refused before any claim.
+    pub fn rejected(&self, provider: &str, reason: &'static str) {
+        self.rejected
+            .get_or_create(&ReasonLabels {
+                provider: provider.to_owned(),
+                reason,
+            })
+            .inc();
+    }
+
+    /// A done-cache lookup.
+    pub fn cache(&self, hit: bool) {
+        if hit {
+            self.cache_hits.inc();
+        } else {
+            self.cache_misses.inc();
+        }
+    }
+
+    /// A request entered (`+1`) or left (`-1`) shard `shard`'s mailbox.
+    pub fn mailbox(&self, shard: usize, delta: i64) {
+        self.mailbox
+            .get_or_create(&ShardLabels {
+                shard: u32::try_from(shard).unwrap_or(u32::MAX),
+            })
+            .inc_by(delta);
+    }
+
+    /// A store operation failed.
+    pub fn store_error(&self, kind: &'static str) {
+        self.store_errors.get_or_create(&KindLabels { kind }).inc();
+    }
+
+    /// The sweeper deleted `n` rows of `status`.
+    pub fn swept(&self, status: &'static str, n: u64) {
+        self.swept
+            .get_or_create(&KindLabels { kind: status })
+            .inc_by(n);
+    }
+
+    /// The Prometheus text exposition.
+    pub fn render(&self) -> String {
+        let mut text = String::new();
+        // Writing into a String cannot fail.
+        let _ = prometheus_client::encoding::text::encode(&mut text, &self.registry);
+        text
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counts_appear_in_the_text_exposition() {
+        let m = Metrics::new();
+        m.attempt("stripe", Path::FirstRun);
+        m.attempt("stripe", Path::FirstRun);
+        m.delivery("stripe", "delivered", 0.003);
+        m.cache(true);
+        let text = m.render();
+        assert!(
+            text.contains(r#"hookgate_attempts_total{provider="stripe",path="first_run"} 2"#),
+            "{text}"
+        );
+        assert!(text.contains("hookgate_cache_hits_total 1"), "{text}");
+        assert!(text.contains("hookgate_delivery_seconds_count{provider=\"stripe\"} 1"));
+    }
+}
