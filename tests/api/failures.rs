@@ -134,8 +134,11 @@ async fn shutdown_releases_the_leases_of_unfinished_attempts() {
         app.db.status(PROVIDER, "evt_sd").await.as_deref(),
         Some("failed")
     );
+    // The stopped node's pooled connections lived on its stopped threads: read afresh.
     let row = app
-        .store
+        .db
+        .store()
+        .await
         .lookup(&EventId::new(PROVIDER, "evt_sd"))
         .await
         .unwrap()

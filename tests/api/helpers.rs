@@ -543,6 +543,18 @@ impl TestApp {
         Self::answer(response).await
     }
 
+    /// GET with `Authorization: <auth>`.
+    pub async fn get_with(&self, path: &str, auth: &str) -> Answer {
+        let response = self
+            .client
+            .get(format!("{}{path}", self.address))
+            .insert_header(("Authorization", auth))
+            .send()
+            .await
+            .expect("request");
+        Self::answer(response).await
+    }
+
     pub async fn request(&self, method: awc::http::Method, path: &str) -> Answer {
         let response = self
             .client

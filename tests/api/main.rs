@@ -5,5 +5,6 @@ mod bad_input;
 mod concurrency;
 mod failures;
 mod helpers;
+mod operators;
 mod paths;
 mod store_conformance;

@@ -1,0 +1,265 @@
+//! The operator's surface: the admin API, dead-letter replay (HTTP and CLI), the retention
+//! sweeper, `/metrics` and `check-config`.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::future::join_all;
+use hookgate::config::Secret;
+use hookgate::key::EventId;
+use hookgate::metrics::Metrics;
+use hookgate::retention::{SweepReport, Sweeper};
+
+use crate::helpers::{spawn_app, spawn_app_with, Behaviour, TestApp, PROVIDER};
+
+const TOKEN: &str = "s3cret-admin-token";
+
+async fn admin_app() -> TestApp {
+    spawn_app_with(|c| c.admin.token = Some(Secret::new(TOKEN))).await
+}
+
+fn bearer(token: &str) -> String {
+    format!("Bearer {token}")
+}
+
+/// Makes `key` a dead letter through a sender's delivery refused with 400.
+async fn dead_letter(app: &TestApp, key: &str) {
+    app.target.set(Behaviour::Status(400));
+    let answer = app.deliver(key, r#"{"id":"x"}"#).await;
+    assert_eq!(answer.body, r#"{"status":"dead_lettered"}"#);
+    app.target.set(Behaviour::Accept);
+}
+
+#[actix_web::test]
+async fn the_admin_api_wants_the_token_and_is_absent_without_one() {
+    let app = admin_app().await;
+    let path = format!("/admin/events/{PROVIDER}/evt_1");
+    assert_eq!(app.get(&path).await.status, 401);
+    let wrong = bearer("wrong");
+    let got = app.get_with(&path, &wrong).await;
+    assert_eq!(got.status, 401);
+    assert!(got.body.contains("unauthorized"));
+    assert_eq!(app.get_with(&path, &bearer(TOKEN)).await.status, 404);
+
+    let closed = spawn_app().await;
+    assert_eq!(closed.get_with(&path, &bearer(TOKEN)).await.status, 404);
+}
+
+#[actix_web::test]
+async fn an_operator_reads_an_event_and_the_dead_letters() {
+    let app = admin_app().await;
+    dead_letter(&app, "evt_dl").await;
+    let token = bearer(TOKEN);
+
+    let event = app
+        .get_with(&format!("/admin/events/{PROVIDER}/evt_dl"), &token)
+        .await;
+    assert_eq!(event.status, 200);
+    let row: serde_json::Value = serde_json::from_str(&event.body).unwrap();
+    assert_eq!(row["status"], "dead");
+    assert_eq!(row["dead_reason"], "non_retryable");
+    assert_eq!(row["payload"], r#"{"id":"x"}"#);
+    assert_eq!(row["request_headers"]["x-idempotency-key"], "evt_dl");
+
+    let list = app
+        .get_with("/admin/dead?provider=stripe&limit=10", &token)
+        .await;
+    let list: serde_json::Value = serde_json::from_str(&list.body).unwrap();
+    assert_eq!(list["dead"].as_array().map(Vec::len), Some(1));
+    assert_eq!(list["dead"][0]["event_key"], "evt_dl");
+}
+
+#[actix_web::test]
+async fn twenty_parallel_replays_deliver_a_dead_letter_exactly_once() {
+    let app = admin_app().await;
+    dead_letter(&app, "evt_rp").await;
+    assert_eq!(app.target.count(&TestApp::idem("evt_rp")), 1);
+
+    let token = bearer(TOKEN);
+    let auth = [("Authorization", token.as_str())];
+    let path = format!("/admin/dead/{PROVIDER}/evt_rp/replay");
+    let answers = join_all((0..20).map(|_| app.post(&path, &auth, String::new()))).await;
+    assert_eq!(app.target.count(&TestApp::idem("evt_rp")), 2, "{answers:?}");
+    let replayed: Vec<_> = answers.iter().filter(|a| a.status == 200).collect();
+    assert_eq!(replayed.len(), 1, "{answers:?}");
+    let row: serde_json::Value = serde_json::from_str(&replayed[0].body).unwrap();
+    assert_eq!(row["path"], "replay");
+    assert_eq!(row["status"], "done");
+    assert_eq!(row["attempts"], 2);
+    assert!(answers
+        .iter()
+        .filter(|a| a.status != 200)
+        .all(|a| a.status == 409 && a.body.contains("not_dead")));
+    assert_eq!(
+        app.target.last(&TestApp::idem("evt_rp")).attempt.as_deref(),
+        Some("2")
+    );
+
+    // The sender's own redelivery now gets the replay's result, not the target.
+    let again = app.deliver("evt_rp", r#"{"id":"x"}"#).await;
+    assert_eq!(again.path, "duplicate_done");
+    assert_eq!(again.status, 201);
+    assert_eq!(app.target.count(&TestApp::idem("evt_rp")), 2);
+}
+
+#[actix_web::test]
+async fn replaying_an_event_that_is_not_dead_is_refused_clearly() {
+    let app = admin_app().await;
+    let token = bearer(TOKEN);
+    app.deliver("evt_ok", "{}").await;
+    let done = app
+        .post(
+            &format!("/admin/dead/{PROVIDER}/evt_ok/replay"),
+            &[("Authorization", &token)],
+            String::new(),
+        )
+        .await;
+    assert_eq!(done.status, 409);
+    assert!(done.body.contains("done, not dead"), "{done:?}");
+    let unknown = app
+        .post(
+            &format!("/admin/dead/{PROVIDER}/nope/replay"),
+            &[("Authorization", &token)],
+            String::new(),
+        )
+        .await;
+    assert_eq!(unknown.status, 404);
+    assert_eq!(app.target.count(&TestApp::idem("evt_ok")), 1);
+}
+
+#[actix_web::test]
+async fn a_failed_replay_is_dead_again_and_the_cli_replay_delivers_once() {
+    let app = admin_app().await;
+    dead_letter(&app, "evt_cli").await;
+    let config = crate::helpers::base_config(&app.db, &app.target);
+    let id = EventId::new(PROVIDER, "evt_cli");
+
+    app.target.set(Behaviour::Status(503));
+    let line = hookgate::cli::replay(&config, id.clone())
+        .await
+        .expect("replay ran");
+    assert!(line.contains("dead again"), "{line}");
+    let row = app.store.lookup(&id).await.unwrap().unwrap();
+    assert_eq!(row.status.as_str(), "dead");
+    assert_eq!(row.dead_reason.as_deref(), Some("replay_failed"));
+
+    app.target.set(Behaviour::Accept);
+    let line = hookgate::cli::replay(&config, id.clone())
+        .await
+        .expect("replay ran");
+    assert!(line.contains("done"), "{line}");
+    assert_eq!(
+        app.store
+            .lookup(&id)
+            .await
+            .unwrap()
+            .unwrap()
+            .status
+            .as_str(),
+        "done"
+    );
+    let err = hookgate::cli::replay(&config, id).await.unwrap_err();
+    assert!(err.to_string().contains("not dead"), "{err}");
+    assert_eq!(app.target.count(&TestApp::idem("evt_cli")), 3);
+}
+
+#[actix_web::test]
+async fn the_sweeper_deletes_only_expired_rows() {
+    let app = spawn_app().await;
+    app.deliver("evt_keep", "{}").await;
+    dead_letter(&app, "evt_dead").await;
+    let mut retention = hookgate::config::RetentionConfig::default();
+    let sweeper = |retention| {
+        Sweeper::new(
+            Arc::clone(&app.store),
+            retention,
+            Arc::new(Metrics::new()),
+            hookgate::logging::discard(),
+        )
+    };
+    assert_eq!(
+        sweeper(retention.clone()).run_once().await.unwrap(),
+        SweepReport::default()
+    );
+    retention.done = Duration::ZERO;
+    let report = sweeper(retention.clone()).run_once().await.unwrap();
+    assert_eq!(report, SweepReport { done: 1, dead: 0 });
+    retention.dead = Duration::ZERO;
+    let report = sweeper(retention).run_once().await.unwrap();
+    assert_eq!(report, SweepReport { done: 0, dead: 1 });
+    assert_eq!(app.db.count_rows().await, 0);
+}
+
+#[actix_web::test]
+async fn metrics_count_the_requests_made() {
+    let app = spawn_app().await;
+    for key in ["m1", "m2", "m3"] {
+        app.deliver(key, "{}").await;
+    }
+    app.deliver("m1", "{}").await;
+    app.deliver("m2", "{}").await;
+    app.post("/webhooks/nobody", &[], "{}".into()).await;
+    app.target.set(Behaviour::Status(500));
+    app.deliver("m4", "{}").await;
+
+    let text = app.get("/metrics").await.body;
+    for line in [
+        r#"hookgate_attempts_total{provider="stripe",path="first_run"} 4"#,
+        r#"hookgate_attempts_total{provider="stripe",path="duplicate_done"} 2"#,
+        r#"hookgate_rejected_total{provider="nobody",reason="unknown_provider"} 1"#,
+        r#"hookgate_deliveries_total{provider="stripe",outcome="delivered"} 3"#,
+        r#"hookgate_deliveries_total{provider="stripe",outcome="failed"} 1"#,
+        r#"hookgate_delivery_seconds_count{provider="stripe"} 4"#,
+        "hookgate_cache_hits_total 2",
+    ] {
+        assert!(text.contains(line), "missing {line} in\n{text}");
+    }
+}
+
+#[test]
+fn check_config_exits_non_zero_naming_the_keys_to_change() {
+    let dir = std::env::temp_dir().join(format!("hookgate-cc-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let bad = dir.join("bad.toml");
+    std::fs::write(
+        &bad,
+        "[lease]\nduration = \"60s\"\n[[providers]]\nname = \"s\"\nkey = [{ json = \"/id\" }]\n\
+         target = { url = \"http://127.0.0.1:9/\" }\n",
+    )
+    .unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_hookgate"))
+        .args(["check-config", "--config"])
+        .arg(&bad)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(!out.status.success());
+    assert!(
+        stdout.contains("FAIL lease.duration < retry.base"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("ok   providers.s.target.timeout < lease.duration"),
+        "{stdout}"
+    );
+
+    let good = dir.join("good.toml");
+    std::fs::write(
+        &good,
+        "[store]\nurl = \"postgres://app:pw@db/h\"\n[[providers]]\nname = \"s\"\n\
+         key = [{ json = \"/id\" }]\ntarget = { url = \"http://127.0.0.1:9/\" }\n",
+    )
+    .unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_hookgate"))
+        .args(["check-config", "--config"])
+        .arg(&good)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}");
+    assert!(
+        !stdout.contains("pw@"),
+        "the password must be redacted: {stdout}"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
