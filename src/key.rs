@@ -1,16 +1,15 @@
-//! The idempotency key: where it comes from (a header or a JSON pointer, tried in order),
-//! what a valid one looks like, and the payload fingerprint stored beside it.
+//! The idempotency key: where it comes from (a header, a JSON pointer, or a canonical hash
+//! of chosen fields, tried in order) and what a valid one looks like.
 //!
-//! Pure: takes headers and body bytes, returns a key or a [`KeyError`]. It never claims,
-//! logs or allocates beyond the key itself and, when a JSON source is reached, the parsed
-//! body.
+//! Pure: takes headers and the body, returns a key or a [`KeyError`]. It never claims or
+//! logs; the body is parsed at most once ([`Body`]), shared with the fingerprint.
 
 use std::fmt;
 use std::sync::Arc;
 
 use actix_web::http::header::HeaderMap;
-use sha2::{Digest, Sha256};
 
+use crate::canonical::{fields_key, Body};
 use crate::config::KeySource;
 
 /// Longest accepted key, in bytes (it is a primary-key column and a log field).
@@ -75,8 +74,7 @@ impl KeyDeriver {
     }
 
     /// The first key any source yields, validated.
-    pub fn derive(&self, headers: &HeaderMap, body: &[u8]) -> Result<String, KeyError> {
-        let mut parsed: Option<serde_json::Value> = None;
+    pub fn derive(&self, headers: &HeaderMap, body: &Body<'_>) -> Result<String, KeyError> {
         for source in &self.sources {
             let found = match source {
                 KeySource::Header { header } => match headers.get(header.as_str()) {
@@ -88,14 +86,14 @@ impl KeyDeriver {
                     ),
                     None => None,
                 },
-                KeySource::Json { json } => {
-                    if parsed.is_none() {
-                        parsed = Some(serde_json::from_slice(body).map_err(|_| KeyError::NotJson)?);
-                    }
-                    parsed
-                        .as_ref()
-                        .and_then(|v| v.pointer(json))
-                        .and_then(scalar_text)
+                KeySource::Json { json } => body
+                    .json()
+                    .ok_or(KeyError::NotJson)?
+                    .pointer(json)
+                    .and_then(scalar_text),
+                KeySource::Fields { fields } => {
+                    body.json().ok_or(KeyError::NotJson)?;
+                    fields_key(body, fields)
                 }
             };
             if let Some(key) = found {
@@ -111,6 +109,7 @@ impl KeyDeriver {
             .map(|s| match s {
                 KeySource::Header { header } => format!("header {header}"),
                 KeySource::Json { json } => format!("JSON {json}"),
+                KeySource::Fields { fields } => format!("hash of {}", fields.join(" ")),
             })
             .collect::<Vec<_>>()
             .join(", ")
@@ -136,11 +135,6 @@ fn validate(key: String) -> Result<String, KeyError> {
     } else {
         Ok(key)
     }
-}
-
-/// SHA-256 of the payload, hex: detects the same key arriving with another body.
-pub fn fingerprint(body: &[u8]) -> String {
-    hex::encode(Sha256::digest(body))
 }
 
 #[cfg(test)]
@@ -172,7 +166,7 @@ mod tests {
     fn the_header_wins_over_the_body_and_is_case_insensitive() {
         let h = headers(&[("x-idempotency-key", "from-header")]);
         assert_eq!(
-            deriver().derive(&h, br#"{"id":"from-body"}"#),
+            deriver().derive(&h, &Body::new(br#"{"id":"from-body"}"#)),
             Ok("from-header".into())
         );
     }
@@ -181,52 +175,102 @@ mod tests {
     fn the_body_is_used_when_the_header_is_absent_and_numbers_count() {
         let none = HeaderMap::new();
         assert_eq!(
-            deriver().derive(&none, br#"{"id":"evt_1"}"#),
+            deriver().derive(&none, &Body::new(br#"{"id":"evt_1"}"#)),
             Ok("evt_1".into())
         );
-        assert_eq!(deriver().derive(&none, br#"{"id":42}"#), Ok("42".into()));
+        assert_eq!(
+            deriver().derive(&none, &Body::new(br#"{"id":42}"#)),
+            Ok("42".into())
+        );
     }
 
     #[test]
     fn a_body_that_is_not_json_is_refused_only_when_it_is_needed() {
         let none = HeaderMap::new();
-        assert_eq!(deriver().derive(&none, b"not json"), Err(KeyError::NotJson));
+        assert_eq!(
+            deriver().derive(&none, &Body::new(b"not json")),
+            Err(KeyError::NotJson)
+        );
         let h = headers(&[("x-idempotency-key", "k")]);
-        assert_eq!(deriver().derive(&h, b"not json"), Ok("k".into()));
+        assert_eq!(
+            deriver().derive(&h, &Body::new(b"not json")),
+            Ok("k".into())
+        );
     }
 
     #[test]
     fn missing_long_and_unprintable_keys_are_refused() {
         let none = HeaderMap::new();
         assert!(matches!(
-            deriver().derive(&none, br#"{"other":1}"#),
+            deriver().derive(&none, &Body::new(br#"{"other":1}"#)),
             Err(KeyError::Missing(_))
         ));
         assert!(matches!(
-            deriver().derive(&none, br#"{"id":{"nested":1}}"#),
+            deriver().derive(&none, &Body::new(br#"{"id":{"nested":1}}"#)),
             Err(KeyError::Missing(_))
         ));
         let long = format!(r#"{{"id":"{}"}}"#, "k".repeat(256));
         assert_eq!(
-            deriver().derive(&none, long.as_bytes()),
+            deriver().derive(&none, &Body::new(long.as_bytes())),
             Err(KeyError::TooLong(256))
         );
         assert_eq!(
-            deriver().derive(&none, br#"{"id":"a\nb"}"#),
+            deriver().derive(&none, &Body::new(br#"{"id":"a\nb"}"#)),
             Err(KeyError::Unprintable)
         );
         assert_eq!(
-            deriver().derive(&none, br#"{"id":""}"#),
+            deriver().derive(&none, &Body::new(br#"{"id":""}"#)),
             Err(KeyError::Empty)
         );
     }
 
     #[test]
-    fn fingerprints_are_stable_hex_sha256() {
+    fn pointers_follow_rfc_6901_escapes_and_array_indexes() {
+        let deriver = |p: &str| KeyDeriver::new(vec![KeySource::Json { json: p.into() }]);
+        let none = HeaderMap::new();
+        let body = br#"{"a/b":"slash","m~n":"tilde","list":["x",7],"":"empty"}"#;
         assert_eq!(
-            fingerprint(b""),
-            "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+            deriver("/a~1b").derive(&none, &Body::new(body)),
+            Ok("slash".into())
         );
-        assert_ne!(fingerprint(b"a"), fingerprint(b"b"));
+        assert_eq!(
+            deriver("/m~0n").derive(&none, &Body::new(body)),
+            Ok("tilde".into())
+        );
+        assert_eq!(
+            deriver("/list/1").derive(&none, &Body::new(body)),
+            Ok("7".into())
+        );
+        assert_eq!(
+            deriver("/").derive(&none, &Body::new(body)),
+            Ok("empty".into())
+        );
+        assert!(matches!(
+            deriver("/list/5").derive(&none, &Body::new(body)),
+            Err(KeyError::Missing(_))
+        ));
+    }
+
+    #[test]
+    fn a_fields_key_is_a_canonical_hash_that_ignores_order_and_other_fields() {
+        let deriver = KeyDeriver::new(vec![KeySource::Fields {
+            fields: vec!["/data/id".into(), "/type".into(), "/created".into()],
+        }]);
+        let none = HeaderMap::new();
+        let a = deriver.derive(
+            &none,
+            &Body::new(br#"{"type":"paid","created":1,"data":{"id":"o1"},"attempt":1}"#),
+        );
+        let b = deriver.derive(
+            &none,
+            &Body::new(br#"{ "attempt": 2, "data": {"id": "o1"}, "created": 1, "type": "paid" }"#),
+        );
+        assert_eq!(a, b);
+        assert_eq!(a.as_ref().map(String::len), Ok(64));
+        let c = deriver.derive(
+            &none,
+            &Body::new(br#"{"type":"paid","created":2,"data":{"id":"o1"}}"#),
+        );
+        assert_ne!(a, c);
     }
 }

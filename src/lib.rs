@@ -7,7 +7,10 @@
 //! | pattern | where |
 //! |---|---|
 //! | config file + env layering, validation rules | [`config`] |
-//! | the idempotency key and payload fingerprint (pure) | [`key`] |
+//! | the idempotency key: header, JSON pointer, fields hash (pure) | [`key`] |
+//! | canonical JSON, payload fingerprints (pure) | [`canonical`] |
+//! | signature schemes: generic HMAC, Stripe, Standard Webhooks | [`signature`] |
+//! | presets resolved into a provider's runtime | [`provider`] |
 //! | row states, named paths, the not-won rule (pure) | [`claim`] |
 //! | backoff with jitter and the attempt cap (pure) | [`retry`] |
 //! | what a delivery's outcome means for the row (pure) | [`outcome`] |
@@ -21,6 +24,7 @@
 //! | building and stopping a node | [`startup`] |
 //! | the command line | [`cli`] |
 
+pub mod canonical;
 pub mod claim;
 pub mod cli;
 pub mod config;
@@ -29,9 +33,11 @@ pub mod key;
 pub mod logging;
 pub mod metrics;
 pub mod outcome;
+pub mod provider;
 pub mod retention;
 pub mod retry;
 pub mod shard;
+pub mod signature;
 pub mod startup;
 pub mod store;
 pub mod worker;

@@ -12,12 +12,12 @@ use anyhow::Context as _;
 use slog::{info, Logger};
 
 use crate::config::{cpus, Config};
-use crate::http::{routes, AppState, ProviderRuntime};
-use crate::key::KeyDeriver;
+use crate::http::{routes, AppState};
 use crate::metrics::Metrics;
+use crate::provider::Provider;
 use crate::retention::Sweeper;
 use crate::retry::RetryPolicy;
-use crate::shard::{Dispatcher, ShardSettings, Target};
+use crate::shard::{Dispatcher, ShardSettings};
 use crate::store::Store;
 use crate::worker::Delivery;
 
@@ -38,6 +38,12 @@ impl Application {
         delivery: Arc<dyn Delivery>,
         log: Logger,
     ) -> anyhow::Result<Self> {
+        let providers = config
+            .providers
+            .iter()
+            .map(|p| Ok((p.name.clone(), Provider::from_config(p)?)))
+            .collect::<Result<HashMap<_, _>, String>>()
+            .map_err(anyhow::Error::msg)?;
         let listener = TcpListener::bind(&config.server.listen)
             .with_context(|| format!("binding {}", config.server.listen))?;
         let port = listener.local_addr()?.port();
@@ -65,21 +71,6 @@ impl Application {
             log.clone(),
         );
         let sweeping = actix_rt::spawn(sweeper.run_forever());
-        let providers: HashMap<String, ProviderRuntime> = config
-            .providers
-            .iter()
-            .map(|p| {
-                let runtime = ProviderRuntime {
-                    name: p.name.as_str().into(),
-                    key: KeyDeriver::new(p.key.clone()),
-                    target: Arc::new(Target {
-                        url: p.target.url.as_str().into(),
-                        timeout: p.target.timeout,
-                    }),
-                };
-                (p.name.clone(), runtime)
-            })
-            .collect();
         let state = web::Data::new(AppState {
             providers,
             dispatcher: dispatcher.clone(),

@@ -9,7 +9,7 @@ use std::collections::HashSet;
 use std::fmt;
 use std::time::Duration;
 
-use super::{Config, KeySource};
+use super::{Config, KeySource, Preset};
 
 /// Why a configuration could not be used.
 #[derive(Debug, thiserror::Error)]
@@ -203,14 +203,51 @@ pub(super) fn rules(config: &Config) -> Vec<Rule> {
             p.target.url.starts_with("http://"),
             format!("url = {}", p.target.url),
         ));
-        let pointers_ok = p.key.iter().all(|k| match k {
+        let key = crate::provider::effective_key(p);
+        let pointer_ok = |ptr: &String| ptr.is_empty() || ptr.starts_with('/');
+        let pointers_ok = key.iter().all(|k| match k {
             KeySource::Header { header } => !header.is_empty(),
-            KeySource::Json { json } => json.is_empty() || json.starts_with('/'),
+            KeySource::Json { json } => pointer_ok(json),
+            KeySource::Fields { fields } => !fields.is_empty() && fields.iter().all(pointer_ok),
         });
         rules.push(rule(
             format!("providers.{name}.key has sources"),
-            !p.key.is_empty() && pointers_ok,
-            "at least one; headers non-empty; JSON pointers start with '/'",
+            !key.is_empty() && pointers_ok,
+            format!(
+                "{} source(s), explicit or from preset {}; JSON pointers start with '/'",
+                key.len(),
+                p.preset.as_str()
+            ),
+        ));
+        let signed = p.preset != Preset::None;
+        rules.push(advice(
+            format!("providers.{name}: signatures are verified"),
+            signed,
+            format!("preset {}", p.preset.as_str()),
+        ));
+        rules.push(rule(
+            format!("providers.{name}.secrets when signatures are verified"),
+            !signed || !p.secrets.is_empty(),
+            format!("{} secret(s) named", p.secrets.len()),
+        ));
+        rules.push(rule(
+            format!("providers.{name}.signature set exactly for preset hmac"),
+            (p.preset == Preset::Hmac) == p.signature.is_some(),
+            format!("preset {}", p.preset.as_str()),
+        ));
+        let bad_dates: Vec<String> = p
+            .secrets
+            .iter()
+            .filter_map(|s| s.not_after().err())
+            .collect();
+        rules.push(rule(
+            format!("providers.{name}.secrets not_after are RFC 3339"),
+            bad_dates.is_empty(),
+            if bad_dates.is_empty() {
+                "ok".into()
+            } else {
+                bad_dates.join("; ")
+            },
         ));
     }
     rules
@@ -263,7 +300,12 @@ mod tests {
     fn defaults_with_one_provider_pass_every_rule() {
         let config = Config::from_toml(PROVIDER).expect("valid");
         let rules = config.validate().expect("rules");
-        assert!(rules.iter().all(|r| r.verdict == super::Verdict::Ok));
+        let not_ok: Vec<_> = rules
+            .iter()
+            .filter(|r| r.verdict != super::Verdict::Ok)
+            .map(|r| r.name.as_str())
+            .collect();
+        assert_eq!(not_ok, vec!["providers.stripe: signatures are verified"]);
     }
 
     #[test]
@@ -278,7 +320,63 @@ mod tests {
             .into_iter()
             .filter(|r| r.verdict == super::Verdict::Warn)
             .collect();
-        assert_eq!(warned.len(), 1);
-        assert!(warned[0].name.contains("75h"));
+        assert!(warned.iter().any(|r| r.name.contains("75h")), "{warned:?}");
+    }
+}
+
+#[cfg(test)]
+mod provider_rules {
+    use super::super::Config;
+
+    #[test]
+    fn a_signing_preset_without_secrets_is_refused() {
+        let err = Config::from_toml(
+            r#"
+            [[providers]]
+            name = "gh"
+            preset = "github"
+            target = { url = "http://127.0.0.1:9000/" }
+            "#,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("providers.gh.secrets"), "{err}");
+    }
+
+    #[test]
+    fn presets_supply_the_key_and_bad_dates_are_named() {
+        let err = Config::from_toml(
+            r#"
+            [[providers]]
+            name = "st"
+            preset = "stripe"
+            secrets = [{ env = "X", not_after = "tomorrow" }]
+            target = { url = "http://127.0.0.1:9000/" }
+            "#,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(!err.contains("key has sources"), "{err}");
+        assert!(err.contains("not_after"), "{err}");
+    }
+
+    #[test]
+    fn preset_hmac_needs_its_signature_table() {
+        let err = Config::from_toml(
+            r#"
+            [[providers]]
+            name = "h"
+            preset = "hmac"
+            key = [{ header = "X-Id" }]
+            secrets = [{ env = "X" }]
+            target = { url = "http://127.0.0.1:9000/" }
+            "#,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            err.contains("signature set exactly for preset hmac"),
+            "{err}"
+        );
     }
 }

@@ -7,6 +7,7 @@ use actix_web::http::StatusCode;
 use actix_web::{HttpResponse, ResponseError};
 
 use crate::key::KeyError;
+use crate::signature::SignatureError;
 use crate::store::StoreError;
 
 /// Why a request was refused before any claim.
@@ -24,6 +25,9 @@ pub enum ApiError {
     /// No valid idempotency key.
     #[error(transparent)]
     Key(#[from] KeyError),
+    /// The signature is missing, malformed, stale or wrong.
+    #[error(transparent)]
+    Signature(#[from] SignatureError),
     /// Only the documented methods are served.
     #[error("method not allowed")]
     MethodNotAllowed,
@@ -57,6 +61,7 @@ impl ApiError {
             ApiError::Key(KeyError::NotJson) => "invalid_json",
             ApiError::Key(KeyError::Missing(_)) => "missing_key",
             ApiError::Key(_) => "invalid_key",
+            ApiError::Signature(e) => e.code(),
             ApiError::MethodNotAllowed => "method_not_allowed",
             ApiError::NotFound => "not_found",
             ApiError::Unauthorized => "unauthorized",
@@ -75,7 +80,7 @@ impl ResponseError for ApiError {
             ApiError::TooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::BadBody(_) | ApiError::Key(_) => StatusCode::BAD_REQUEST,
             ApiError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
-            ApiError::Unauthorized => StatusCode::UNAUTHORIZED,
+            ApiError::Unauthorized | ApiError::Signature(_) => StatusCode::UNAUTHORIZED,
             ApiError::NoSuchEvent(_) => StatusCode::NOT_FOUND,
             ApiError::NotDead(_) => StatusCode::CONFLICT,
             ApiError::Unavailable(_) | ApiError::Store(_) => StatusCode::SERVICE_UNAVAILABLE,

@@ -5,6 +5,7 @@
 //! Everything refused here is refused before any claim and logged as `webhook.rejected`.
 
 use std::sync::Arc;
+use std::time::SystemTime;
 
 use actix_web::http::header::{self, HeaderValue};
 use actix_web::http::StatusCode;
@@ -14,7 +15,8 @@ use futures_util::StreamExt;
 use serde_json::json;
 
 use super::{ApiError, AppState};
-use crate::key::{fingerprint, EventId};
+use crate::canonical::Body;
+use crate::key::EventId;
 use crate::shard::{Answer, Event, Reply};
 
 /// The handler.
@@ -36,7 +38,7 @@ pub async fn ingest(
     }
 }
 
-/// Everything checked before a claim: provider, body size, key.
+/// Everything checked before a claim, in order: provider, body size, signature, key.
 async fn accept(
     req: &HttpRequest,
     provider: &str,
@@ -48,10 +50,15 @@ async fn accept(
         .get(provider)
         .ok_or_else(|| ApiError::UnknownProvider(provider.to_owned()))?;
     let body = read_body(req, payload, state.max_body_bytes).await?;
-    let key = runtime.key.derive(req.headers(), &body)?;
+    runtime
+        .verifier
+        .verify(req.headers(), &body, SystemTime::now())?;
+    let parsed = Body::new(&body);
+    let key = runtime.key.derive(req.headers(), &parsed)?;
+    let fingerprint = runtime.fingerprint.fingerprint(&parsed);
     Ok(Event {
         id: EventId::new(Arc::clone(&runtime.name), key),
-        fingerprint: Some(fingerprint(&body)),
+        fingerprint,
         content_type: req
             .headers()
             .get(header::CONTENT_TYPE)

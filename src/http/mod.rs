@@ -15,25 +15,15 @@ use actix_web::web;
 pub use error::ApiError;
 
 use crate::config::Secret;
-use crate::key::KeyDeriver;
 use crate::metrics::Metrics;
-use crate::shard::{Dispatcher, Target};
+use crate::provider::Provider;
+use crate::shard::Dispatcher;
 use crate::store::Store;
-
-/// What a provider's requests need at run time.
-pub struct ProviderRuntime {
-    /// The provider's name (the key's scope).
-    pub name: Arc<str>,
-    /// Where its keys come from.
-    pub key: KeyDeriver,
-    /// Where its events go.
-    pub target: Arc<Target>,
-}
 
 /// State shared by every handler.
 pub struct AppState {
     /// Providers by name.
-    pub providers: HashMap<String, ProviderRuntime>,
+    pub providers: HashMap<String, Provider>,
     /// The shards.
     pub dispatcher: Dispatcher,
     /// The store (for `/readyz`).

@@ -181,6 +181,7 @@ impl Shard {
             if held < self.settings.lease {
                 let attempts = entry.attempts;
                 return Some(if mismatch(entry.event.fingerprint.as_deref()) {
+                    log_mismatch(&self.log, event, entry.event.fingerprint.as_deref());
                     Answer {
                         path: Path::PayloadMismatch,
                         attempts,
@@ -204,6 +205,7 @@ impl Shard {
         self.metrics.cache(true);
         let attempts = Some(done.attempts);
         Some(if mismatch(done.fingerprint.as_deref()) {
+            log_mismatch(&self.log, event, done.fingerprint.as_deref());
             Answer {
                 path: Path::PayloadMismatch,
                 attempts,
@@ -316,7 +318,10 @@ impl Shard {
                 },
             },
             Path::DuplicateDead => Reply::DeadLettered,
-            Path::PayloadMismatch => Reply::Mismatch,
+            Path::PayloadMismatch => {
+                log_mismatch(&self.log, event, row.fingerprint.as_deref());
+                Reply::Mismatch
+            }
             _ => Reply::Busy {
                 retry_after: ceil_secs(row.lease_left),
             },
@@ -527,6 +532,13 @@ fn headers_json(headers: &HeaderMap) -> Option<String> {
         .filter_map(|(name, value)| Some((name.to_string(), value.to_str().ok()?.into())))
         .collect();
     (!kept.is_empty()).then(|| serde_json::Value::Object(kept).to_string())
+}
+
+/// Logs a payload mismatch with both fingerprints (never the payloads).
+fn log_mismatch(log: &Logger, event: &Event, stored: Option<&str>) {
+    warn!(log, "webhook.payload_mismatch";
+        "provider" => &*event.id.provider, "event_key" => &*event.id.key,
+        "stored_fingerprint" => stored, "incoming_fingerprint" => event.fingerprint.as_deref());
 }
 
 /// Whole seconds, rounded up, at least 1 (for `Retry-After`).

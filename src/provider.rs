@@ -1,0 +1,113 @@
+//! A provider at run time: its presets resolved into a key deriver, a signature verifier,
+//! a fingerprinter and a target.
+//!
+//! A preset binds a real sender's signature scheme, timestamp window, key source and
+//! fingerprint exclusions; anything set by hand in `[[providers]]` wins over it.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::canonical::Fingerprinter;
+use crate::config::{KeySource, Preset, ProviderConfig, Switch};
+use crate::key::KeyDeriver;
+use crate::shard::Target;
+use crate::signature::hmac::HmacSpec;
+use crate::signature::{Scheme, Verifier};
+
+/// The window most senders document for their signed timestamps.
+const DEFAULT_TOLERANCE: Duration = Duration::from_secs(300);
+
+/// Everything a request to `POST /webhooks/{name}` needs.
+pub struct Provider {
+    /// The provider's name (the keys' scope).
+    pub name: Arc<str>,
+    /// Where its keys come from.
+    pub key: KeyDeriver,
+    /// Its signature check.
+    pub verifier: Verifier,
+    /// Its payload fingerprints.
+    pub fingerprint: Fingerprinter,
+    /// Where its events go.
+    pub target: Arc<Target>,
+}
+
+/// The key sources a preset implies.
+pub fn preset_key(preset: Preset) -> Vec<KeySource> {
+    let header = |h: &str| vec![KeySource::Header { header: h.into() }];
+    let json = |p: &str| vec![KeySource::Json { json: p.into() }];
+    match preset {
+        Preset::Stripe => json("/id"),
+        Preset::Github => header("X-GitHub-Delivery"),
+        Preset::StandardWebhooks => header("webhook-id"),
+        Preset::Slack => json("/event_id"),
+        Preset::Shopify => header("X-Shopify-Webhook-Id"),
+        Preset::Hmac | Preset::None => Vec::new(),
+    }
+}
+
+/// The key sources in force: the configured ones, else the preset's.
+pub fn effective_key(config: &ProviderConfig) -> Vec<KeySource> {
+    config
+        .key
+        .clone()
+        .unwrap_or_else(|| preset_key(config.preset))
+}
+
+impl Provider {
+    /// Resolves a validated `[[providers]]` entry (with its secrets read).
+    pub fn from_config(config: &ProviderConfig) -> Result<Self, String> {
+        let scheme = match config.preset {
+            Preset::None => Scheme::None,
+            Preset::Stripe => Scheme::Stripe,
+            Preset::StandardWebhooks => Scheme::Standard,
+            Preset::Github => Scheme::Hmac(HmacSpec::github()),
+            Preset::Slack => Scheme::Hmac(HmacSpec::slack()),
+            Preset::Shopify => Scheme::Hmac(HmacSpec::shopify()),
+            Preset::Hmac => {
+                let s = config.signature.as_ref().ok_or_else(|| {
+                    format!(
+                        "providers.{}: preset hmac needs signature = {{ … }}",
+                        config.name
+                    )
+                })?;
+                Scheme::Hmac(HmacSpec {
+                    header: s.header.to_ascii_lowercase(),
+                    algorithm: s.algorithm,
+                    encoding: s.encoding,
+                    prefix: s.prefix.clone(),
+                    timestamp_header: s.timestamp_header.as_ref().map(|h| h.to_ascii_lowercase()),
+                    template: s.template.clone(),
+                })
+            }
+        };
+        if !matches!(scheme, Scheme::None) && config.signing_keys.is_empty() {
+            return Err(format!(
+                "providers.{}: preset {} needs at least one secret",
+                config.name,
+                config.preset.as_str()
+            ));
+        }
+        let exclude = config
+            .fingerprint_exclude
+            .clone()
+            .unwrap_or_else(|| match config.preset {
+                // Stripe changes this count between deliveries of the same event.
+                Preset::Stripe => vec!["/pending_webhooks".into()],
+                _ => Vec::new(),
+            });
+        Ok(Self {
+            name: config.name.as_str().into(),
+            key: KeyDeriver::new(effective_key(config)),
+            verifier: Verifier::new(
+                scheme,
+                config.signing_keys.clone(),
+                config.tolerance.unwrap_or(DEFAULT_TOLERANCE),
+            ),
+            fingerprint: Fingerprinter::new(config.fingerprint == Switch::On, exclude),
+            target: Arc::new(Target {
+                url: config.target.url.as_str().into(),
+                timeout: config.target.timeout,
+            }),
+        })
+    }
+}
