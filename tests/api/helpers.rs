@@ -228,6 +228,12 @@ impl TestTarget {
             .unwrap_or_default()
     }
 
+    /// Forgets every count (between sub-cases of one test).
+    pub fn reset(&self) {
+        self.state.counts.lock().unwrap().clear();
+        self.state.last.lock().unwrap().clear();
+    }
+
     pub fn total(&self) -> usize {
         self.state.counts.lock().unwrap().values().sum()
     }

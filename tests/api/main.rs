@@ -7,4 +7,5 @@ mod failures;
 mod helpers;
 mod operators;
 mod paths;
+mod providers;
 mod store_conformance;

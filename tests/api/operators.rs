@@ -263,3 +263,24 @@ fn check_config_exits_non_zero_naming_the_keys_to_change() {
     );
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn the_sample_providers_file_is_a_valid_config_that_warns_only_about_none() {
+    let text = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/config/providers.example.toml"
+    ))
+    .unwrap();
+    let config = hookgate::config::Config::from_toml(&text).expect("valid sample");
+    assert_eq!(config.providers.len(), 7);
+    let warnings: Vec<String> = config
+        .rules()
+        .into_iter()
+        .filter(|r| r.verdict == hookgate::config::Verdict::Warn)
+        .map(|r| r.name)
+        .collect();
+    assert_eq!(
+        warnings,
+        vec!["providers.internal: signatures are verified"]
+    );
+}
