@@ -5,11 +5,14 @@
 //! was retaken cannot overwrite the newer attempt's outcome. Lease times always come from
 //! the store's own clock, never from a node's.
 //!
-//! Backends: [`postgres::PgStore`]. Every backend passes the conformance suite in
-//! `tests/api/store_conformance.rs`.
+//! Backends: [`postgres::PgStore`] (production, several nodes) and
+//! [`sqlite::SqliteStore`] (embedded, the zero-setup default). Both pass the one
+//! conformance suite in `tests/api/store_conformance.rs`.
 
 pub mod postgres;
 mod reconnect;
+pub mod sqlite;
+mod sqlite_writer;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -240,9 +243,11 @@ impl EventRecord {
 pub async fn open(config: &StoreConfig) -> Result<Arc<dyn Store>, StoreError> {
     if config.url.starts_with("postgres://") || config.url.starts_with("postgresql://") {
         Ok(Arc::new(postgres::PgStore::connect(config)?))
+    } else if let Some(path) = sqlite::SqliteStore::path_of(&config.url) {
+        Ok(Arc::new(sqlite::SqliteStore::open(std::path::Path::new(path))?))
     } else {
         Err(StoreError::Query(format!(
-            "unsupported store URL {} (expected postgres://)",
+            "unsupported store URL {} (expected postgres://… or sqlite://PATH)",
             config.redacted_url()
         )))
     }

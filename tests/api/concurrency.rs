@@ -1,13 +1,12 @@
 //! Idempotency under concurrency: parallel deliveries of one key, then a count at the
-//! target. One node, and several nodes on one database.
+//! target. One node, and several nodes on one database; every test runs on both stores.
 
 use futures_util::future::join_all;
 
-use crate::helpers::{spawn_app, spawn_app_with, Behaviour, TestApp, PROVIDER};
+use crate::helpers::{spawn_app_on, Backend, Behaviour, TestApp, PROVIDER};
 
-#[actix_web::test]
-async fn fifty_parallel_first_deliveries_of_one_key_run_the_target_once() {
-    let app = spawn_app().await;
+async fn fifty_parallel_first_deliveries_of_one_key_run_the_target_once(backend: Backend) {
+    let app = spawn_app_on(backend, |_| {}).await;
     let answers = join_all((0..50).map(|_| app.deliver("evt_par", r#"{"id":"evt_par"}"#))).await;
     assert_eq!(app.target.count(&TestApp::idem("evt_par")), 1);
     let won = answers.iter().filter(|a| a.path == "first_run").count();
@@ -21,9 +20,8 @@ async fn fifty_parallel_first_deliveries_of_one_key_run_the_target_once() {
     }
 }
 
-#[actix_web::test]
-async fn concurrent_redeliveries_after_failure_run_the_target_once_more() {
-    let app = spawn_app().await;
+async fn concurrent_redeliveries_after_failure_run_the_target_once_more(backend: Backend) {
+    let app = spawn_app_on(backend, |_| {}).await;
     app.target.set(Behaviour::Status(500));
     assert_eq!(app.deliver("evt_rf", "{}").await.status, 503);
     assert_eq!(app.target.count(&TestApp::idem("evt_rf")), 1);
@@ -42,9 +40,8 @@ async fn concurrent_redeliveries_after_failure_run_the_target_once_more() {
     );
 }
 
-#[actix_web::test]
-async fn parallel_deliveries_across_two_nodes_on_one_database_run_the_target_once() {
-    let a = spawn_app().await;
+async fn parallel_deliveries_across_two_nodes_on_one_database_run_the_target_once(backend: Backend) {
+    let a = spawn_app_on(backend, |_| {}).await;
     let b = a.second_node(|_| {}).await;
     let mut requests = Vec::new();
     for i in 0..40 {
@@ -57,9 +54,8 @@ async fn parallel_deliveries_across_two_nodes_on_one_database_run_the_target_onc
     assert!(answers.iter().all(|x| x.status == 201 || x.status == 409));
 }
 
-#[actix_web::test]
-async fn parallel_failures_and_retries_across_two_nodes_deliver_once_per_won_claim() {
-    let a = spawn_app().await;
+async fn parallel_failures_and_retries_across_two_nodes_deliver_once_per_won_claim(backend: Backend) {
+    let a = spawn_app_on(backend, |_| {}).await;
     let b = a.second_node(|_| {}).await;
     let node = |i: usize| if i % 2 == 0 { &a } else { &b };
     let key = TestApp::idem("evt_2f");
@@ -88,9 +84,8 @@ async fn parallel_failures_and_retries_across_two_nodes_deliver_once_per_won_cla
     assert_eq!(a.target.count(&key), attempts.len() + 1, "{second:?}");
 }
 
-#[actix_web::test]
-async fn a_done_event_is_replayed_even_long_after_its_lease_expired() {
-    let app = spawn_app_with(|c| c.cache.capacity = 0).await;
+async fn a_done_event_is_replayed_even_long_after_its_lease_expired(backend: Backend) {
+    let app = spawn_app_on(backend, |c| c.cache.capacity = 0).await;
     assert_eq!(app.deliver("evt_old", "{}").await.status, 201);
     app.db.expire_lease(PROVIDER, "evt_old").await;
     let answers = join_all((0..10).map(|_| app.deliver("evt_old", "{}"))).await;
@@ -102,3 +97,33 @@ async fn a_done_event_is_replayed_even_long_after_its_lease_expired() {
     );
     assert_eq!(app.target.count(&TestApp::idem("evt_old")), 1);
 }
+
+/// Runs each named test against each store.
+macro_rules! on_both_stores {
+    ($($name:ident),* $(,)?) => {
+        mod postgres {
+            $(
+                #[actix_web::test]
+                async fn $name() {
+                    super::$name(crate::helpers::Backend::Postgres).await;
+                }
+            )*
+        }
+        mod sqlite {
+            $(
+                #[actix_web::test]
+                async fn $name() {
+                    super::$name(crate::helpers::Backend::Sqlite).await;
+                }
+            )*
+        }
+    };
+}
+
+on_both_stores!(
+    fifty_parallel_first_deliveries_of_one_key_run_the_target_once,
+    concurrent_redeliveries_after_failure_run_the_target_once_more,
+    parallel_deliveries_across_two_nodes_on_one_database_run_the_target_once,
+    parallel_failures_and_retries_across_two_nodes_deliver_once_per_won_claim,
+    a_done_event_is_replayed_even_long_after_its_lease_expired,
+);

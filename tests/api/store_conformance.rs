@@ -323,7 +323,16 @@ macro_rules! conformance {
             $(
                 #[actix_web::test]
                 async fn $name() {
-                    let db = crate::helpers::TestDb::new().await;
+                    let db = crate::helpers::TestDb::on(crate::helpers::Backend::Postgres).await;
+                    super::$name(db.store().await).await;
+                }
+            )*
+        }
+        mod sqlite {
+            $(
+                #[actix_web::test]
+                async fn $name() {
+                    let db = crate::helpers::TestDb::on(crate::helpers::Backend::Sqlite).await;
                     super::$name(db.store().await).await;
                 }
             )*

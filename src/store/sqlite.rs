@@ -1,0 +1,360 @@
+//! The embedded store: SQLite through rusqlite's bundled library, in one file. The
+//! zero-setup default; one node (several processes on one file work, one writer at a time).
+//!
+//! Same rows, states, paths and fencing as Postgres. Every operation runs on the writer
+//! thread (`sqlite_writer`) inside a `BEGIN IMMEDIATE` transaction, which holds the
+//! database's single write lock: no other connection — in this process or another — writes
+//! between a claim's upsert and its report. Lease times come from SQLite's clock,
+//! `unixepoch('subsec')`, never from a node's.
+//!
+//! Durability: WAL with `synchronous = FULL`. Every commit (one per batch of operations) is
+//! fsynced before any answer leaves: losing a committed `done` row to a power cut would let
+//! a later redelivery run the target twice, which is exactly what hookgate exists to stop.
+
+use std::path::Path;
+use std::time::Duration;
+
+use actix_web::web::Bytes;
+use rusqlite::{params, Connection, OptionalExtension, Row};
+
+use super::sqlite_writer::{sql_error, Writer};
+use super::{EventRecord, Failure, Fenced, Reopened, Store, StoreError, StoreFuture};
+use crate::claim::{ClaimResult, Path as ClaimPath, RowState, Status, StoredResult};
+use crate::key::EventId;
+
+/// The migrations, applied in order, each once.
+const MIGRATIONS: &[(i32, &str)] = &[
+    (1, include_str!("migrations/sqlite_0001_webhook_events.sql")),
+    (2, include_str!("migrations/sqlite_0002_request_headers.sql")),
+];
+
+/// How long a statement waits for another process's write lock before failing.
+const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Claim: insert the key, or take over a `failed` row or an expired lease, in one upsert;
+/// `RETURNING` yields a row only when the claim was won. Runs under the transaction's write
+/// lock, so the report that follows a lost claim reads the row as this upsert left it.
+const CLAIM: &str = "
+INSERT INTO webhook_events
+    (provider, event_key, status, attempts, last_path, fingerprint, locked_until,
+     created_at, updated_at)
+VALUES (?1, ?2, 'in_progress', 1, 'first_run', ?3,
+        unixepoch('subsec') + ?4 / 1000.0, unixepoch('subsec'), unixepoch('subsec'))
+ON CONFLICT (provider, event_key) DO UPDATE
+SET status = 'in_progress',
+    attempts = webhook_events.attempts + 1,
+    last_path = CASE WHEN webhook_events.status = 'failed'
+                     THEN 'retry_after_failure' ELSE 'lease_retake' END,
+    locked_until = excluded.locked_until,
+    updated_at = excluded.updated_at
+WHERE (webhook_events.status = 'failed'
+       OR (webhook_events.status = 'in_progress'
+           AND webhook_events.locked_until <= unixepoch('subsec')))
+  AND (webhook_events.fingerprint IS NULL OR excluded.fingerprint IS NULL
+       OR webhook_events.fingerprint = excluded.fingerprint)
+RETURNING attempts, last_path";
+
+/// Time left on a lease, in whole milliseconds, never negative.
+const LEASE_LEFT_MS: &str =
+    "CAST(MAX(0, COALESCE(locked_until, 0) - unixepoch('subsec')) * 1000 AS INTEGER)";
+
+/// Complete, fenced by the attempt (see Postgres's `COMPLETE`).
+const COMPLETE: &str = "
+UPDATE webhook_events
+SET status = 'done', result_status = ?4, result_content_type = ?5, result_body = ?6,
+    locked_until = NULL, last_error = NULL, dead_reason = NULL, payload = NULL,
+    content_type = NULL, request_headers = NULL, updated_at = unixepoch('subsec')
+WHERE provider = ?1 AND event_key = ?2 AND attempts = ?3 AND status = 'in_progress'";
+
+/// Fail or dead-letter, fenced by the attempt; releases the lease at once.
+const FAIL: &str = "
+UPDATE webhook_events
+SET status = ?4, last_error = ?5, dead_reason = ?6, payload = ?7, content_type = ?8,
+    request_headers = ?9, locked_until = NULL, updated_at = unixepoch('subsec')
+WHERE provider = ?1 AND event_key = ?2 AND attempts = ?3 AND status = 'in_progress'";
+
+/// Replay: reopen a dead letter as a new attempt. Under the write lock, of concurrent
+/// replays only the first still sees `dead`.
+const REPLAY: &str = "
+UPDATE webhook_events
+SET status = 'in_progress', attempts = attempts + 1, last_path = 'replay',
+    locked_until = unixepoch('subsec') + ?3 / 1000.0, updated_at = unixepoch('subsec')
+WHERE provider = ?1 AND event_key = ?2 AND status = 'dead' AND payload IS NOT NULL
+RETURNING attempts, payload, content_type, fingerprint";
+
+/// Sweep one bounded batch of old rows of one status (oldest first, by the index).
+const SWEEP: &str = "
+DELETE FROM webhook_events WHERE rowid IN (
+    SELECT rowid FROM webhook_events
+    WHERE status = ?1 AND updated_at < unixepoch('subsec') - ?2 / 1000.0
+    ORDER BY updated_at LIMIT ?3)";
+
+fn select_record(filter: &str) -> String {
+    format!(
+        "SELECT provider, event_key, status, attempts, last_path, fingerprint, result_status,
+                result_content_type, result_body, payload, content_type, request_headers,
+                last_error, dead_reason, {LEASE_LEFT_MS} AS lease_left_ms,
+                created_at, updated_at
+         FROM webhook_events {filter}"
+    )
+}
+
+/// The embedded store.
+pub struct SqliteStore {
+    writer: Writer,
+}
+
+impl SqliteStore {
+    /// Opens (creating it and its directory if needed) the database file at `path`.
+    pub fn open(path: &Path) -> Result<Self, StoreError> {
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir).map_err(|e| {
+                StoreError::Query(format!("creating {}: {e}", dir.display()))
+            })?;
+        }
+        let conn = Connection::open(path).map_err(sql_error)?;
+        conn.busy_timeout(BUSY_TIMEOUT).map_err(sql_error)?;
+        conn.pragma_update(None, "journal_mode", "WAL").map_err(sql_error)?;
+        conn.pragma_update(None, "synchronous", "FULL").map_err(sql_error)?;
+        Ok(Self {
+            writer: Writer::start(conn)?,
+        })
+    }
+
+    /// The path in a `sqlite://PATH` URL (`sqlite:///abs` is absolute).
+    pub fn path_of(url: &str) -> Option<&str> {
+        url.strip_prefix("sqlite://").filter(|p| !p.is_empty())
+    }
+}
+
+fn ms(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}
+
+impl Store for SqliteStore {
+    fn migrate(&self) -> StoreFuture<'_, ()> {
+        Box::pin(self.writer.call(|conn| {
+            conn.execute_batch(
+                "CREATE TABLE IF NOT EXISTS hookgate_migrations (
+                     version INTEGER PRIMARY KEY,
+                     applied_at REAL NOT NULL DEFAULT (unixepoch('subsec')))",
+            )
+            .map_err(sql_error)?;
+            for (version, sql) in MIGRATIONS {
+                let applied = conn
+                    .query_row(
+                        "SELECT 1 FROM hookgate_migrations WHERE version = ?1",
+                        [version],
+                        |_| Ok(()),
+                    )
+                    .optional()
+                    .map_err(sql_error)?;
+                if applied.is_none() {
+                    conn.execute_batch(sql).map_err(sql_error)?;
+                    conn.execute("INSERT INTO hookgate_migrations (version) VALUES (?1)", [version])
+                        .map_err(sql_error)?;
+                }
+            }
+            Ok(())
+        }))
+    }
+
+    fn ping(&self) -> StoreFuture<'_, ()> {
+        Box::pin(self.writer.call(|conn| {
+            conn.query_row("SELECT 1", [], |_| Ok(())).map_err(sql_error)
+        }))
+    }
+
+    fn claim<'a>(
+        &'a self,
+        id: &'a EventId,
+        fingerprint: Option<&'a str>,
+        lease: Duration,
+    ) -> StoreFuture<'a, ClaimResult> {
+        let (provider, key) = (id.provider.clone(), id.key.clone());
+        let fingerprint = fingerprint.map(str::to_owned);
+        Box::pin(self.writer.call(move |conn| {
+            let won = conn
+                .prepare_cached(CLAIM)
+                .and_then(|mut s| {
+                    s.query_row(
+                        params![&*provider, &*key, fingerprint, ms(lease)],
+                        |r| Ok((r.get::<_, i32>(0)?, r.get::<_, String>(1)?)),
+                    )
+                    .optional()
+                })
+                .map_err(sql_error)?;
+            if let Some((attempts, path)) = won {
+                let path = ClaimPath::parse(&path)
+                    .ok_or_else(|| StoreError::Corrupt(format!("last_path {path:?}")))?;
+                return Ok(ClaimResult::Won { attempts, path });
+            }
+            let record = conn
+                .prepare_cached(&select_record("WHERE provider = ?1 AND event_key = ?2"))
+                .and_then(|mut s| s.query_row(params![&*provider, &*key], record))
+                .map_err(sql_error)??;
+            Ok(ClaimResult::Existing(RowState {
+                status: record.status,
+                attempts: record.attempts,
+                fingerprint: record.fingerprint,
+                lease_left: record.lease_left,
+                result: record.result,
+            }))
+        }))
+    }
+
+    fn complete<'a>(
+        &'a self,
+        id: &'a EventId,
+        attempts: i32,
+        result: &'a StoredResult,
+    ) -> StoreFuture<'a, Fenced> {
+        let (provider, key, result) = (id.provider.clone(), id.key.clone(), result.clone());
+        Box::pin(self.writer.call(move |conn| {
+            fenced(conn.prepare_cached(COMPLETE).and_then(|mut s| {
+                s.execute(params![
+                    &*provider,
+                    &*key,
+                    attempts,
+                    result.status,
+                    result.content_type,
+                    result.body
+                ])
+            }))
+        }))
+    }
+
+    fn fail<'a>(
+        &'a self,
+        id: &'a EventId,
+        attempts: i32,
+        failure: &'a Failure,
+    ) -> StoreFuture<'a, Fenced> {
+        let (provider, key, failure) = (id.provider.clone(), id.key.clone(), failure.clone());
+        Box::pin(self.writer.call(move |conn| {
+            let status = if failure.dead.is_some() {
+                Status::Dead
+            } else {
+                Status::Failed
+            };
+            fenced(conn.prepare_cached(FAIL).and_then(|mut s| {
+                s.execute(params![
+                    &*provider,
+                    &*key,
+                    attempts,
+                    status.as_str(),
+                    failure.error,
+                    failure.dead.map(|d| d.as_str()),
+                    &failure.payload[..],
+                    failure.content_type,
+                    failure.headers,
+                ])
+            }))
+        }))
+    }
+
+    fn lookup<'a>(&'a self, id: &'a EventId) -> StoreFuture<'a, Option<EventRecord>> {
+        let (provider, key) = (id.provider.clone(), id.key.clone());
+        Box::pin(self.writer.call(move |conn| {
+            conn.prepare_cached(&select_record("WHERE provider = ?1 AND event_key = ?2"))
+                .and_then(|mut s| s.query_row(params![&*provider, &*key], record).optional())
+                .map_err(sql_error)?
+                .transpose()
+        }))
+    }
+
+    fn replay<'a>(
+        &'a self,
+        id: &'a EventId,
+        lease: Duration,
+    ) -> StoreFuture<'a, Option<Reopened>> {
+        let (provider, key) = (id.provider.clone(), id.key.clone());
+        Box::pin(self.writer.call(move |conn| {
+            conn.prepare_cached(REPLAY)
+                .and_then(|mut s| {
+                    s.query_row(params![&*provider, &*key, ms(lease)], |r| {
+                        Ok(Reopened {
+                            attempts: r.get(0)?,
+                            payload: Bytes::from(r.get::<_, Vec<u8>>(1)?),
+                            content_type: r.get(2)?,
+                            fingerprint: r.get(3)?,
+                        })
+                    })
+                    .optional()
+                })
+                .map_err(sql_error)
+        }))
+    }
+
+    fn dead_letters<'a>(
+        &'a self,
+        provider: Option<&'a str>,
+        limit: u32,
+    ) -> StoreFuture<'a, Vec<EventRecord>> {
+        let provider = provider.map(str::to_owned);
+        Box::pin(self.writer.call(move |conn| {
+            let sql = select_record(
+                "WHERE status = 'dead' AND (?1 IS NULL OR provider = ?1)
+                 ORDER BY updated_at DESC, rowid DESC LIMIT ?2",
+            );
+            let mut stmt = conn.prepare_cached(&sql).map_err(sql_error)?;
+            let rows = stmt
+                .query_map(params![provider, limit], record)
+                .map_err(sql_error)?;
+            rows.map(|r| r.map_err(sql_error)?).collect()
+        }))
+    }
+
+    fn sweep(&self, status: Status, older_than: Duration, batch: u32) -> StoreFuture<'_, u64> {
+        Box::pin(self.writer.call(move |conn| {
+            let deleted = conn
+                .prepare_cached(SWEEP)
+                .and_then(|mut s| s.execute(params![status.as_str(), ms(older_than), batch]))
+                .map_err(sql_error)?;
+            Ok(deleted as u64)
+        }))
+    }
+}
+
+fn fenced(changed: rusqlite::Result<usize>) -> Result<Fenced, StoreError> {
+    Ok(if changed.map_err(sql_error)? == 1 {
+        Fenced::Applied
+    } else {
+        Fenced::Stale
+    })
+}
+
+/// Reads a whole row; the outer `Result` is SQLite's, the inner one hookgate's checks.
+fn record(r: &Row<'_>) -> rusqlite::Result<Result<EventRecord, StoreError>> {
+    let status: String = r.get("status")?;
+    let last_path: String = r.get("last_path")?;
+    let result_status: Option<u16> = r.get("result_status")?;
+    let result = match result_status {
+        Some(status) => Some(StoredResult {
+            status,
+            content_type: r.get("result_content_type")?,
+            body: r.get::<_, Option<Vec<u8>>>("result_body")?.unwrap_or_default(),
+        }),
+        None => None,
+    };
+    let lease_left_ms: i64 = r.get("lease_left_ms")?;
+    let Some(status) = Status::parse(&status) else {
+        return Ok(Err(StoreError::Corrupt(format!("status {status:?}"))));
+    };
+    Ok(Ok(EventRecord {
+        id: EventId::new(r.get::<_, String>("provider")?, r.get::<_, String>("event_key")?),
+        status,
+        attempts: r.get("attempts")?,
+        last_path: ClaimPath::parse(&last_path),
+        fingerprint: r.get("fingerprint")?,
+        result,
+        payload: r.get("payload")?,
+        last_error: r.get("last_error")?,
+        dead_reason: r.get("dead_reason")?,
+        content_type: r.get("content_type")?,
+        request_headers: r.get("request_headers")?,
+        lease_left: Duration::from_millis(lease_left_ms.max(0).unsigned_abs()),
+        created_at: r.get("created_at")?,
+        updated_at: r.get("updated_at")?,
+    }))
+}
