@@ -244,7 +244,9 @@ pub async fn open(config: &StoreConfig) -> Result<Arc<dyn Store>, StoreError> {
     if config.url.starts_with("postgres://") || config.url.starts_with("postgresql://") {
         Ok(Arc::new(postgres::PgStore::connect(config)?))
     } else if let Some(path) = sqlite::SqliteStore::path_of(&config.url) {
-        Ok(Arc::new(sqlite::SqliteStore::open(std::path::Path::new(path))?))
+        Ok(Arc::new(sqlite::SqliteStore::open(std::path::Path::new(
+            path,
+        ))?))
     } else {
         Err(StoreError::Query(format!(
             "unsupported store URL {} (expected postgres://… or sqlite://PATH)",

@@ -25,7 +25,10 @@ use crate::key::EventId;
 /// The migrations, applied in order, each once.
 const MIGRATIONS: &[(i32, &str)] = &[
     (1, include_str!("migrations/sqlite_0001_webhook_events.sql")),
-    (2, include_str!("migrations/sqlite_0002_request_headers.sql")),
+    (
+        2,
+        include_str!("migrations/sqlite_0002_request_headers.sql"),
+    ),
 ];
 
 /// How long a statement waits for another process's write lock before failing.
@@ -108,14 +111,15 @@ impl SqliteStore {
     /// Opens (creating it and its directory if needed) the database file at `path`.
     pub fn open(path: &Path) -> Result<Self, StoreError> {
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            std::fs::create_dir_all(dir).map_err(|e| {
-                StoreError::Query(format!("creating {}: {e}", dir.display()))
-            })?;
+            std::fs::create_dir_all(dir)
+                .map_err(|e| StoreError::Query(format!("creating {}: {e}", dir.display())))?;
         }
         let conn = Connection::open(path).map_err(sql_error)?;
         conn.busy_timeout(BUSY_TIMEOUT).map_err(sql_error)?;
-        conn.pragma_update(None, "journal_mode", "WAL").map_err(sql_error)?;
-        conn.pragma_update(None, "synchronous", "FULL").map_err(sql_error)?;
+        conn.pragma_update(None, "journal_mode", "WAL")
+            .map_err(sql_error)?;
+        conn.pragma_update(None, "synchronous", "FULL")
+            .map_err(sql_error)?;
         Ok(Self {
             writer: Writer::start(conn)?,
         })
@@ -151,8 +155,11 @@ impl Store for SqliteStore {
                     .map_err(sql_error)?;
                 if applied.is_none() {
                     conn.execute_batch(sql).map_err(sql_error)?;
-                    conn.execute("INSERT INTO hookgate_migrations (version) VALUES (?1)", [version])
-                        .map_err(sql_error)?;
+                    conn.execute(
+                        "INSERT INTO hookgate_migrations (version) VALUES (?1)",
+                        [version],
+                    )
+                    .map_err(sql_error)?;
                 }
             }
             Ok(())
@@ -161,7 +168,8 @@ impl Store for SqliteStore {
 
     fn ping(&self) -> StoreFuture<'_, ()> {
         Box::pin(self.writer.call(|conn| {
-            conn.query_row("SELECT 1", [], |_| Ok(())).map_err(sql_error)
+            conn.query_row("SELECT 1", [], |_| Ok(()))
+                .map_err(sql_error)
         }))
     }
 
@@ -177,10 +185,9 @@ impl Store for SqliteStore {
             let won = conn
                 .prepare_cached(CLAIM)
                 .and_then(|mut s| {
-                    s.query_row(
-                        params![&*provider, &*key, fingerprint, ms(lease)],
-                        |r| Ok((r.get::<_, i32>(0)?, r.get::<_, String>(1)?)),
-                    )
+                    s.query_row(params![&*provider, &*key, fingerprint, ms(lease)], |r| {
+                        Ok((r.get::<_, i32>(0)?, r.get::<_, String>(1)?))
+                    })
                     .optional()
                 })
                 .map_err(sql_error)?;
@@ -263,11 +270,7 @@ impl Store for SqliteStore {
         }))
     }
 
-    fn replay<'a>(
-        &'a self,
-        id: &'a EventId,
-        lease: Duration,
-    ) -> StoreFuture<'a, Option<Reopened>> {
+    fn replay<'a>(&'a self, id: &'a EventId, lease: Duration) -> StoreFuture<'a, Option<Reopened>> {
         let (provider, key) = (id.provider.clone(), id.key.clone());
         Box::pin(self.writer.call(move |conn| {
             conn.prepare_cached(REPLAY)
@@ -333,7 +336,9 @@ fn record(r: &Row<'_>) -> rusqlite::Result<Result<EventRecord, StoreError>> {
         Some(status) => Some(StoredResult {
             status,
             content_type: r.get("result_content_type")?,
-            body: r.get::<_, Option<Vec<u8>>>("result_body")?.unwrap_or_default(),
+            body: r
+                .get::<_, Option<Vec<u8>>>("result_body")?
+                .unwrap_or_default(),
         }),
         None => None,
     };
@@ -342,7 +347,10 @@ fn record(r: &Row<'_>) -> rusqlite::Result<Result<EventRecord, StoreError>> {
         return Ok(Err(StoreError::Corrupt(format!("status {status:?}"))));
     };
     Ok(Ok(EventRecord {
-        id: EventId::new(r.get::<_, String>("provider")?, r.get::<_, String>("event_key")?),
+        id: EventId::new(
+            r.get::<_, String>("provider")?,
+            r.get::<_, String>("event_key")?,
+        ),
         status,
         attempts: r.get("attempts")?,
         last_path: ClaimPath::parse(&last_path),

@@ -60,9 +60,11 @@ impl Writer {
         self.jobs
             .send(job)
             .map_err(|_| StoreError::Unavailable("the SQLite thread has stopped".into()))?;
-        answer
-            .await
-            .unwrap_or_else(|_| Err(StoreError::Unavailable("the SQLite thread has stopped".into())))
+        answer.await.unwrap_or_else(|_| {
+            Err(StoreError::Unavailable(
+                "the SQLite thread has stopped".into(),
+            ))
+        })
     }
 }
 

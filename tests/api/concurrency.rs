@@ -40,7 +40,9 @@ async fn concurrent_redeliveries_after_failure_run_the_target_once_more(backend:
     );
 }
 
-async fn parallel_deliveries_across_two_nodes_on_one_database_run_the_target_once(backend: Backend) {
+async fn parallel_deliveries_across_two_nodes_on_one_database_run_the_target_once(
+    backend: Backend,
+) {
     let a = spawn_app_on(backend, |_| {}).await;
     let b = a.second_node(|_| {}).await;
     let mut requests = Vec::new();
@@ -54,7 +56,9 @@ async fn parallel_deliveries_across_two_nodes_on_one_database_run_the_target_onc
     assert!(answers.iter().all(|x| x.status == 201 || x.status == 409));
 }
 
-async fn parallel_failures_and_retries_across_two_nodes_deliver_once_per_won_claim(backend: Backend) {
+async fn parallel_failures_and_retries_across_two_nodes_deliver_once_per_won_claim(
+    backend: Backend,
+) {
     let a = spawn_app_on(backend, |_| {}).await;
     let b = a.second_node(|_| {}).await;
     let node = |i: usize| if i % 2 == 0 { &a } else { &b };
