@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Starts a throwaway PostgreSQL cluster on a free port and prints its URL on stdout.
 # Installs PostgreSQL from Debian's packages if it is missing (needs root for that).
-# Usage: eval "$(scripts/pg-throwaway.sh start DIR)"   ...   scripts/pg-throwaway.sh stop DIR
+# Usage: eval "$(scripts/pg-throwaway.sh start DIR [durable])"  ...  scripts/pg-throwaway.sh stop DIR
+# Without "durable" the cluster runs with fsync off (tests only); benchmarks pass "durable".
 # As root the server runs as the `postgres` user (it refuses to run as root).
 set -euo pipefail
 
@@ -44,8 +45,10 @@ port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); pr
 mkdir -p "$dir"
 if [ "$(id -u)" = 0 ]; then chown postgres "$dir"; chmod 700 "$dir"; fi
 as_pg "$bin/initdb" -D "$dir/data" -U postgres --auth=trust --locale=C.UTF-8 >/dev/null
-# fsync off: a throwaway test cluster, never one whose durability a benchmark claims.
+# fsync off for tests: a throwaway cluster, never one whose durability a benchmark claims.
+settings="-c fsync=off -c synchronous_commit=off -c full_page_writes=off"
+[ "${3:-}" = durable ] && settings=""
 as_pg "$bin/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w \
-  -o "-p $port -k $dir -c listen_addresses=127.0.0.1 -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=400" \
+  -o "-p $port -k $dir -c listen_addresses=127.0.0.1 -c max_connections=400 $settings" \
   start >/dev/null
 echo "export HOOKGATE_TEST_DATABASE_URL=postgres://postgres@127.0.0.1:$port/postgres"

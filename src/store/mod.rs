@@ -9,7 +9,9 @@
 //! [`sqlite::SqliteStore`] (embedded, the zero-setup default). Both pass the one
 //! conformance suite in `tests/api/store_conformance.rs`.
 
+mod batcher;
 pub mod postgres;
+mod postgres_batch;
 mod reconnect;
 pub mod sqlite;
 mod sqlite_writer;

@@ -11,6 +11,10 @@ use deadpool_postgres::{Manager, ManagerConfig, Pool, PoolError, RecyclingMethod
 use tokio_postgres::error::SqlState;
 use tokio_postgres::{NoTls, Row};
 
+use std::sync::Arc;
+
+use super::batcher::Batcher;
+use super::postgres_batch::{self, ClaimCall, CompleteCall};
 use super::reconnect::Reconnect;
 use super::{EventRecord, Failure, Fenced, Reopened, Store, StoreError, StoreFuture};
 use crate::claim::{ClaimResult, Path, RowState, Status, StoredResult};
@@ -144,11 +148,21 @@ WHERE (provider, event_key) IN (
     LIMIT $3
     FOR UPDATE SKIP LOCKED)";
 
+/// Claims or completions one batch carries at most.
+const MAX_BATCH: usize = 256;
+
 /// The Postgres store.
 pub struct PgStore {
+    inner: Arc<Inner>,
+    claims: Batcher<ClaimCall, ClaimResult>,
+    completions: Batcher<CompleteCall, Fenced>,
+}
+
+/// The pool and the reconnect state, shared with the batching tasks.
+pub(crate) struct Inner {
     pool: Pool,
     schema: String,
-    reconnect: Reconnect,
+    pub(crate) reconnect: Reconnect,
 }
 
 impl PgStore {
@@ -184,15 +198,27 @@ impl PgStore {
             .runtime(Runtime::Tokio1)
             .build()
             .map_err(|e| StoreError::Query(format!("building the pool: {e}")))?;
-        Ok(Self {
+        let inner = Arc::new(Inner {
             pool,
             schema,
             reconnect: Reconnect::default(),
+        });
+        // Half the pool for each batched operation: a burst of claims cannot starve the
+        // completions that would end it, and other operations keep connections too.
+        let in_flight = (config.pool_size / 2).max(1);
+        let claims = Batcher::start(MAX_BATCH, in_flight, {
+            let inner = Arc::clone(&inner);
+            move |calls| postgres_batch::claims(Arc::clone(&inner), calls)
+        });
+        let completions = Batcher::start(MAX_BATCH, in_flight, {
+            let inner = Arc::clone(&inner);
+            move |calls| postgres_batch::completions(Arc::clone(&inner), calls)
+        });
+        Ok(Self {
+            inner,
+            claims,
+            completions,
         })
-    }
-
-    async fn client(&self) -> Result<deadpool_postgres::Object, StoreError> {
-        self.pool.get().await.map_err(pool_error)
     }
 
     /// Runs `op` unless a reconnect backoff is running, and records how it went.
@@ -200,21 +226,72 @@ impl PgStore {
         &self,
         op: impl std::future::Future<Output = Result<T, StoreError>>,
     ) -> Result<T, StoreError> {
-        self.reconnect.check()?;
+        self.inner.reconnect.check()?;
         let result = op.await;
-        self.reconnect.observe(&result);
+        self.inner.reconnect.observe(&result);
         result
+    }
+
+    async fn client(&self) -> Result<deadpool_postgres::Object, StoreError> {
+        self.inner.client().await
+    }
+}
+
+impl Inner {
+    pub(crate) async fn client(&self) -> Result<deadpool_postgres::Object, StoreError> {
+        self.pool.get().await.map_err(pool_error)
+    }
+
+    /// The single-row claim, retried while a concurrent insert hides the row from the
+    /// statement's snapshot.
+    pub(crate) async fn claim(
+        &self,
+        id: &EventId,
+        fingerprint: Option<&str>,
+        lease_ms: i64,
+    ) -> Result<ClaimResult, StoreError> {
+        // An empty answer means a concurrent insert committed after our snapshot; the
+        // next statement's snapshot sees it. Two more tries are plenty.
+        for _ in 0..3 {
+            if let Some(result) = self.claim_once(id, fingerprint, lease_ms).await? {
+                return Ok(result);
+            }
+        }
+        Err(StoreError::Corrupt(format!(
+            "claim of {id} reported no row"
+        )))
+    }
+
+    /// The single-row completion.
+    pub(crate) async fn complete(
+        &self,
+        id: &EventId,
+        attempts: i32,
+        result: &StoredResult,
+    ) -> Result<Fenced, StoreError> {
+        let status = i16::try_from(result.status).unwrap_or(i16::MAX);
+        self.fenced(
+            COMPLETE,
+            &[
+                &&*id.provider,
+                &&*id.key,
+                &attempts,
+                &status,
+                &result.content_type,
+                &result.body,
+            ],
+        )
+        .await
     }
 
     async fn claim_once(
         &self,
         id: &EventId,
         fingerprint: Option<&str>,
-        lease: Duration,
+        lease_ms: i64,
     ) -> Result<Option<ClaimResult>, StoreError> {
         let client = self.client().await?;
         let stmt = client.prepare_cached(CLAIM).await.map_err(db_error)?;
-        let lease_ms = i64::try_from(lease.as_millis()).unwrap_or(i64::MAX);
         let row = client
             .query_opt(&stmt, &[&&*id.provider, &&*id.key, &fingerprint, &lease_ms])
             .await
@@ -242,6 +319,7 @@ impl Store for PgStore {
     fn migrate(&self) -> StoreFuture<'_, ()> {
         Box::pin(async move {
             let mut client = self.client().await?;
+            let schema = &self.inner.schema;
             let tx = client.transaction().await.map_err(db_error)?;
             // One migrator at a time across every node; released at commit.
             tx.execute("SELECT pg_advisory_xact_lock(8347284)", &[])
@@ -252,7 +330,7 @@ impl Store for PgStore {
                  CREATE TABLE IF NOT EXISTS {0}.hookgate_migrations (
                      version integer PRIMARY KEY,
                      applied_at timestamptz NOT NULL DEFAULT now());",
-                self.schema
+                schema
             ))
             .await
             .map_err(db_error)?;
@@ -286,7 +364,7 @@ impl Store for PgStore {
                 Ok(())
             }
             .await;
-            self.reconnect.observe(&result);
+            self.inner.reconnect.observe(&result);
             result
         })
     }
@@ -297,17 +375,10 @@ impl Store for PgStore {
         fingerprint: Option<&'a str>,
         lease: Duration,
     ) -> StoreFuture<'a, ClaimResult> {
-        Box::pin(self.guarded(async move {
-            // An empty answer means a concurrent insert committed after our snapshot; the
-            // next statement's snapshot sees it. Two more tries are plenty.
-            for _ in 0..3 {
-                if let Some(result) = self.claim_once(id, fingerprint, lease).await? {
-                    return Ok(result);
-                }
-            }
-            Err(StoreError::Corrupt(format!(
-                "claim of {id} reported no row"
-            )))
+        Box::pin(self.claims.call(ClaimCall {
+            id: id.clone(),
+            fingerprint: fingerprint.map(str::to_owned),
+            lease_ms: i64::try_from(lease.as_millis()).unwrap_or(i64::MAX),
         }))
     }
 
@@ -317,20 +388,10 @@ impl Store for PgStore {
         attempts: i32,
         result: &'a StoredResult,
     ) -> StoreFuture<'a, Fenced> {
-        Box::pin(self.guarded(async move {
-            let status = i16::try_from(result.status).unwrap_or(i16::MAX);
-            self.fenced(
-                COMPLETE,
-                &[
-                    &&*id.provider,
-                    &&*id.key,
-                    &attempts,
-                    &status,
-                    &result.content_type,
-                    &result.body,
-                ],
-            )
-            .await
+        Box::pin(self.completions.call(CompleteCall {
+            id: id.clone(),
+            attempts,
+            result: result.clone(),
         }))
     }
 
@@ -345,21 +406,22 @@ impl Store for PgStore {
                 Some(_) => Status::Dead,
                 None => Status::Failed,
             };
-            self.fenced(
-                FAIL,
-                &[
-                    &&*id.provider,
-                    &&*id.key,
-                    &attempts,
-                    &status.as_str(),
-                    &failure.error,
-                    &failure.dead.map(|d| d.as_str()),
-                    &&*failure.payload,
-                    &failure.content_type,
-                    &failure.headers,
-                ],
-            )
-            .await
+            self.inner
+                .fenced(
+                    FAIL,
+                    &[
+                        &&*id.provider,
+                        &&*id.key,
+                        &attempts,
+                        &status.as_str(),
+                        &failure.error,
+                        &failure.dead.map(|d| d.as_str()),
+                        &&*failure.payload,
+                        &failure.content_type,
+                        &failure.headers,
+                    ],
+                )
+                .await
         }))
     }
 
@@ -422,7 +484,7 @@ impl Store for PgStore {
     }
 }
 
-fn claim_result(row: &Row) -> Result<ClaimResult, StoreError> {
+pub(crate) fn claim_result(row: &Row) -> Result<ClaimResult, StoreError> {
     let won: bool = get(row, "won")?;
     let attempts: i32 = get(row, "attempts")?;
     if won {
@@ -480,7 +542,7 @@ fn lease_left(row: &Row) -> Result<Duration, StoreError> {
     ))
 }
 
-fn get<'a, T: tokio_postgres::types::FromSql<'a>>(
+pub(crate) fn get<'a, T: tokio_postgres::types::FromSql<'a>>(
     row: &'a Row,
     column: &str,
 ) -> Result<T, StoreError> {
@@ -498,7 +560,7 @@ fn parse_path(text: &str) -> Result<Path, StoreError> {
 
 /// Connection trouble is `Unavailable` (retry later, the sender will); anything the server
 /// itself refused is a `Query` error.
-fn db_error(e: tokio_postgres::Error) -> StoreError {
+pub(crate) fn db_error(e: tokio_postgres::Error) -> StoreError {
     let unavailable = match e.code() {
         None => true,
         Some(code) => {

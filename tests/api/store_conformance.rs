@@ -294,6 +294,62 @@ async fn parallel_claims_of_an_expired_lease_have_one_winner(store: Arc<dyn Stor
     assert_eq!(winners, vec![(2, Path::LeaseRetake)]);
 }
 
+async fn concurrent_claims_and_completions_of_many_keys_keep_every_rule(store: Arc<dyn Store>) {
+    // Rows in every state, then one concurrent wave of claims over all of them (the
+    // networked store batches such waves into single statements).
+    for i in 0..40 {
+        let key = format!("k{i}");
+        claim(&*store, &key, if i % 4 == 3 { EXPIRED } else { LEASE }).await;
+        match i % 4 {
+            0 => assert_eq!(
+                store.complete(&id(&key), 1, &result("ok")).await.unwrap(),
+                Fenced::Applied
+            ),
+            1 => assert_eq!(
+                store.fail(&id(&key), 1, &failure(None)).await.unwrap(),
+                Fenced::Applied
+            ),
+            _ => {} // 2: held by a live lease; 3: lease already expired
+        }
+    }
+    let keys: Vec<EventId> = (0..60).map(|i| id(&format!("k{i}"))).collect();
+    let claims = join_all(keys.iter().map(|k| store.claim(k, Some("fp"), LEASE))).await;
+    for (i, claimed) in claims.into_iter().enumerate() {
+        let claimed = claimed.expect("claim");
+        let expected = match i {
+            40.. => Some((1, Path::FirstRun)),
+            _ if i % 4 == 1 => Some((2, Path::RetryAfterFailure)),
+            _ if i % 4 == 3 => Some((2, Path::LeaseRetake)),
+            _ => None,
+        };
+        assert_eq!(won(&claimed), expected, "k{i}");
+        if i % 4 == 0 && i < 40 {
+            assert_eq!(existing(claimed).status, Status::Done, "k{i}");
+        }
+    }
+    // A wave of completions: the current attempts apply, stale tokens do not.
+    let wave = result("wave");
+    let completions = join_all((0..60).map(|i| {
+        let attempts = if i < 40 { 2 } else { 1 };
+        let (store, key, wave) = (&store, &keys[i], &wave);
+        async move { (i, store.complete(key, attempts, wave).await) }
+    }))
+    .await;
+    for (i, written) in completions {
+        let expected = if i >= 40 || i % 4 == 1 || i % 4 == 3 {
+            Fenced::Applied
+        } else {
+            Fenced::Stale
+        };
+        assert_eq!(written.expect("complete"), expected, "k{i}");
+    }
+    let held = store.lookup(&id("k2")).await.unwrap().expect("row");
+    assert_eq!(held.status, Status::InProgress, "a live lease is untouched");
+    let retried = store.lookup(&id("k1")).await.unwrap().expect("row");
+    assert_eq!((retried.status, retried.attempts), (Status::Done, 2));
+    assert_eq!(retried.result, Some(result("wave")));
+}
+
 async fn keys_are_scoped_by_provider(store: Arc<dyn Store>) {
     let a = store
         .claim(&EventId::new("a", "k"), None, LEASE)
@@ -352,6 +408,7 @@ conformance!(
     parallel_claims_of_a_failed_row_have_one_winner,
     parallel_claims_of_an_expired_lease_have_one_winner,
     keys_are_scoped_by_provider,
+    concurrent_claims_and_completions_of_many_keys_keep_every_rule,
     a_replay_reopens_only_a_dead_row_once,
     dead_letters_are_listed_newest_first_by_provider,
     the_sweep_deletes_only_old_terminal_rows_in_bounded_batches,

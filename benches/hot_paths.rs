@@ -1,0 +1,91 @@
+//! Micro-benchmarks of the pure hot paths: key derivation, signature verification, shard
+//! routing, and the done cache.
+
+use std::hint::black_box;
+use std::sync::Arc;
+use std::time::Duration;
+
+use actix_web::http::header::{HeaderMap, HeaderName, HeaderValue};
+use criterion::{criterion_group, criterion_main, Criterion};
+use hookgate::canonical::Body;
+use hookgate::claim::StoredResult;
+use hookgate::config::{KeySource, Secret};
+use hookgate::key::{EventId, KeyDeriver};
+use hookgate::shard::cache::{CachedDone, DoneCache};
+use hookgate::shard::dispatcher::shard_for;
+use hookgate::signature::hmac::sign_sha256;
+use hookgate::signature::{Scheme, SigningKey, Verifier};
+
+const BODY: &[u8] = br#"{"id":"evt_1NG8Du2eZvKYlo2CUI79vXWy","object":"event","api_version":"2023-10-16","created":1700000000,"data":{"object":{"id":"ch_3NG8","amount":2000,"currency":"usd"}},"pending_webhooks":1,"type":"charge.succeeded"}"#;
+
+fn keys(c: &mut Criterion) {
+    let headers = HeaderMap::new();
+    let json = KeyDeriver::new(vec![KeySource::Json { json: "/id".into() }]);
+    c.bench_function("key/json_pointer", |b| {
+        b.iter(|| json.derive(&headers, &Body::new(black_box(BODY))))
+    });
+    let fields = KeyDeriver::new(vec![KeySource::Fields {
+        fields: vec!["/data/object/id".into(), "/type".into(), "/created".into()],
+    }]);
+    c.bench_function("key/fields_hash", |b| {
+        b.iter(|| fields.derive(&headers, &Body::new(black_box(BODY))))
+    });
+}
+
+fn signatures(c: &mut Criterion) {
+    let secret = "whsec_bench";
+    let now = std::time::SystemTime::now();
+    let t = now
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+        .to_string();
+    let sig = hex::encode(sign_sha256(secret.as_bytes(), &[t.as_bytes(), b".", BODY]));
+    let mut headers = HeaderMap::new();
+    headers.insert(
+        HeaderName::from_static("stripe-signature"),
+        HeaderValue::from_str(&format!("t={t},v1={sig}")).unwrap(),
+    );
+    let verifier = Verifier::new(
+        Scheme::Stripe,
+        vec![SigningKey {
+            secret: Secret::new(secret),
+            not_after: None,
+        }],
+        Duration::from_secs(300),
+    );
+    c.bench_function("signature/stripe_verify", |b| {
+        b.iter(|| verifier.verify(&headers, black_box(BODY), now))
+    });
+}
+
+fn routing_and_cache(c: &mut Criterion) {
+    let id = EventId::new("stripe", "evt_1NG8Du2eZvKYlo2CUI79vXWy");
+    c.bench_function("shard/route", |b| b.iter(|| shard_for(black_box(&id), 8)));
+    let mut cache = DoneCache::new(100_000);
+    for i in 0..100_000 {
+        cache.insert(
+            EventId::new("stripe", format!("evt_{i}")),
+            CachedDone {
+                attempts: 1,
+                fingerprint: None,
+                result: Arc::new(StoredResult {
+                    status: 200,
+                    content_type: None,
+                    body: Vec::new(),
+                }),
+            },
+        );
+    }
+    let hit = EventId::new("stripe", "evt_5000");
+    let miss = EventId::new("stripe", "evt_missing");
+    c.bench_function("cache/hit", |b| {
+        b.iter(|| cache.get(black_box(&hit)).is_some())
+    });
+    c.bench_function("cache/miss", |b| {
+        b.iter(|| cache.get(black_box(&miss)).is_some())
+    });
+}
+
+criterion_group!(benches, keys, signatures, routing_and_cache);
+criterion_main!(benches);

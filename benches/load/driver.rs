@@ -1,0 +1,119 @@
+//! The load driver: `connections` closed-loop clients, each on its own keep-alive
+//! connection, sending until the duration or the request budget runs out, recording every
+//! latency and status. Loopback only.
+
+use std::cell::RefCell;
+use std::collections::BTreeMap;
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+use crate::scenario::Scenario;
+
+/// What one run measured.
+#[derive(Debug, Default)]
+pub struct Report {
+    pub requests: u64,
+    pub elapsed: Duration,
+    pub latencies_us: Vec<u32>,
+    pub statuses: BTreeMap<u16, u64>,
+    pub errors: u64,
+}
+
+impl Report {
+    fn percentile(&self, p: f64) -> f64 {
+        if self.latencies_us.is_empty() {
+            return 0.0;
+        }
+        let i = ((self.latencies_us.len() as f64 - 1.0) * p).round() as usize;
+        f64::from(self.latencies_us[i]) / 1000.0
+    }
+
+    pub fn rps(&self) -> f64 {
+        self.requests as f64 / self.elapsed.as_secs_f64()
+    }
+
+    pub fn p50_ms(&self) -> f64 {
+        self.percentile(0.50)
+    }
+
+    pub fn p99_ms(&self) -> f64 {
+        self.percentile(0.99)
+    }
+
+    pub fn max_ms(&self) -> f64 {
+        self.latencies_us
+            .last()
+            .map_or(0.0, |&u| f64::from(u) / 1000.0)
+    }
+}
+
+/// Drives `scenario` against `url` (`…/webhooks/{provider}`).
+pub async fn drive(
+    url: String,
+    scenario: Scenario,
+    connections: usize,
+    duration: Duration,
+    max_requests: u64,
+) -> Report {
+    let started = Instant::now();
+    let deadline = started + duration;
+    let sent = Rc::new(RefCell::new(0u64));
+    let mut tasks = Vec::new();
+    for conn in 0..connections {
+        let url = url.clone();
+        let sent = Rc::clone(&sent);
+        tasks.push(actix_rt::spawn(async move {
+            let client = awc::Client::builder()
+                .timeout(Duration::from_secs(60))
+                .finish();
+            let mut report = Report::default();
+            let mut i = 0u64;
+            loop {
+                {
+                    let mut sent = sent.borrow_mut();
+                    if Instant::now() >= deadline || *sent >= max_requests {
+                        break;
+                    }
+                    *sent += 1;
+                }
+                let key = scenario.key(conn, i, started.elapsed());
+                i += 1;
+                let body = format!(r#"{{"id":"{key}","type":"bench.event"}}"#);
+                let t = Instant::now();
+                let result = client
+                    .post(&url)
+                    .insert_header(("Content-Type", "application/json"))
+                    .insert_header(("X-Idempotency-Key", key.as_str()))
+                    .send_body(body)
+                    .await;
+                match result {
+                    Ok(mut response) => {
+                        let _ = response.body().await;
+                        let us = t.elapsed().as_micros().min(u128::from(u32::MAX)) as u32;
+                        report.latencies_us.push(us);
+                        *report
+                            .statuses
+                            .entry(response.status().as_u16())
+                            .or_default() += 1;
+                        report.requests += 1;
+                    }
+                    Err(_) => report.errors += 1,
+                }
+            }
+            report
+        }));
+    }
+    let mut total = Report::default();
+    for task in tasks {
+        let Ok(report) = task.await else { continue };
+        total.requests += report.requests;
+        total.errors += report.errors;
+        total.latencies_us.extend(report.latencies_us);
+        for (status, n) in report.statuses {
+            *total.statuses.entry(status).or_default() += n;
+        }
+    }
+    total.elapsed = started.elapsed();
+    total.latencies_us.sort_unstable();
+    total
+}

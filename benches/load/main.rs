@@ -1,0 +1,267 @@
+//! hookgate's load benchmark: `cargo bench --bench load -- [--scenario NAME|all]
+//! [--connections 64] [--duration 10s] [--requests N] [--store postgres|sqlite]
+//! [--shards N] [--url URL]`.
+//!
+//! Starts hookgate in-process (or drives a running one with `--url`, whose target must be
+//! this bench's printed target), with a fast in-process target that counts deliveries per
+//! `Idempotency-Key`. Prints one line per scenario: requests/s, p50, p99, max, answers by
+//! status, deliveries and duplicates at the target — and exits non-zero if any scenario saw
+//! a duplicate. Postgres runs need `HOOKGATE_BENCH_DATABASE_URL` (scripts/bench.sh starts a
+//! durable throwaway cluster). Loopback only; every run is bounded in time and count.
+
+mod driver;
+mod scenario;
+mod target;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use actix_web::{web, App, HttpResponse, HttpServer};
+use clap::Parser;
+use hookgate::config::{Config, StoreConfig};
+use hookgate::startup::Application;
+use hookgate::worker::HttpDelivery;
+
+use scenario::{Scenario, DUPLICATE_KEYS};
+use target::{Behaviour, Target};
+
+#[derive(Debug, Parser)]
+struct Args {
+    /// unique, duplicate, mixed, hot, hot_fail, slow_target, bare, or all.
+    #[arg(long, default_value = "all")]
+    scenario: String,
+    /// Concurrent client connections.
+    #[arg(long, default_value_t = 64)]
+    connections: usize,
+    /// How long each scenario runs.
+    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+    duration: Duration,
+    /// Most requests per scenario.
+    #[arg(long, default_value_t = 5_000_000)]
+    requests: u64,
+    /// postgres or sqlite.
+    #[arg(long, default_value = "sqlite")]
+    store: String,
+    /// Shard actors (default: hookgate's default).
+    #[arg(long)]
+    shards: Option<usize>,
+    /// Drive a running hookgate at this `…/webhooks/{provider}` URL instead.
+    #[arg(long)]
+    url: Option<String>,
+    /// cargo bench passes --bench; accepted and ignored.
+    #[arg(long, hide = true)]
+    bench: bool,
+}
+
+fn main() {
+    let args = Args::parse();
+    let scenarios: Vec<Scenario> = if args.scenario == "all" {
+        Scenario::ALL.to_vec()
+    } else {
+        args.scenario
+            .split(',')
+            .map(|s| Scenario::parse(s).unwrap_or_else(|| panic!("unknown scenario {s}")))
+            .collect()
+    };
+    println!(
+        "# hookgate load bench: store={} connections={} duration={:?} cpus={}",
+        args.store,
+        args.connections,
+        args.duration,
+        hookgate::config::cpus()
+    );
+    let mut duplicates = 0;
+    for scenario in scenarios {
+        duplicates += actix_rt::System::new().block_on(run(&args, scenario));
+    }
+    if duplicates > 0 {
+        eprintln!("FAILED: the target saw {duplicates} duplicate deliveries");
+        std::process::exit(1);
+    }
+}
+
+/// Runs one scenario on a fresh store; answers the duplicates seen.
+async fn run(args: &Args, scenario: Scenario) -> u64 {
+    let behaviour = match scenario {
+        Scenario::HotFail => Behaviour {
+            fail_rate: 0.2,
+            ..Behaviour::default()
+        },
+        Scenario::SlowTarget => Behaviour {
+            delay: Duration::from_millis(50),
+            ..Behaviour::default()
+        },
+        _ => Behaviour::default(),
+    };
+    let target = Target::start(behaviour);
+    let (url, node, sqlite_file) = match (&args.url, scenario) {
+        (Some(url), _) => {
+            println!("# driving {url}; its target must be {}", target.url);
+            (url.clone(), None, None)
+        }
+        (None, Scenario::Bare) => (bare_handler(), None, None),
+        (None, _) => {
+            let (config, file) = config(args, scenario, &target.url);
+            let store = hookgate::store::open(&config.store)
+                .await
+                .expect("open the store");
+            store.migrate().await.expect("migrate");
+            let app = Application::build(
+                &config,
+                store,
+                Arc::new(HttpDelivery),
+                hookgate::logging::discard(),
+            )
+            .await
+            .expect("start hookgate");
+            let url = format!("http://127.0.0.1:{}/webhooks/bench", app.port());
+            let handle = app.handle();
+            actix_rt::spawn(app.run_until_stopped());
+            (url, Some(handle), file)
+        }
+    };
+    if scenario == Scenario::Duplicate {
+        // Deliver the repeated keys once, so the run measures duplicate_done only.
+        let client = awc::Client::new();
+        for k in 0..DUPLICATE_KEYS {
+            let key = format!("dup-{k}");
+            let _ = client
+                .post(&url)
+                .insert_header(("Content-Type", "application/json"))
+                .insert_header(("X-Idempotency-Key", key.as_str()))
+                .send_body(format!(r#"{{"id":"{key}","type":"bench.event"}}"#))
+                .await;
+        }
+    }
+    let (connections, duration, requests) = (args.connections, args.duration, args.requests);
+    let drive_url = url.clone();
+    let report = actix_rt::task::spawn_blocking(move || {
+        actix_rt::System::new().block_on(driver::drive(
+            drive_url,
+            scenario,
+            connections,
+            duration,
+            requests,
+        ))
+    })
+    .await
+    .expect("driver thread");
+    let tally = target.tally();
+    let statuses: Vec<String> = report
+        .statuses
+        .iter()
+        .map(|(s, n)| format!("{s}:{n}"))
+        .collect();
+    println!(
+        "scenario={:<11} store={:<8} rps={:>8.0} p50={:>7.2}ms p99={:>7.2}ms max={:>8.2}ms \
+         requests={} errors={} status={{{}}} deliveries={} duplicates={} rss={}MiB",
+        scenario.name(),
+        if scenario == Scenario::Bare {
+            "-"
+        } else {
+            args.store.as_str()
+        },
+        report.rps(),
+        report.p50_ms(),
+        report.p99_ms(),
+        report.max_ms(),
+        report.requests,
+        report.errors,
+        statuses.join(","),
+        tally.deliveries,
+        tally.duplicates,
+        rss_mib(),
+    );
+    if let Some(handle) = node {
+        handle.stop(true).await;
+    }
+    if let Some(file) = sqlite_file {
+        for suffix in ["", "-wal", "-shm"] {
+            let _ = std::fs::remove_file(format!("{file}{suffix}"));
+        }
+    }
+    tally.duplicates
+}
+
+/// hookgate's config for one scenario: a provider `bench` keyed by header, on a fresh
+/// Postgres schema or SQLite file. Answers the SQLite file to remove afterwards.
+fn config(args: &Args, scenario: Scenario, target: &str) -> (Config, Option<String>) {
+    let mut config = Config::from_toml(&format!(
+        r#"
+        [server]
+        listen = "127.0.0.1:0"
+        mailbox_capacity = 4096
+        [[providers]]
+        name = "bench"
+        key = [{{ header = "X-Idempotency-Key" }}]
+        target = {{ url = "{target}", timeout = "10s" }}
+        "#
+    ))
+    .expect("bench config");
+    config.server.shards = args.shards.or(config.server.shards);
+    let unique = format!(
+        "bench_{}_{}_{}",
+        scenario.name(),
+        std::process::id(),
+        fastrand::u32(..)
+    );
+    let mut sqlite_file = None;
+    config.store = match args.store.as_str() {
+        "postgres" => StoreConfig {
+            url: std::env::var("HOOKGATE_BENCH_DATABASE_URL").expect(
+                "--store postgres needs HOOKGATE_BENCH_DATABASE_URL (see scripts/bench.sh)",
+            ),
+            schema: unique,
+            pool_size: 32,
+            ..StoreConfig::default()
+        },
+        "sqlite" => {
+            let file = std::env::temp_dir()
+                .join(format!("{unique}.db"))
+                .display()
+                .to_string();
+            sqlite_file = Some(file.clone());
+            StoreConfig {
+                url: format!("sqlite://{file}"),
+                ..StoreConfig::default()
+            }
+        }
+        other => panic!("--store must be postgres or sqlite, not {other}"),
+    };
+    (config, sqlite_file)
+}
+
+/// The reference: a bare actix-web handler answering a fixed body, as hookgate's duplicate
+/// path does, on the same number of HTTP workers.
+fn bare_handler() -> String {
+    let server = HttpServer::new(|| {
+        App::new().route(
+            "/webhooks/bench",
+            web::post().to(|| async {
+                HttpResponse::Ok()
+                    .content_type("application/json")
+                    .body(r#"{"ok":true}"#)
+            }),
+        )
+    })
+    .workers(hookgate::config::cpus())
+    .disable_signals()
+    .bind("127.0.0.1:0")
+    .expect("bind the bare handler");
+    let port = server.addrs()[0].port();
+    actix_rt::spawn(server.run());
+    format!("http://127.0.0.1:{port}/webhooks/bench")
+}
+
+/// This process's resident memory.
+fn rss_mib() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmRSS:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|kb| kb.parse::<u64>().ok())
+        })
+        .map_or(0, |kb| kb / 1024)
+}

@@ -1,0 +1,108 @@
+//! The bench's target: a fast in-process HTTP server that counts deliveries per
+//! `Idempotency-Key` and attempt, and can fail a fraction of them or add latency.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use actix_web::{web, App, HttpRequest, HttpResponse, HttpServer};
+
+/// How the target behaves during one scenario.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Behaviour {
+    /// Fraction of deliveries answered 500, `0.0..1.0`.
+    pub fail_rate: f64,
+    /// Added before answering.
+    pub delay: Duration,
+}
+
+#[derive(Default)]
+struct Counts {
+    /// Successful deliveries per key.
+    ok: HashMap<String, u32>,
+    /// Deliveries per (key, attempt): more than one means an attempt ran twice.
+    attempts: HashMap<(String, String), u32>,
+    total: u64,
+}
+
+/// The running target.
+#[derive(Clone)]
+pub struct Target {
+    pub url: String,
+    counts: Arc<Mutex<Counts>>,
+}
+
+/// What the target saw.
+#[derive(Debug, Default)]
+pub struct Tally {
+    pub deliveries: u64,
+    /// Keys delivered successfully more than once, plus attempts delivered more than once.
+    pub duplicates: u64,
+}
+
+impl Target {
+    pub fn start(behaviour: Behaviour) -> Self {
+        let counts = Arc::new(Mutex::new(Counts::default()));
+        let state = web::Data::new((Arc::clone(&counts), behaviour));
+        let server = HttpServer::new(move || {
+            App::new()
+                .app_data(state.clone())
+                .default_service(web::to(receive))
+        })
+        .workers(1)
+        .backlog(4096)
+        .disable_signals()
+        .bind("127.0.0.1:0")
+        .expect("bind the bench target");
+        let port = server.addrs()[0].port();
+        actix_rt::spawn(server.run());
+        Self {
+            url: format!("http://127.0.0.1:{port}/effects"),
+            counts,
+        }
+    }
+
+    pub fn tally(&self) -> Tally {
+        let counts = self.counts.lock().unwrap();
+        let dup_ok = counts.ok.values().filter(|&&n| n > 1).count() as u64;
+        let dup_attempts = counts.attempts.values().filter(|&&n| n > 1).count() as u64;
+        Tally {
+            deliveries: counts.total,
+            duplicates: dup_ok + dup_attempts,
+        }
+    }
+}
+
+type State = (Arc<Mutex<Counts>>, Behaviour);
+
+async fn receive(req: HttpRequest, state: web::Data<State>) -> HttpResponse {
+    let (counts, behaviour) = state.get_ref();
+    let header = |name: &str| {
+        req.headers()
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("")
+            .to_owned()
+    };
+    let key = header("Idempotency-Key");
+    let attempt = header("Hookgate-Attempt");
+    if !behaviour.delay.is_zero() {
+        actix_rt::time::sleep(behaviour.delay).await;
+    }
+    let fail = behaviour.fail_rate > 0.0 && fastrand::f64() < behaviour.fail_rate;
+    {
+        let mut counts = counts.lock().unwrap();
+        counts.total += 1;
+        *counts.attempts.entry((key.clone(), attempt)).or_default() += 1;
+        if !fail {
+            *counts.ok.entry(key).or_default() += 1;
+        }
+    }
+    if fail {
+        HttpResponse::InternalServerError().finish()
+    } else {
+        HttpResponse::Ok()
+            .content_type("application/json")
+            .body(r#"{"ok":true}"#)
+    }
+}

@@ -1,0 +1,272 @@
+//! The Postgres store's group commit: many claims, or many completions, in one statement.
+//!
+//! The statements keep the single-row rules exactly (see `postgres.rs`); `unnest` turns the
+//! batch's arrays into rows. Rows are locked in (provider, event_key) order so two batches
+//! on different nodes cannot deadlock on claims; if Postgres still reports a deadlock or a
+//! key the batch could not report, those calls fall back to the single-row statements.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use tokio_postgres::error::SqlState;
+
+use super::postgres::{claim_result, db_error, get, Inner};
+use super::{Fenced, StoreError};
+use crate::claim::{ClaimResult, StoredResult};
+use crate::key::EventId;
+
+/// One queued claim.
+pub(crate) struct ClaimCall {
+    pub(crate) id: EventId,
+    pub(crate) fingerprint: Option<String>,
+    pub(crate) lease_ms: i64,
+}
+
+/// One queued completion.
+pub(crate) struct CompleteCall {
+    pub(crate) id: EventId,
+    pub(crate) attempts: i32,
+    pub(crate) result: StoredResult,
+}
+
+/// Claims for many keys: the single-row `CLAIM` over `unnest`ed input.
+///
+/// Locks: each input key's row, in key order. A concurrent claimer of one of these keys
+/// waits for this statement's commit and then sees the row it left (a live lease). Keys
+/// whose row was inserted by another transaction after this statement's snapshot are
+/// missing from the report; their calls retry alone.
+const CLAIM_BATCH: &str = "
+WITH input AS (
+    SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::int8[])
+        AS i(provider, event_key, fingerprint, lease_ms)
+),
+claimed AS (
+    INSERT INTO webhook_events AS e
+        (provider, event_key, status, attempts, last_path, fingerprint, locked_until)
+    SELECT provider, event_key, 'in_progress', 1, 'first_run', fingerprint,
+           now() + lease_ms * interval '1 millisecond'
+    FROM input ORDER BY provider, event_key
+    ON CONFLICT (provider, event_key) DO UPDATE
+    SET status = 'in_progress',
+        attempts = e.attempts + 1,
+        last_path = CASE WHEN e.status = 'failed'
+                         THEN 'retry_after_failure' ELSE 'lease_retake' END,
+        locked_until = EXCLUDED.locked_until,
+        updated_at = now()
+    WHERE (e.status = 'failed'
+           OR (e.status = 'in_progress' AND e.locked_until <= now()))
+      AND (e.fingerprint IS NULL OR EXCLUDED.fingerprint IS NULL
+           OR e.fingerprint = EXCLUDED.fingerprint)
+    RETURNING e.provider, e.event_key, true AS won, e.status, e.attempts, e.last_path,
+              e.fingerprint, 0::bigint AS lease_left_ms,
+              e.result_status, e.result_content_type, e.result_body
+)
+SELECT * FROM claimed
+UNION ALL
+SELECT w.provider, w.event_key, false, w.status, w.attempts, w.last_path, w.fingerprint,
+       GREATEST(0, extract(epoch FROM w.locked_until - now()) * 1000)::bigint,
+       w.result_status, w.result_content_type, w.result_body
+FROM webhook_events w
+JOIN input i ON w.provider = i.provider AND w.event_key = i.event_key
+WHERE NOT EXISTS (
+    SELECT 1 FROM claimed c WHERE c.provider = w.provider AND c.event_key = w.event_key)";
+
+/// Completions for many attempts: the single-row `COMPLETE`, fenced per row.
+///
+/// Locks each matching row; rows whose attempt or status moved on match nothing and are
+/// not returned (stale). A deadlock with another node's batch falls back to single rows.
+const COMPLETE_BATCH: &str = "
+UPDATE webhook_events AS e
+SET status = 'done', result_status = u.result_status,
+    result_content_type = u.result_content_type, result_body = u.result_body,
+    locked_until = NULL, last_error = NULL, dead_reason = NULL, payload = NULL,
+    content_type = NULL, request_headers = NULL, updated_at = now()
+FROM (SELECT * FROM unnest($1::text[], $2::text[], $3::int4[], $4::int2[], $5::text[],
+                           $6::bytea[])
+          AS u(provider, event_key, attempts, result_status, result_content_type, result_body)
+      ORDER BY provider, event_key) AS u
+WHERE e.provider = u.provider AND e.event_key = u.event_key
+  AND e.attempts = u.attempts AND e.status = 'in_progress'
+RETURNING e.provider, e.event_key";
+
+/// Errors after which the calls are worth retrying one by one.
+fn retry_alone(e: &StoreError, code: Option<&SqlState>) -> bool {
+    matches!(e, StoreError::Query(_))
+        && matches!(code, Some(c) if *c == SqlState::T_R_DEADLOCK_DETECTED
+            || *c == SqlState::T_R_SERIALIZATION_FAILURE)
+}
+
+fn key(id: &EventId) -> (Arc<str>, Arc<str>) {
+    (Arc::clone(&id.provider), Arc::clone(&id.key))
+}
+
+/// Runs a batch of claims; one answer per call, in order.
+pub(crate) async fn claims(
+    inner: Arc<Inner>,
+    calls: Vec<ClaimCall>,
+) -> Vec<Result<ClaimResult, StoreError>> {
+    if let Err(e) = inner.reconnect.check() {
+        return calls.iter().map(|_| Err(e.clone())).collect();
+    }
+    if calls.len() == 1 {
+        let c = &calls[0];
+        let result = inner
+            .claim(&c.id, c.fingerprint.as_deref(), c.lease_ms)
+            .await;
+        inner.reconnect.observe(&result);
+        return vec![result];
+    }
+    // A key may appear once per statement; later copies of a key go alone.
+    let mut seen = std::collections::HashSet::new();
+    let first: Vec<bool> = calls.iter().map(|c| seen.insert(key(&c.id))).collect();
+    let batch: Vec<&ClaimCall> = calls
+        .iter()
+        .zip(&first)
+        .filter(|(_, f)| **f)
+        .map(|(c, _)| c)
+        .collect();
+    let outcome = claim_batch(&inner, &batch).await;
+    inner
+        .reconnect
+        .observe(&outcome.as_ref().map(|_| ()).map_err(|(e, _)| e.clone()));
+    let mut reported = match outcome {
+        Ok(map) => map,
+        Err((e, code)) if retry_alone(&e, code.as_ref()) => HashMap::new(),
+        Err((e, _)) => return calls.iter().map(|_| Err(e.clone())).collect(),
+    };
+    let mut answers = Vec::with_capacity(calls.len());
+    for (call, is_first) in calls.iter().zip(first) {
+        let found = if is_first {
+            reported.remove(&key(&call.id))
+        } else {
+            None
+        };
+        answers.push(match found {
+            Some(result) => result,
+            None => {
+                inner
+                    .claim(&call.id, call.fingerprint.as_deref(), call.lease_ms)
+                    .await
+            }
+        });
+    }
+    answers
+}
+
+type BatchError = (StoreError, Option<SqlState>);
+
+fn coded(e: tokio_postgres::Error) -> BatchError {
+    let code = e.code().cloned();
+    (db_error(e), code)
+}
+
+async fn claim_batch(
+    inner: &Inner,
+    calls: &[&ClaimCall],
+) -> Result<HashMap<(Arc<str>, Arc<str>), Result<ClaimResult, StoreError>>, BatchError> {
+    let plain = |e: StoreError| (e, None);
+    let client = inner.client().await.map_err(plain)?;
+    let stmt = client.prepare_cached(CLAIM_BATCH).await.map_err(coded)?;
+    let providers: Vec<&str> = calls.iter().map(|c| &*c.id.provider).collect();
+    let keys: Vec<&str> = calls.iter().map(|c| &*c.id.key).collect();
+    let fingerprints: Vec<Option<&str>> = calls.iter().map(|c| c.fingerprint.as_deref()).collect();
+    let leases: Vec<i64> = calls.iter().map(|c| c.lease_ms).collect();
+    let rows = client
+        .query(&stmt, &[&providers, &keys, &fingerprints, &leases])
+        .await
+        .map_err(coded)?;
+    let mut reported = HashMap::with_capacity(rows.len());
+    for row in rows {
+        let provider: String = get(&row, "provider").map_err(plain)?;
+        let event_key: String = get(&row, "event_key").map_err(plain)?;
+        reported.insert((provider.into(), event_key.into()), claim_result(&row));
+    }
+    Ok(reported)
+}
+
+/// Runs a batch of completions; one answer per call, in order.
+pub(crate) async fn completions(
+    inner: Arc<Inner>,
+    calls: Vec<CompleteCall>,
+) -> Vec<Result<Fenced, StoreError>> {
+    if let Err(e) = inner.reconnect.check() {
+        return calls.iter().map(|_| Err(e.clone())).collect();
+    }
+    let mut seen = std::collections::HashSet::new();
+    let unique = calls.len() > 1 && calls.iter().all(|c| seen.insert(key(&c.id)));
+    if !unique {
+        let mut answers = Vec::with_capacity(calls.len());
+        for c in &calls {
+            let result = inner.complete(&c.id, c.attempts, &c.result).await;
+            inner.reconnect.observe(&result);
+            answers.push(result);
+        }
+        return answers;
+    }
+    let outcome = complete_batch(&inner, &calls).await;
+    inner
+        .reconnect
+        .observe(&outcome.as_ref().map(|_| ()).map_err(|(e, _)| e.clone()));
+    match outcome {
+        Ok(applied) => calls
+            .iter()
+            .map(|c| {
+                Ok(if applied.contains(&key(&c.id)) {
+                    Fenced::Applied
+                } else {
+                    Fenced::Stale
+                })
+            })
+            .collect(),
+        Err((e, code)) if retry_alone(&e, code.as_ref()) => {
+            let mut answers = Vec::with_capacity(calls.len());
+            for c in &calls {
+                answers.push(inner.complete(&c.id, c.attempts, &c.result).await);
+            }
+            answers
+        }
+        Err((e, _)) => calls.iter().map(|_| Err(e.clone())).collect(),
+    }
+}
+
+async fn complete_batch(
+    inner: &Inner,
+    calls: &[CompleteCall],
+) -> Result<std::collections::HashSet<(Arc<str>, Arc<str>)>, BatchError> {
+    let plain = |e: StoreError| (e, None);
+    let client = inner.client().await.map_err(plain)?;
+    let stmt = client.prepare_cached(COMPLETE_BATCH).await.map_err(coded)?;
+    let providers: Vec<&str> = calls.iter().map(|c| &*c.id.provider).collect();
+    let keys: Vec<&str> = calls.iter().map(|c| &*c.id.key).collect();
+    let attempts: Vec<i32> = calls.iter().map(|c| c.attempts).collect();
+    let statuses: Vec<i16> = calls
+        .iter()
+        .map(|c| i16::try_from(c.result.status).unwrap_or(i16::MAX))
+        .collect();
+    let content_types: Vec<Option<&str>> = calls
+        .iter()
+        .map(|c| c.result.content_type.as_deref())
+        .collect();
+    let bodies: Vec<&[u8]> = calls.iter().map(|c| c.result.body.as_slice()).collect();
+    let rows = client
+        .query(
+            &stmt,
+            &[
+                &providers,
+                &keys,
+                &attempts,
+                &statuses,
+                &content_types,
+                &bodies,
+            ],
+        )
+        .await
+        .map_err(coded)?;
+    rows.iter()
+        .map(|row| {
+            let provider: String = get(row, "provider").map_err(plain)?;
+            let event_key: String = get(row, "event_key").map_err(plain)?;
+            Ok((provider.into(), event_key.into()))
+        })
+        .collect()
+}
