@@ -62,9 +62,10 @@ fn signatures(c: &mut Criterion) {
 fn routing_and_cache(c: &mut Criterion) {
     let id = EventId::new("stripe", "evt_1NG8Du2eZvKYlo2CUI79vXWy");
     c.bench_function("shard/route", |b| b.iter(|| shard_for(black_box(&id), 8)));
-    let mut cache = DoneCache::new(100_000);
+    let cache = DoneCache::default();
+    let mut writer = cache.writer(100_000);
     for i in 0..100_000 {
-        cache.insert(
+        writer.insert(
             EventId::new("stripe", format!("evt_{i}")),
             CachedDone {
                 attempts: 1,
@@ -80,10 +81,10 @@ fn routing_and_cache(c: &mut Criterion) {
     let hit = EventId::new("stripe", "evt_5000");
     let miss = EventId::new("stripe", "evt_missing");
     c.bench_function("cache/hit", |b| {
-        b.iter(|| cache.get(black_box(&hit)).is_some())
+        b.iter(|| cache.lookup(black_box(&hit), None).is_some())
     });
     c.bench_function("cache/miss", |b| {
-        b.iter(|| cache.get(black_box(&miss)).is_some())
+        b.iter(|| cache.lookup(black_box(&miss), None).is_some())
     });
 }
 

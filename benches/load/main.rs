@@ -212,7 +212,7 @@ fn config(args: &Args, scenario: Scenario, target: &str) -> (Config, Option<Stri
                 "--store postgres needs HOOKGATE_BENCH_DATABASE_URL (see scripts/bench.sh)",
             ),
             schema: unique,
-            pool_size: 32,
+            pool_size: 16,
             ..StoreConfig::default()
         },
         "sqlite" => {
@@ -237,7 +237,9 @@ fn bare_handler() -> String {
     let server = HttpServer::new(|| {
         App::new().route(
             "/webhooks/bench",
-            web::post().to(|| async {
+            // Reads the body, as hookgate does; a handler that leaves it unread makes
+            // actix-web close the connection, which would flatter hookgate.
+            web::post().to(|_body: web::Bytes| async {
                 HttpResponse::Ok()
                     .content_type("application/json")
                     .body(r#"{"ok":true}"#)

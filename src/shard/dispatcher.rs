@@ -12,7 +12,11 @@ use actix::prelude::*;
 use futures_util::future::join_all;
 use tokio::sync::oneshot;
 
-use super::{Answer, Event, Ingest, ReleaseLeases, Replay, Reply, Shard, ShardSettings, Target};
+use super::cache::DoneCache;
+use super::{
+    cached_answer, Answer, Event, Ingest, ReleaseLeases, Replay, Reply, Shard, ShardSettings,
+    Target,
+};
 use crate::claim::Path;
 use crate::key::EventId;
 use crate::metrics::Metrics;
@@ -30,7 +34,9 @@ pub fn shard_for(id: &EventId, shards: usize) -> usize {
 #[derive(Clone)]
 pub struct Dispatcher {
     shards: Arc<[Addr<Shard>]>,
+    done: DoneCache,
     metrics: Arc<Metrics>,
+    log: slog::Logger,
     arbiters: Arc<[ArbiterHandle]>,
 }
 
@@ -49,6 +55,7 @@ impl Dispatcher {
         let threads = shards.min(crate::config::cpus()).max(1);
         let arbiters: Vec<ArbiterHandle> = (0..threads).map(|_| Arbiter::new().handle()).collect();
         let settings = Arc::new(settings);
+        let done = DoneCache::default();
         let addrs = (0..shards)
             .map(|index| {
                 let arbiter = &arbiters[index % threads];
@@ -63,14 +70,17 @@ impl Dispatcher {
                 let store = Arc::clone(&store);
                 let settings = Arc::clone(&settings);
                 let metrics = Arc::clone(&metrics);
+                let done = done.clone();
                 Shard::start_in_arbiter(arbiter, move |_| {
-                    Shard::new(index, store, settings, workers, metrics, log)
+                    Shard::new(index, store, settings, workers, &done, metrics, log)
                 })
             })
             .collect();
         Self {
             shards: addrs,
+            done,
             metrics,
+            log: log.clone(),
             arbiters: arbiters.into(),
         }
     }
@@ -85,9 +95,21 @@ impl Dispatcher {
         self.shards.is_empty()
     }
 
-    /// Hands `event` to its shard and waits for the answer.
+    /// Answers `event` from the done cache, or hands it to its shard and waits.
+    ///
+    /// A cache hit is answered here, on the HTTP thread: no mailbox, no store.
     pub async fn dispatch(&self, event: Event) -> Answer {
         let index = shard_for(&event.id, self.shards.len());
+        let hit = cached_answer(&self.done, &event, &self.log);
+        self.metrics.cache(hit.is_some());
+        if let Some(answer) = hit {
+            self.metrics.attempt(&event.id.provider, answer.path);
+            slog::info!(self.log, "webhook.claim";
+                "provider" => &*event.id.provider, "event_key" => &*event.id.key,
+                "path" => answer.path.as_str(), "attempts" => answer.attempts,
+                "shard" => index);
+            return answer;
+        }
         let (reply, answer) = oneshot::channel();
         let msg = Ingest {
             event: Arc::new(event),

@@ -35,7 +35,7 @@ use crate::store::{Failure, Fenced, Store, StoreError};
 use crate::worker::{Deliver, DeliveryOutcome, DeliveryRequest, Worker};
 
 pub use answer::{Answer, Reply};
-use cache::{CachedDone, DoneCache};
+use cache::{CachedDone, DoneCache, DoneWriter, Hit};
 pub use dispatcher::Dispatcher;
 
 /// Requests for one key that may wait on its pending claim; more are answered 409 at once.
@@ -140,18 +140,20 @@ pub struct Shard {
     /// Deliveries sent to each worker and not yet answered; picks the least busy.
     outstanding: Vec<usize>,
     in_flight: HashMap<EventId, InFlight>,
-    done: DoneCache,
+    done: DoneWriter,
     next_token: u64,
     log: Logger,
 }
 
 impl Shard {
-    /// Shard number `index`, delivering through `workers`; `log` carries the number.
+    /// Shard number `index`, delivering through `workers` and filling its part of
+    /// `done`; `log` carries the number.
     pub fn new(
         index: usize,
         store: Arc<dyn Store>,
         settings: Arc<ShardSettings>,
         workers: Vec<Addr<Worker>>,
+        done: &DoneCache,
         metrics: Arc<Metrics>,
         log: Logger,
     ) -> Self {
@@ -162,7 +164,7 @@ impl Shard {
             outstanding: vec![0; workers.len()],
             workers,
             in_flight: HashMap::new(),
-            done: DoneCache::new(settings.cache_capacity),
+            done: done.writer(settings.cache_capacity),
             settings,
             next_token: 0,
             log,
@@ -170,7 +172,7 @@ impl Shard {
     }
 
     /// Answers from the in-flight set or the done cache, without the store.
-    fn answer_from_memory(&mut self, event: &Event) -> Option<Answer> {
+    fn answer_from_memory(&self, event: &Event) -> Option<Answer> {
         let mismatch = |stored: Option<&str>| match (stored, event.fingerprint.as_deref()) {
             (Some(stored), Some(incoming)) => stored != incoming,
             _ => false,
@@ -198,26 +200,9 @@ impl Shard {
                 });
             }
         }
-        let Some(done) = self.done.get(&event.id) else {
-            self.metrics.cache(false);
-            return None;
-        };
-        self.metrics.cache(true);
-        let attempts = Some(done.attempts);
-        Some(if mismatch(done.fingerprint.as_deref()) {
-            log_mismatch(&self.log, event, done.fingerprint.as_deref());
-            Answer {
-                path: Path::PayloadMismatch,
-                attempts,
-                reply: Reply::Mismatch,
-            }
-        } else {
-            Answer {
-                path: Path::DuplicateDone,
-                attempts,
-                reply: Reply::Result(Arc::clone(&done.result)),
-            }
-        })
+        // The HTTP handler already asked the cache; ask again, as the key may have
+        // finished while this request waited in the mailbox.
+        cached_answer(self.done.cache(), event, &self.log)
     }
 
     /// Drops the in-flight entry for `id` if it is still the one `token` created.
@@ -532,6 +517,27 @@ fn headers_json(headers: &HeaderMap) -> Option<String> {
         .filter_map(|(name, value)| Some((name.to_string(), value.to_str().ok()?.into())))
         .collect();
     (!kept.is_empty()).then(|| serde_json::Value::Object(kept).to_string())
+}
+
+/// The answer the done cache gives for `event`, if it knows the key.
+pub fn cached_answer(cache: &DoneCache, event: &Event, log: &Logger) -> Option<Answer> {
+    Some(
+        match cache.lookup(&event.id, event.fingerprint.as_deref())? {
+            Hit::Done { attempts, result } => Answer {
+                path: Path::DuplicateDone,
+                attempts: Some(attempts),
+                reply: Reply::Result(result),
+            },
+            Hit::Mismatch { attempts, stored } => {
+                log_mismatch(log, event, stored.as_deref());
+                Answer {
+                    path: Path::PayloadMismatch,
+                    attempts: Some(attempts),
+                    reply: Reply::Mismatch,
+                }
+            }
+        },
+    )
 }
 
 /// Logs a payload mismatch with both fingerprints (never the payloads).
