@@ -48,6 +48,9 @@ struct Args {
     /// Drive a running hookgate at this `…/webhooks/{provider}` URL instead.
     #[arg(long)]
     url: Option<String>,
+    /// Address the bench's target binds (give a fixed port with `--url`).
+    #[arg(long, default_value = "127.0.0.1:0")]
+    target_listen: String,
     /// cargo bench passes --bench; accepted and ignored.
     #[arg(long, hide = true)]
     bench: bool,
@@ -93,7 +96,7 @@ async fn run(args: &Args, scenario: Scenario) -> u64 {
         },
         _ => Behaviour::default(),
     };
-    let target = Target::start(behaviour);
+    let target = Target::start(behaviour, &args.target_listen);
     let (url, node, sqlite_file) = match (&args.url, scenario) {
         (Some(url), _) => {
             println!("# driving {url}; its target must be {}", target.url);

@@ -41,7 +41,7 @@ pub struct Tally {
 }
 
 impl Target {
-    pub fn start(behaviour: Behaviour) -> Self {
+    pub fn start(behaviour: Behaviour, listen: &str) -> Self {
         let counts = Arc::new(Mutex::new(Counts::default()));
         let state = web::Data::new((Arc::clone(&counts), behaviour));
         let server = HttpServer::new(move || {
@@ -52,7 +52,7 @@ impl Target {
         .workers(1)
         .backlog(4096)
         .disable_signals()
-        .bind("127.0.0.1:0")
+        .bind(listen)
         .expect("bind the bench target");
         let port = server.addrs()[0].port();
         actix_rt::spawn(server.run());
