@@ -14,8 +14,10 @@
 //! | row states, named paths, the not-won rule (pure) | [`claim`] |
 //! | backoff with jitter and the attempt cap (pure) | [`retry`] |
 //! | what a delivery's outcome means for the row (pure) | [`outcome`] |
-//! | the store trait; atomic claim, fenced complete/fail | [`store`], [`store::postgres`] |
-//! | shard actors: in-flight set, done cache, routing | [`shard`], [`shard::dispatcher`] |
+//! | the store trait; atomic claim, fenced complete/fail | [`store`] |
+//! | Postgres (group commit) and the embedded SQLite store | [`store::postgres`], [`store::sqlite`] |
+//! | shard actors: in-flight set, claim → deliver → record | [`shard`] |
+//! | the done cache read by HTTP handlers; routing | [`shard::cache`], [`shard::dispatcher`] |
 //! | supervised workers, the delivery seam | [`worker`], [`worker::delivery`] |
 //! | HTTP routes, ingest, the one error type | [`http`] |
 //! | JSON logs through an async drain | [`logging`] |

@@ -14,29 +14,33 @@
 pub mod answer;
 pub mod cache;
 pub mod dispatcher;
+mod event;
+mod finish;
+mod operator;
+mod record;
 
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use actix::prelude::*;
-use actix_web::http::header::HeaderMap;
-use actix_web::web::Bytes;
-use futures_util::future::join_all;
-use slog::{error, info, warn, Logger};
+use slog::{error, info, Logger};
 use tokio::sync::oneshot;
 
 use crate::claim::{classify, ClaimResult, Path, RowState};
 use crate::key::EventId;
 use crate::metrics::Metrics;
-use crate::outcome::{judge, Verdict};
+use crate::outcome::judge;
 use crate::retry::RetryPolicy;
-use crate::store::{Failure, Fenced, Store, StoreError};
+use crate::store::{Store, StoreError};
 use crate::worker::{Deliver, DeliveryOutcome, DeliveryRequest, Worker};
 
-pub use answer::{Answer, Reply};
-use cache::{CachedDone, DoneCache, DoneWriter, Hit};
+use answer::log_mismatch;
+pub use answer::{cached_answer, Answer, Reply};
+use cache::{CachedDone, DoneCache, DoneWriter};
 pub use dispatcher::Dispatcher;
+pub use event::{Event, Target};
+pub use record::write_verdict;
 
 /// Requests for one key that may wait on its pending claim; more are answered 409 at once.
 /// Bounds a shard's memory under a flood of one key while the store is slow.
@@ -45,32 +49,6 @@ const MAX_WAITERS: usize = 1024;
 /// `Retry-After` while the store is unreachable: about the longest reconnect backoff, so
 /// a sender does not hammer a node that cannot answer yet.
 const STORE_RETRY_AFTER_SECS: u64 = 5;
-
-/// Where a provider's events go.
-#[derive(Debug)]
-pub struct Target {
-    /// The URL events are POSTed to.
-    pub url: Arc<str>,
-    /// The delivery time limit.
-    pub timeout: Duration,
-}
-
-/// One received, verified, keyed delivery.
-#[derive(Debug)]
-pub struct Event {
-    /// Provider and key.
-    pub id: EventId,
-    /// The raw body.
-    pub body: Bytes,
-    /// The sender's content type.
-    pub content_type: Option<String>,
-    /// Fingerprint of the payload, `None` when fingerprints are off.
-    pub fingerprint: Option<String>,
-    /// Where it goes.
-    pub target: Arc<Target>,
-    /// The request's headers, kept with the payload if the event fails.
-    pub headers: HeaderMap,
-}
 
 /// Settings shared by every shard of a node.
 #[derive(Debug, Clone)]
@@ -367,184 +345,6 @@ impl Shard {
                 }),
         );
     }
-
-    /// Logs a finished attempt and builds its answer from what the row now says.
-    fn finished(
-        &mut self,
-        event: &Event,
-        attempts: i32,
-        path: Path,
-        verdict: Verdict,
-        written: Option<Result<Fenced, StoreError>>,
-        took: Duration,
-    ) -> Answer {
-        let id = &event.id;
-        let answer = |reply| Answer {
-            path,
-            attempts: Some(attempts),
-            reply,
-        };
-        let duration_ms = u64::try_from(took.as_millis()).unwrap_or(u64::MAX);
-        let outcome = match &verdict {
-            Verdict::Done(_) => "delivered",
-            Verdict::Retry { .. } => "failed",
-            Verdict::Dead { .. } => "dead",
-            Verdict::Unknown { .. } => "crashed",
-        };
-        self.metrics
-            .delivery(&id.provider, outcome, took.as_secs_f64());
-        match written {
-            Some(Ok(Fenced::Applied)) | None => {}
-            Some(Ok(Fenced::Stale)) => {
-                warn!(self.log, "webhook.stale";
-                    "provider" => &*id.provider, "event_key" => &*id.key,
-                    "path" => Path::StaleCompletion.as_str(), "attempts" => attempts);
-                return answer(Reply::RetryLater {
-                    retry_after: 1,
-                    reason: "lease_lost",
-                });
-            }
-            Some(Err(e)) => {
-                self.metrics.store_error(e.kind());
-                error!(self.log, "webhook.failed";
-                    "provider" => &*id.provider, "event_key" => &*id.key,
-                    "error" => format!("recording the outcome: {e}"), "attempts" => attempts,
-                    "retry_after_s" => STORE_RETRY_AFTER_SECS);
-                return answer(Reply::RetryLater {
-                    retry_after: STORE_RETRY_AFTER_SECS,
-                    reason: "store_unavailable",
-                });
-            }
-        }
-        match verdict {
-            Verdict::Done(result) => {
-                info!(self.log, "webhook.done";
-                    "provider" => &*id.provider, "event_key" => &*id.key,
-                    "outcome" => "delivered", "status" => result.status,
-                    "attempts" => attempts, "duration_ms" => duration_ms);
-                let result = Arc::new(result);
-                self.done.insert(
-                    id.clone(),
-                    CachedDone {
-                        attempts,
-                        fingerprint: event.fingerprint.clone(),
-                        result: Arc::clone(&result),
-                    },
-                );
-                answer(Reply::Result(result))
-            }
-            Verdict::Retry { error, retry_after } => {
-                warn!(self.log, "webhook.failed";
-                    "provider" => &*id.provider, "event_key" => &*id.key, "error" => &error,
-                    "attempts" => attempts, "retry_after_s" => retry_after,
-                    "duration_ms" => duration_ms);
-                answer(Reply::RetryLater {
-                    retry_after,
-                    reason: "delivery_failed",
-                })
-            }
-            Verdict::Dead { error, reason } => {
-                self.metrics.dead_letter(&id.provider, reason.as_str());
-                warn!(self.log, "webhook.dead";
-                    "provider" => &*id.provider, "event_key" => &*id.key, "error" => &error,
-                    "reason" => reason.as_str(), "attempts" => attempts,
-                    "duration_ms" => duration_ms);
-                answer(Reply::DeadLettered)
-            }
-            Verdict::Unknown { error } => {
-                let retry_after = ceil_secs(self.settings.lease);
-                error!(self.log, "webhook.failed";
-                    "provider" => &*id.provider, "event_key" => &*id.key,
-                    "error" => format!("worker crashed: {error}"), "attempts" => attempts,
-                    "retry_after_s" => retry_after, "duration_ms" => duration_ms);
-                answer(Reply::RetryLater {
-                    retry_after,
-                    reason: "worker_crashed",
-                })
-            }
-        }
-    }
-}
-
-/// Writes an attempt's verdict to its row, fenced by `attempts`; `None` when the verdict
-/// is [`Verdict::Unknown`] (a crash: the row keeps its lease).
-pub async fn write_verdict(
-    store: &dyn Store,
-    event: &Event,
-    attempts: i32,
-    verdict: &Verdict,
-) -> Option<Result<Fenced, StoreError>> {
-    let id = &event.id;
-    Some(match verdict {
-        Verdict::Done(result) => store.complete(id, attempts, result).await,
-        Verdict::Retry { error, .. } => {
-            store.fail(id, attempts, &failure(event, error, None)).await
-        }
-        Verdict::Dead { error, reason } => {
-            store
-                .fail(id, attempts, &failure(event, error, Some(*reason)))
-                .await
-        }
-        Verdict::Unknown { .. } => return None,
-    })
-}
-
-fn failure(event: &Event, error: &str, dead: Option<crate::store::DeadReason>) -> Failure {
-    Failure {
-        error: error.to_owned(),
-        dead,
-        payload: event.body.clone(),
-        content_type: event.content_type.clone(),
-        headers: headers_json(&event.headers),
-    }
-}
-
-/// Headers never written to the store: credentials and per-hop transport headers.
-const UNKEPT_HEADERS: &[&str] = &[
-    "authorization",
-    "proxy-authorization",
-    "cookie",
-    "connection",
-    "keep-alive",
-    "transfer-encoding",
-];
-
-/// The request headers worth keeping with a dead letter, as a JSON object (`None` if none).
-fn headers_json(headers: &HeaderMap) -> Option<String> {
-    let kept: serde_json::Map<String, serde_json::Value> = headers
-        .iter()
-        .filter(|(name, _)| !UNKEPT_HEADERS.contains(&name.as_str()))
-        .filter_map(|(name, value)| Some((name.to_string(), value.to_str().ok()?.into())))
-        .collect();
-    (!kept.is_empty()).then(|| serde_json::Value::Object(kept).to_string())
-}
-
-/// The answer the done cache gives for `event`, if it knows the key.
-pub fn cached_answer(cache: &DoneCache, event: &Event, log: &Logger) -> Option<Answer> {
-    Some(
-        match cache.lookup(&event.id, event.fingerprint.as_deref())? {
-            Hit::Done { attempts, result } => Answer {
-                path: Path::DuplicateDone,
-                attempts: Some(attempts),
-                reply: Reply::Result(result),
-            },
-            Hit::Mismatch { attempts, stored } => {
-                log_mismatch(log, event, stored.as_deref());
-                Answer {
-                    path: Path::PayloadMismatch,
-                    attempts: Some(attempts),
-                    reply: Reply::Mismatch,
-                }
-            }
-        },
-    )
-}
-
-/// Logs a payload mismatch with both fingerprints (never the payloads).
-fn log_mismatch(log: &Logger, event: &Event, stored: Option<&str>) {
-    warn!(log, "webhook.payload_mismatch";
-        "provider" => &*event.id.provider, "event_key" => &*event.id.key,
-        "stored_fingerprint" => stored, "incoming_fingerprint" => event.fingerprint.as_deref());
 }
 
 /// Whole seconds, rounded up, at least 1 (for `Retry-After`).
@@ -597,108 +397,5 @@ impl Handler<Ingest> for Shard {
         ctx.spawn(claim.into_actor(self).map(move |result, act, ctx| {
             act.claimed(event, token, reply, result, ctx);
         }));
-    }
-}
-
-impl Handler<Replay> for Shard {
-    type Result = ();
-
-    fn handle(&mut self, msg: Replay, ctx: &mut Context<Self>) {
-        let Replay { id, target, reply } = msg;
-        let refused = || Answer {
-            path: Path::Replay,
-            attempts: None,
-            reply: Reply::NotReplayable,
-        };
-        if self.in_flight.contains_key(&id) {
-            let _ = reply.send(refused());
-            return;
-        }
-        let store = Arc::clone(&self.store);
-        let lease = self.settings.lease;
-        let key = id.clone();
-        let reopen = async move { store.replay(&key, lease).await };
-        ctx.spawn(reopen.into_actor(self).map(move |reopened, act, ctx| {
-            let reopened = match reopened {
-                Ok(Some(reopened)) => reopened,
-                Ok(None) => {
-                    let _ = reply.send(refused());
-                    return;
-                }
-                Err(e) => {
-                    act.metrics.store_error(e.kind());
-                    let _ = reply.send(Answer::unclaimed(
-                        Path::StoreUnavailable,
-                        Reply::RetryLater {
-                            retry_after: STORE_RETRY_AFTER_SECS,
-                            reason: "store_unavailable",
-                        },
-                    ));
-                    return;
-                }
-            };
-            let event = Arc::new(Event {
-                id,
-                body: reopened.payload,
-                content_type: reopened.content_type,
-                fingerprint: reopened.fingerprint,
-                target,
-                headers: HeaderMap::new(),
-            });
-            act.next_token += 1;
-            let token = act.next_token;
-            act.in_flight.insert(
-                event.id.clone(),
-                InFlight {
-                    token,
-                    attempts: Some(reopened.attempts),
-                    since: Instant::now(),
-                    event: Arc::clone(&event),
-                    waiters: Vec::new(),
-                },
-            );
-            act.log_claim(&event.id, Path::Replay, Some(reopened.attempts));
-            act.deliver(event, token, reopened.attempts, Path::Replay, reply, ctx);
-        }));
-    }
-}
-
-impl Handler<ReleaseLeases> for Shard {
-    type Result = ResponseFuture<usize>;
-
-    fn handle(&mut self, _msg: ReleaseLeases, _ctx: &mut Context<Self>) -> Self::Result {
-        let held: Vec<(Arc<Event>, i32)> = self
-            .in_flight
-            .values()
-            .filter_map(|e| e.attempts.map(|a| (Arc::clone(&e.event), a)))
-            .collect();
-        let store = Arc::clone(&self.store);
-        let log = self.log.clone();
-        Box::pin(async move {
-            let writes = held.iter().map(|(event, attempts)| {
-                let store = Arc::clone(&store);
-                let failure = failure(event, "released at shutdown", None);
-                async move {
-                    let written = store.fail(&event.id, *attempts, &failure).await;
-                    (event, attempts, written)
-                }
-            });
-            let mut released = 0;
-            for (event, attempts, written) in join_all(writes).await {
-                match written {
-                    Ok(Fenced::Applied) => {
-                        released += 1;
-                        info!(log, "webhook.released";
-                            "provider" => &*event.id.provider, "event_key" => &*event.id.key,
-                            "attempts" => *attempts);
-                    }
-                    Ok(Fenced::Stale) => {}
-                    Err(e) => error!(log, "webhook.release_failed";
-                        "provider" => &*event.id.provider, "event_key" => &*event.id.key,
-                        "error" => %e),
-                }
-            }
-            released
-        })
     }
 }

@@ -160,6 +160,25 @@ pub fn mac_matches(algorithm: Algorithm, key: &[u8], parts: &[&[u8]], signature:
     }
 }
 
+/// `Ok` when any key's HMAC-SHA256 of `parts` equals any of the `candidates` (a sender
+/// may list several signatures while it rolls a secret; we may hold several secrets).
+pub fn any_sha256_matches<K: AsRef<[u8]>>(
+    keys: impl IntoIterator<Item = K>,
+    parts: &[&[u8]],
+    candidates: &[Vec<u8>],
+) -> Result<(), SignatureError> {
+    let matched = keys.into_iter().any(|key| {
+        candidates
+            .iter()
+            .any(|sig| mac_matches(Algorithm::Sha256, key.as_ref(), parts, sig))
+    });
+    if matched {
+        Ok(())
+    } else {
+        Err(SignatureError::Mismatch)
+    }
+}
+
 /// HMAC-SHA256 of the concatenated `parts` (for tests and senders' examples).
 pub fn sign_sha256(key: &[u8], parts: &[&[u8]]) -> Vec<u8> {
     let mut mac = <Hmac<Sha256> as KeyInit>::new_from_slice(key).expect("HMAC takes any key");

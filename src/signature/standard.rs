@@ -6,7 +6,7 @@
 use actix_web::http::header::HeaderMap;
 use base64::Engine;
 
-use super::hmac::{mac_matches, Algorithm};
+use super::hmac::any_sha256_matches;
 use super::{header, SignatureError, Window};
 
 const ID: &str = "webhook-id";
@@ -42,16 +42,8 @@ pub fn verify(
         return Err(SignatureError::Malformed(SIGNATURE.into()));
     }
     let parts: [&[u8]; 5] = [id.as_bytes(), b".", timestamp.as_bytes(), b".", body];
-    let matched = keys.iter().filter_map(|k| decode_secret(k)).any(|key| {
-        candidates
-            .iter()
-            .any(|sig| mac_matches(Algorithm::Sha256, &key, &parts, sig))
-    });
-    if matched {
-        Ok(())
-    } else {
-        Err(SignatureError::Mismatch)
-    }
+    let keys = keys.iter().filter_map(|k| decode_secret(k));
+    any_sha256_matches(keys, &parts, &candidates)
 }
 
 #[cfg(test)]

@@ -4,7 +4,7 @@
 
 use actix_web::http::header::HeaderMap;
 
-use super::hmac::{mac_matches, Algorithm};
+use super::hmac::any_sha256_matches;
 use super::{header, SignatureError, Window};
 
 const HEADER: &str = "stripe-signature";
@@ -33,16 +33,7 @@ pub fn verify(
     }
     window.check(timestamp, HEADER)?;
     let parts: [&[u8]; 3] = [timestamp.as_bytes(), b".", body];
-    let matched = keys.iter().any(|key| {
-        candidates
-            .iter()
-            .any(|sig| mac_matches(Algorithm::Sha256, key, &parts, sig))
-    });
-    if matched {
-        Ok(())
-    } else {
-        Err(SignatureError::Mismatch)
-    }
+    any_sha256_matches(keys, &parts, &candidates)
 }
 
 #[cfg(test)]

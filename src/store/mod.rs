@@ -9,9 +9,31 @@
 //! [`sqlite::SqliteStore`] (embedded, the zero-setup default). Both pass the one
 //! conformance suite in `tests/api/store_conformance.rs`.
 
+/// The claim's state rules in Postgres, shared by the single-row and the batched claim
+/// (`e` is the existing row): a `failed` row, or an `in_progress` row whose lease has run out
+/// by the database's clock, is taken over — set back to `in_progress` with attempts + 1 —
+/// when its fingerprint matches; `done` and `dead` never match.
+macro_rules! pg_claim_conflict {
+    () => {
+        "ON CONFLICT (provider, event_key) DO UPDATE
+    SET status = 'in_progress',
+        attempts = e.attempts + 1,
+        last_path = CASE WHEN e.status = 'failed'
+                         THEN 'retry_after_failure' ELSE 'lease_retake' END,
+        locked_until = EXCLUDED.locked_until,
+        updated_at = now()
+    WHERE (e.status = 'failed'
+           OR (e.status = 'in_progress' AND e.locked_until <= now()))
+      AND (e.fingerprint IS NULL OR EXCLUDED.fingerprint IS NULL
+           OR e.fingerprint = EXCLUDED.fingerprint)"
+    };
+}
+
 mod batcher;
 pub mod postgres;
 mod postgres_batch;
+mod postgres_rows;
+mod postgres_sql;
 mod reconnect;
 pub mod sqlite;
 mod sqlite_writer;

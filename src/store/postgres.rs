@@ -7,17 +7,19 @@
 
 use std::time::Duration;
 
-use deadpool_postgres::{Manager, ManagerConfig, Pool, PoolError, RecyclingMethod, Runtime};
-use tokio_postgres::error::SqlState;
-use tokio_postgres::{NoTls, Row};
+use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
+use tokio_postgres::NoTls;
 
 use std::sync::Arc;
 
 use super::batcher::Batcher;
 use super::postgres_batch::{self, ClaimCall, CompleteCall};
+pub(crate) use super::postgres_rows::{claim_result, db_error, get};
+use super::postgres_rows::{pool_error, record};
+use super::postgres_sql::{CLAIM, COMPLETE, DEAD_LETTERS, FAIL, LOOKUP, REPLAY, SWEEP};
 use super::reconnect::Reconnect;
 use super::{EventRecord, Failure, Fenced, Reopened, Store, StoreError, StoreFuture};
-use crate::claim::{ClaimResult, Path, RowState, Status, StoredResult};
+use crate::claim::{ClaimResult, Status, StoredResult};
 use crate::config::StoreConfig;
 use crate::key::EventId;
 use actix_web::web::Bytes;
@@ -30,123 +32,6 @@ const MIGRATIONS: &[(i32, &str)] = &[
 
 /// How long a new connection may take before the store counts as unreachable.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
-
-/// Claim, in one statement: insert the key, or take over a `failed` row or an expired
-/// lease; otherwise report the row as it stands.
-///
-/// Locks: the one `(provider, event_key)` row (or its index slot). A concurrent claimer of
-/// the same key blocks on that row lock until this statement commits, then re-evaluates
-/// the `WHERE` against the committed row: after our win it sees `in_progress` with a live
-/// lease, so it cannot win too. `done` and `dead` never match, whatever `locked_until`
-/// says. The report branch reads the statement's snapshot; if a concurrent insert
-/// committed after that snapshot, it returns no row and the caller runs the statement
-/// again (see [`PgStore::claim`]).
-const CLAIM: &str = "
-WITH claimed AS (
-    INSERT INTO webhook_events AS e
-        (provider, event_key, status, attempts, last_path, fingerprint, locked_until)
-    VALUES ($1, $2, 'in_progress', 1, 'first_run', $3,
-            now() + $4::bigint * interval '1 millisecond')
-    ON CONFLICT (provider, event_key) DO UPDATE
-    SET status = 'in_progress',
-        attempts = e.attempts + 1,
-        last_path = CASE WHEN e.status = 'failed'
-                         THEN 'retry_after_failure' ELSE 'lease_retake' END,
-        locked_until = EXCLUDED.locked_until,
-        updated_at = now()
-    WHERE (e.status = 'failed'
-           OR (e.status = 'in_progress' AND e.locked_until <= now()))
-      AND (e.fingerprint IS NULL OR EXCLUDED.fingerprint IS NULL
-           OR e.fingerprint = EXCLUDED.fingerprint)
-    RETURNING true AS won, e.status, e.attempts, e.last_path, e.fingerprint,
-              0::bigint AS lease_left_ms,
-              e.result_status, e.result_content_type, e.result_body
-)
-SELECT * FROM claimed
-UNION ALL
-SELECT false, status, attempts, last_path, fingerprint,
-       GREATEST(0, extract(epoch FROM locked_until - now()) * 1000)::bigint,
-       result_status, result_content_type, result_body
-FROM webhook_events
-WHERE provider = $1 AND event_key = $2 AND NOT EXISTS (SELECT 1 FROM claimed)";
-
-/// Complete, fenced: only the attempt that holds the row may mark it done.
-///
-/// Locks the one row. A concurrent retake (which bumps `attempts`) either commits first,
-/// and this matches no row (stale), or waits for this to commit and then finds `done`,
-/// which it never claims.
-const COMPLETE: &str = "
-UPDATE webhook_events
-SET status = 'done', result_status = $4, result_content_type = $5, result_body = $6,
-    locked_until = NULL, last_error = NULL, dead_reason = NULL, payload = NULL,
-    content_type = NULL, request_headers = NULL, updated_at = now()
-WHERE provider = $1 AND event_key = $2 AND attempts = $3 AND status = 'in_progress'";
-
-/// Fail (or dead-letter), fenced the same way as [`COMPLETE`]; releases the lease at once
-/// so the sender's next retry can claim the row without waiting for it to expire.
-///
-/// Locks the one row; a concurrent claimer waits, then sees `failed` (and may win it) or
-/// `dead` (and never does).
-const FAIL: &str = "
-UPDATE webhook_events
-SET status = $4, last_error = $5, dead_reason = $6, payload = $7, content_type = $8,
-    request_headers = $9, locked_until = NULL, updated_at = now()
-WHERE provider = $1 AND event_key = $2 AND attempts = $3 AND status = 'in_progress'";
-
-/// The columns of a whole row, for [`LOOKUP`] and [`DEAD_LETTERS`].
-macro_rules! record_columns {
-    () => {
-        "provider, event_key, status, attempts, last_path, fingerprint, result_status,
-         result_content_type, result_body, payload, content_type, request_headers,
-         last_error, dead_reason,
-         GREATEST(0, extract(epoch FROM locked_until - now()) * 1000)::bigint AS lease_left_ms,
-         extract(epoch FROM created_at)::float8 AS created_at,
-         extract(epoch FROM updated_at)::float8 AS updated_at"
-    };
-}
-
-/// Lookup: a plain read, no lock; sees the last committed state.
-const LOOKUP: &str = concat!(
-    "SELECT ",
-    record_columns!(),
-    " FROM webhook_events WHERE provider = $1 AND event_key = $2"
-);
-
-/// Dead letters, newest first: a plain read over the (status, updated_at) index.
-const DEAD_LETTERS: &str = concat!(
-    "SELECT ",
-    record_columns!(),
-    " FROM webhook_events WHERE status = 'dead' AND ($1::text IS NULL OR provider = $1)
-      ORDER BY updated_at DESC LIMIT $2"
-);
-
-/// Replay: reopen a dead letter as a new attempt, the claim's way (attempts + 1 is the new
-/// fencing token, the lease from the database clock).
-///
-/// Locks the one row. A concurrent replay of the same key waits for the lock, re-checks
-/// `status = 'dead'` against the committed row, finds `in_progress` and changes nothing:
-/// exactly one replay wins. A sender's delivery arriving meanwhile sees a live lease.
-const REPLAY: &str = "
-UPDATE webhook_events
-SET status = 'in_progress', attempts = attempts + 1, last_path = 'replay',
-    locked_until = now() + $3::bigint * interval '1 millisecond', updated_at = now()
-WHERE provider = $1 AND event_key = $2 AND status = 'dead' AND payload IS NOT NULL
-RETURNING attempts, payload, content_type, fingerprint";
-
-/// Sweep: delete one bounded batch of old rows of one status.
-///
-/// The inner select locks at most `$3` rows and skips any row another transaction holds
-/// (`SKIP LOCKED`), so a sweep never waits on a claim and holds few locks. Only `done` and
-/// `dead` rows are swept, and nothing but a replay ever changes them: a replay that locked
-/// the row first is skipped; one that comes after the delete finds no row and is refused.
-const SWEEP: &str = "
-DELETE FROM webhook_events
-WHERE (provider, event_key) IN (
-    SELECT provider, event_key FROM webhook_events
-    WHERE status = $1 AND updated_at < now() - $2::bigint * interval '1 millisecond'
-    ORDER BY updated_at
-    LIMIT $3
-    FOR UPDATE SKIP LOCKED)";
 
 /// Claims or completions one batch carries at most.
 const MAX_BATCH: usize = 256;
@@ -486,106 +371,5 @@ impl Store for PgStore {
                 .await
                 .map_err(db_error)
         }))
-    }
-}
-
-pub(crate) fn claim_result(row: &Row) -> Result<ClaimResult, StoreError> {
-    let won: bool = get(row, "won")?;
-    let attempts: i32 = get(row, "attempts")?;
-    if won {
-        let path = parse_path(&get::<String>(row, "last_path")?)?;
-        return Ok(ClaimResult::Won { attempts, path });
-    }
-    Ok(ClaimResult::Existing(RowState {
-        status: parse_status(&get::<String>(row, "status")?)?,
-        attempts,
-        fingerprint: get(row, "fingerprint")?,
-        lease_left: lease_left(row)?,
-        result: stored_result(row)?,
-    }))
-}
-
-fn record(row: &Row) -> Result<EventRecord, StoreError> {
-    Ok(EventRecord {
-        id: EventId::new(
-            get::<String>(row, "provider")?,
-            get::<String>(row, "event_key")?,
-        ),
-        status: parse_status(&get::<String>(row, "status")?)?,
-        attempts: get(row, "attempts")?,
-        last_path: Path::parse(&get::<String>(row, "last_path")?),
-        fingerprint: get(row, "fingerprint")?,
-        result: stored_result(row)?,
-        payload: get(row, "payload")?,
-        last_error: get(row, "last_error")?,
-        dead_reason: get(row, "dead_reason")?,
-        content_type: get(row, "content_type")?,
-        request_headers: get(row, "request_headers")?,
-        lease_left: lease_left(row)?,
-        created_at: get(row, "created_at")?,
-        updated_at: get(row, "updated_at")?,
-    })
-}
-
-fn stored_result(row: &Row) -> Result<Option<StoredResult>, StoreError> {
-    let status: Option<i16> = get(row, "result_status")?;
-    Ok(match status {
-        Some(status) => Some(StoredResult {
-            status: u16::try_from(status)
-                .map_err(|_| StoreError::Corrupt(format!("result_status {status}")))?,
-            content_type: get(row, "result_content_type")?,
-            body: get::<Option<Vec<u8>>>(row, "result_body")?.unwrap_or_default(),
-        }),
-        None => None,
-    })
-}
-
-fn lease_left(row: &Row) -> Result<Duration, StoreError> {
-    let ms: Option<i64> = get(row, "lease_left_ms")?;
-    Ok(Duration::from_millis(
-        ms.unwrap_or(0).max(0).try_into().unwrap_or(0),
-    ))
-}
-
-pub(crate) fn get<'a, T: tokio_postgres::types::FromSql<'a>>(
-    row: &'a Row,
-    column: &str,
-) -> Result<T, StoreError> {
-    row.try_get(column)
-        .map_err(|e| StoreError::Corrupt(format!("column {column}: {e}")))
-}
-
-fn parse_status(text: &str) -> Result<Status, StoreError> {
-    Status::parse(text).ok_or_else(|| StoreError::Corrupt(format!("status {text:?}")))
-}
-
-fn parse_path(text: &str) -> Result<Path, StoreError> {
-    Path::parse(text).ok_or_else(|| StoreError::Corrupt(format!("last_path {text:?}")))
-}
-
-/// Connection trouble is `Unavailable` (retry later, the sender will); anything the server
-/// itself refused is a `Query` error.
-pub(crate) fn db_error(e: tokio_postgres::Error) -> StoreError {
-    let unavailable = match e.code() {
-        None => true,
-        Some(code) => {
-            code.code().starts_with("08")
-                || *code == SqlState::ADMIN_SHUTDOWN
-                || *code == SqlState::CRASH_SHUTDOWN
-                || *code == SqlState::CANNOT_CONNECT_NOW
-                || *code == SqlState::TOO_MANY_CONNECTIONS
-        }
-    };
-    if unavailable {
-        StoreError::Unavailable(e.to_string())
-    } else {
-        StoreError::Query(e.to_string())
-    }
-}
-
-fn pool_error(e: PoolError) -> StoreError {
-    match e {
-        PoolError::Backend(e) => db_error(e),
-        other => StoreError::Unavailable(other.to_string()),
     }
 }

@@ -35,7 +35,8 @@ pub(crate) struct CompleteCall {
 /// waits for this statement's commit and then sees the row it left (a live lease). Keys
 /// whose row was inserted by another transaction after this statement's snapshot are
 /// missing from the report; their calls retry alone.
-const CLAIM_BATCH: &str = "
+const CLAIM_BATCH: &str = concat!(
+    "
 WITH input AS (
     SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::int8[])
         AS i(provider, event_key, fingerprint, lease_ms)
@@ -46,17 +47,9 @@ claimed AS (
     SELECT provider, event_key, 'in_progress', 1, 'first_run', fingerprint,
            now() + lease_ms * interval '1 millisecond'
     FROM input ORDER BY provider, event_key
-    ON CONFLICT (provider, event_key) DO UPDATE
-    SET status = 'in_progress',
-        attempts = e.attempts + 1,
-        last_path = CASE WHEN e.status = 'failed'
-                         THEN 'retry_after_failure' ELSE 'lease_retake' END,
-        locked_until = EXCLUDED.locked_until,
-        updated_at = now()
-    WHERE (e.status = 'failed'
-           OR (e.status = 'in_progress' AND e.locked_until <= now()))
-      AND (e.fingerprint IS NULL OR EXCLUDED.fingerprint IS NULL
-           OR e.fingerprint = EXCLUDED.fingerprint)
+",
+    pg_claim_conflict!(),
+    "
     RETURNING e.provider, e.event_key, true AS won, e.status, e.attempts, e.last_path,
               e.fingerprint, 0::bigint AS lease_left_ms,
               e.result_status, e.result_content_type, e.result_body
@@ -69,7 +62,8 @@ SELECT w.provider, w.event_key, false, w.status, w.attempts, w.last_path, w.fing
 FROM webhook_events w
 JOIN input i ON w.provider = i.provider AND w.event_key = i.event_key
 WHERE NOT EXISTS (
-    SELECT 1 FROM claimed c WHERE c.provider = w.provider AND c.event_key = w.event_key)";
+    SELECT 1 FROM claimed c WHERE c.provider = w.provider AND c.event_key = w.event_key)"
+);
 
 /// Completions for many attempts: the single-row `COMPLETE`, fenced per row.
 ///

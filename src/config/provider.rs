@@ -1,0 +1,175 @@
+//! `[[providers]]`: one sender each — its preset, key sources, secrets (named, never
+//! written), signature settings, fingerprint rules and target.
+
+use std::time::Duration;
+
+use serde::Deserialize;
+
+/// One `[[providers]]` entry.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProviderConfig {
+    /// URL segment: served at `POST /webhooks/{name}`.
+    pub name: String,
+    /// A real sender's signature scheme, timestamp window and key source.
+    #[serde(default)]
+    pub preset: Preset,
+    /// Where the idempotency key comes from, tried in order (default: the preset's).
+    pub key: Option<Vec<KeySource>>,
+    /// Signing secrets, each read from an environment variable; any current one may match.
+    #[serde(default)]
+    pub secrets: Vec<SecretRef>,
+    /// The generic HMAC scheme's settings (preset `hmac`).
+    pub signature: Option<HmacConfig>,
+    /// Allowed clock distance of a signed timestamp (default: the preset's, else 5m).
+    #[serde(default, with = "humantime_serde")]
+    pub tolerance: Option<Duration>,
+    /// `"on"` (default) or `"off"`: detect one key arriving with another payload.
+    #[serde(default)]
+    pub fingerprint: Switch,
+    /// JSON pointers left out of the fingerprint (default: the preset's).
+    pub fingerprint_exclude: Option<Vec<String>>,
+    /// The application that receives the events.
+    pub target: TargetConfig,
+    /// The secrets' values, read by [`Config::resolve_secrets`] (tests set them directly).
+    #[serde(skip)]
+    pub signing_keys: Vec<crate::signature::SigningKey>,
+}
+
+/// The sender presets.
+#[derive(Debug, Clone, Copy, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub enum Preset {
+    /// No signature verification.
+    #[default]
+    None,
+    /// Stripe: `Stripe-Signature`, 5 min window, key `/id`, ignores `/pending_webhooks`.
+    Stripe,
+    /// GitHub: `X-Hub-Signature-256`, key header `X-GitHub-Delivery`.
+    Github,
+    /// Standard Webhooks / Svix: `webhook-*` headers, 5 min window, key `webhook-id`.
+    StandardWebhooks,
+    /// Slack: `X-Slack-Signature`, 5 min window, key `/event_id`.
+    Slack,
+    /// Shopify: `X-Shopify-Hmac-Sha256`, key header `X-Shopify-Webhook-Id`.
+    Shopify,
+    /// Any HMAC sender, described by `signature = { ... }`.
+    Hmac,
+}
+
+impl Preset {
+    /// The name as written in the config.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Preset::None => "none",
+            Preset::Stripe => "stripe",
+            Preset::Github => "github",
+            Preset::StandardWebhooks => "standard-webhooks",
+            Preset::Slack => "slack",
+            Preset::Shopify => "shopify",
+            Preset::Hmac => "hmac",
+        }
+    }
+}
+
+/// `"on"` or `"off"`.
+#[derive(Debug, Clone, Copy, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum Switch {
+    /// Enabled.
+    #[default]
+    On,
+    /// Disabled.
+    Off,
+}
+
+/// `{ env = "NAME", not_after = "2026-12-31T00:00:00Z" }`
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SecretRef {
+    /// The environment variable holding the secret.
+    pub env: String,
+    /// RFC 3339 instant after which the secret is no longer accepted.
+    pub not_after: Option<String>,
+}
+
+impl SecretRef {
+    /// `not_after` as an instant (`Err` with the text when it does not parse).
+    pub fn not_after(&self) -> Result<Option<std::time::SystemTime>, String> {
+        self.not_after
+            .as_deref()
+            .map(|t| humantime::parse_rfc3339_weak(t).map_err(|e| format!("{t:?}: {e}")))
+            .transpose()
+    }
+}
+
+/// `signature = { header = "X-Signature", ... }` for preset `hmac`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HmacConfig {
+    /// The header carrying the signature.
+    pub header: String,
+    /// `sha256` (default) or `sha512`.
+    #[serde(default = "default_algorithm")]
+    pub algorithm: crate::signature::hmac::Algorithm,
+    /// `hex` (default) or `base64`.
+    #[serde(default = "default_encoding")]
+    pub encoding: crate::signature::hmac::Encoding,
+    /// Text before the encoded MAC, e.g. `sha256=`.
+    #[serde(default)]
+    pub prefix: String,
+    /// A header with a Unix-seconds timestamp, checked against `tolerance`.
+    pub timestamp_header: Option<String>,
+    /// The signed message; `{body}` and `{timestamp}` are replaced (default `{body}`).
+    #[serde(default = "default_template")]
+    pub template: String,
+}
+
+fn default_algorithm() -> crate::signature::hmac::Algorithm {
+    crate::signature::hmac::Algorithm::Sha256
+}
+
+fn default_encoding() -> crate::signature::hmac::Encoding {
+    crate::signature::hmac::Encoding::Hex
+}
+
+fn default_template() -> String {
+    "{body}".into()
+}
+
+/// One source of the idempotency key.
+#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
+#[serde(untagged, deny_unknown_fields)]
+pub enum KeySource {
+    /// A request header, matched case-insensitively.
+    Header {
+        /// The header's name.
+        header: String,
+    },
+    /// An RFC 6901 JSON pointer into the body; string or number values.
+    Json {
+        /// The pointer, e.g. `/id`.
+        json: String,
+    },
+    /// A SHA-256 over the canonical JSON of these pointers' values, for senders with no
+    /// event id (never the whole body: some fields change between deliveries).
+    Fields {
+        /// The pointers, e.g. `["/data/object/id", "/type", "/created"]`.
+        fields: Vec<String>,
+    },
+}
+
+/// `target = { url = "...", timeout = "10s" }`
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TargetConfig {
+    /// The URL events are POSTed to.
+    pub url: String,
+    /// How long one delivery may take; must be shorter than the lease.
+    #[serde(with = "humantime_serde", default = "default_target_timeout")]
+    pub timeout: Duration,
+}
+
+fn default_target_timeout() -> Duration {
+    Duration::from_secs(10)
+}

@@ -1,0 +1,35 @@
+//! One received delivery on its way through a shard, and where its provider delivers.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use actix_web::http::header::HeaderMap;
+use actix_web::web::Bytes;
+
+use crate::key::EventId;
+
+/// Where a provider's events go.
+#[derive(Debug)]
+pub struct Target {
+    /// The URL events are POSTed to.
+    pub url: Arc<str>,
+    /// The delivery time limit.
+    pub timeout: Duration,
+}
+
+/// One received, verified, keyed delivery.
+#[derive(Debug)]
+pub struct Event {
+    /// Provider and key.
+    pub id: EventId,
+    /// The raw body.
+    pub body: Bytes,
+    /// The sender's content type.
+    pub content_type: Option<String>,
+    /// Fingerprint of the payload, `None` when fingerprints are off.
+    pub fingerprint: Option<String>,
+    /// Where it goes.
+    pub target: Arc<Target>,
+    /// The request's headers, kept with the payload if the event fails.
+    pub headers: HeaderMap,
+}

@@ -1,0 +1,61 @@
+//! Writing an attempt's verdict to its row: done with the result, or failed / dead with
+//! the payload and the request headers kept for people (never credentials).
+
+use actix_web::http::header::HeaderMap;
+
+use super::Event;
+use crate::outcome::Verdict;
+use crate::store::{DeadReason, Failure, Fenced, Store, StoreError};
+
+/// Writes an attempt's verdict to its row, fenced by `attempts`; `None` when the verdict
+/// is [`Verdict::Unknown`] (a crash: the row keeps its lease).
+pub async fn write_verdict(
+    store: &dyn Store,
+    event: &Event,
+    attempts: i32,
+    verdict: &Verdict,
+) -> Option<Result<Fenced, StoreError>> {
+    let id = &event.id;
+    Some(match verdict {
+        Verdict::Done(result) => store.complete(id, attempts, result).await,
+        Verdict::Retry { error, .. } => {
+            store.fail(id, attempts, &failure(event, error, None)).await
+        }
+        Verdict::Dead { error, reason } => {
+            store
+                .fail(id, attempts, &failure(event, error, Some(*reason)))
+                .await
+        }
+        Verdict::Unknown { .. } => return None,
+    })
+}
+
+pub(crate) fn failure(event: &Event, error: &str, dead: Option<DeadReason>) -> Failure {
+    Failure {
+        error: error.to_owned(),
+        dead,
+        payload: event.body.clone(),
+        content_type: event.content_type.clone(),
+        headers: headers_json(&event.headers),
+    }
+}
+
+/// Headers never written to the store: credentials and per-hop transport headers.
+const UNKEPT_HEADERS: &[&str] = &[
+    "authorization",
+    "proxy-authorization",
+    "cookie",
+    "connection",
+    "keep-alive",
+    "transfer-encoding",
+];
+
+/// The request headers worth keeping with a dead letter, as a JSON object (`None` if none).
+fn headers_json(headers: &HeaderMap) -> Option<String> {
+    let kept: serde_json::Map<String, serde_json::Value> = headers
+        .iter()
+        .filter(|(name, _)| !UNKEPT_HEADERS.contains(&name.as_str()))
+        .filter_map(|(name, value)| Some((name.to_string(), value.to_str().ok()?.into())))
+        .collect();
+    (!kept.is_empty()).then(|| serde_json::Value::Object(kept).to_string())
+}

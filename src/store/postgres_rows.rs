@@ -1,0 +1,112 @@
+//! Decoding the Postgres store's rows and classifying its errors. No SQL is run here.
+
+use std::time::Duration;
+
+use deadpool_postgres::PoolError;
+use tokio_postgres::error::SqlState;
+use tokio_postgres::Row;
+
+use super::{EventRecord, StoreError};
+use crate::claim::{ClaimResult, Path, RowState, Status, StoredResult};
+use crate::key::EventId;
+
+pub(crate) fn claim_result(row: &Row) -> Result<ClaimResult, StoreError> {
+    let won: bool = get(row, "won")?;
+    let attempts: i32 = get(row, "attempts")?;
+    if won {
+        let path = parse_path(&get::<String>(row, "last_path")?)?;
+        return Ok(ClaimResult::Won { attempts, path });
+    }
+    Ok(ClaimResult::Existing(RowState {
+        status: parse_status(&get::<String>(row, "status")?)?,
+        attempts,
+        fingerprint: get(row, "fingerprint")?,
+        lease_left: lease_left(row)?,
+        result: stored_result(row)?,
+    }))
+}
+
+pub(crate) fn record(row: &Row) -> Result<EventRecord, StoreError> {
+    Ok(EventRecord {
+        id: EventId::new(
+            get::<String>(row, "provider")?,
+            get::<String>(row, "event_key")?,
+        ),
+        status: parse_status(&get::<String>(row, "status")?)?,
+        attempts: get(row, "attempts")?,
+        last_path: Path::parse(&get::<String>(row, "last_path")?),
+        fingerprint: get(row, "fingerprint")?,
+        result: stored_result(row)?,
+        payload: get(row, "payload")?,
+        last_error: get(row, "last_error")?,
+        dead_reason: get(row, "dead_reason")?,
+        content_type: get(row, "content_type")?,
+        request_headers: get(row, "request_headers")?,
+        lease_left: lease_left(row)?,
+        created_at: get(row, "created_at")?,
+        updated_at: get(row, "updated_at")?,
+    })
+}
+
+fn stored_result(row: &Row) -> Result<Option<StoredResult>, StoreError> {
+    let status: Option<i16> = get(row, "result_status")?;
+    Ok(match status {
+        Some(status) => Some(StoredResult {
+            status: u16::try_from(status)
+                .map_err(|_| StoreError::Corrupt(format!("result_status {status}")))?,
+            content_type: get(row, "result_content_type")?,
+            body: get::<Option<Vec<u8>>>(row, "result_body")?.unwrap_or_default(),
+        }),
+        None => None,
+    })
+}
+
+fn lease_left(row: &Row) -> Result<Duration, StoreError> {
+    let ms: Option<i64> = get(row, "lease_left_ms")?;
+    Ok(Duration::from_millis(
+        ms.unwrap_or(0).max(0).try_into().unwrap_or(0),
+    ))
+}
+
+pub(crate) fn get<'a, T: tokio_postgres::types::FromSql<'a>>(
+    row: &'a Row,
+    column: &str,
+) -> Result<T, StoreError> {
+    row.try_get(column)
+        .map_err(|e| StoreError::Corrupt(format!("column {column}: {e}")))
+}
+
+fn parse_status(text: &str) -> Result<Status, StoreError> {
+    Status::parse(text).ok_or_else(|| StoreError::Corrupt(format!("status {text:?}")))
+}
+
+fn parse_path(text: &str) -> Result<Path, StoreError> {
+    Path::parse(text).ok_or_else(|| StoreError::Corrupt(format!("last_path {text:?}")))
+}
+
+/// Connection trouble is `Unavailable` (retry later, the sender will); anything the server
+/// itself refused is a `Query` error.
+pub(crate) fn db_error(e: tokio_postgres::Error) -> StoreError {
+    let unavailable = match e.code() {
+        None => true,
+        Some(code) => {
+            code.code().starts_with("08")
+                || *code == SqlState::ADMIN_SHUTDOWN
+                || *code == SqlState::CRASH_SHUTDOWN
+                || *code == SqlState::CANNOT_CONNECT_NOW
+                || *code == SqlState::TOO_MANY_CONNECTIONS
+        }
+    };
+    if unavailable {
+        StoreError::Unavailable(e.to_string())
+    } else {
+        StoreError::Query(e.to_string())
+    }
+}
+
+pub(crate) fn pool_error(e: PoolError) -> StoreError {
+    match e {
+        PoolError::Backend(e) => db_error(e),
+        other => StoreError::Unavailable(other.to_string()),
+    }
+}

@@ -1,0 +1,114 @@
+//! The Postgres store's single-row statements. Each is one statement on one row in
+//! autocommit, and says which row it locks and what a concurrent caller sees. `now()` is
+//! the only clock used for leases.
+
+/// Claim, in one statement: insert the key, or take over a `failed` row or an expired
+/// lease; otherwise report the row as it stands.
+///
+/// Locks: the one `(provider, event_key)` row (or its index slot). A concurrent claimer of
+/// the same key blocks on that row lock until this statement commits, then re-evaluates
+/// the `WHERE` against the committed row: after our win it sees `in_progress` with a live
+/// lease, so it cannot win too. `done` and `dead` never match, whatever `locked_until`
+/// says. The report branch reads the statement's snapshot; if a concurrent insert
+/// committed after that snapshot, it returns no row and the caller runs the statement
+/// again (see [`PgStore::claim`]).
+pub(crate) const CLAIM: &str = concat!(
+    "
+WITH claimed AS (
+    INSERT INTO webhook_events AS e
+        (provider, event_key, status, attempts, last_path, fingerprint, locked_until)
+    VALUES ($1, $2, 'in_progress', 1, 'first_run', $3,
+            now() + $4::bigint * interval '1 millisecond')
+",
+    pg_claim_conflict!(),
+    "
+    RETURNING true AS won, e.status, e.attempts, e.last_path, e.fingerprint,
+              0::bigint AS lease_left_ms,
+              e.result_status, e.result_content_type, e.result_body
+)
+SELECT * FROM claimed
+UNION ALL
+SELECT false, status, attempts, last_path, fingerprint,
+       GREATEST(0, extract(epoch FROM locked_until - now()) * 1000)::bigint,
+       result_status, result_content_type, result_body
+FROM webhook_events
+WHERE provider = $1 AND event_key = $2 AND NOT EXISTS (SELECT 1 FROM claimed)"
+);
+
+/// Complete, fenced: only the attempt that holds the row may mark it done.
+///
+/// Locks the one row. A concurrent retake (which bumps `attempts`) either commits first,
+/// and this matches no row (stale), or waits for this to commit and then finds `done`,
+/// which it never claims.
+pub(crate) const COMPLETE: &str = "
+UPDATE webhook_events
+SET status = 'done', result_status = $4, result_content_type = $5, result_body = $6,
+    locked_until = NULL, last_error = NULL, dead_reason = NULL, payload = NULL,
+    content_type = NULL, request_headers = NULL, updated_at = now()
+WHERE provider = $1 AND event_key = $2 AND attempts = $3 AND status = 'in_progress'";
+
+/// Fail (or dead-letter), fenced the same way as [`COMPLETE`]; releases the lease at once
+/// so the sender's next retry can claim the row without waiting for it to expire.
+///
+/// Locks the one row; a concurrent claimer waits, then sees `failed` (and may win it) or
+/// `dead` (and never does).
+pub(crate) const FAIL: &str = "
+UPDATE webhook_events
+SET status = $4, last_error = $5, dead_reason = $6, payload = $7, content_type = $8,
+    request_headers = $9, locked_until = NULL, updated_at = now()
+WHERE provider = $1 AND event_key = $2 AND attempts = $3 AND status = 'in_progress'";
+
+/// The columns of a whole row, for [`LOOKUP`] and [`DEAD_LETTERS`].
+macro_rules! record_columns {
+    () => {
+        "provider, event_key, status, attempts, last_path, fingerprint, result_status,
+         result_content_type, result_body, payload, content_type, request_headers,
+         last_error, dead_reason,
+         GREATEST(0, extract(epoch FROM locked_until - now()) * 1000)::bigint AS lease_left_ms,
+         extract(epoch FROM created_at)::float8 AS created_at,
+         extract(epoch FROM updated_at)::float8 AS updated_at"
+    };
+}
+
+/// Lookup: a plain read, no lock; sees the last committed state.
+pub(crate) const LOOKUP: &str = concat!(
+    "SELECT ",
+    record_columns!(),
+    " FROM webhook_events WHERE provider = $1 AND event_key = $2"
+);
+
+/// Dead letters, newest first: a plain read over the (status, updated_at) index.
+pub(crate) const DEAD_LETTERS: &str = concat!(
+    "SELECT ",
+    record_columns!(),
+    " FROM webhook_events WHERE status = 'dead' AND ($1::text IS NULL OR provider = $1)
+      ORDER BY updated_at DESC LIMIT $2"
+);
+
+/// Replay: reopen a dead letter as a new attempt, the claim's way (attempts + 1 is the new
+/// fencing token, the lease from the database clock).
+///
+/// Locks the one row. A concurrent replay of the same key waits for the lock, re-checks
+/// `status = 'dead'` against the committed row, finds `in_progress` and changes nothing:
+/// exactly one replay wins. A sender's delivery arriving meanwhile sees a live lease.
+pub(crate) const REPLAY: &str = "
+UPDATE webhook_events
+SET status = 'in_progress', attempts = attempts + 1, last_path = 'replay',
+    locked_until = now() + $3::bigint * interval '1 millisecond', updated_at = now()
+WHERE provider = $1 AND event_key = $2 AND status = 'dead' AND payload IS NOT NULL
+RETURNING attempts, payload, content_type, fingerprint";
+
+/// Sweep: delete one bounded batch of old rows of one status.
+///
+/// The inner select locks at most `$3` rows and skips any row another transaction holds
+/// (`SKIP LOCKED`), so a sweep never waits on a claim and holds few locks. Only `done` and
+/// `dead` rows are swept, and nothing but a replay ever changes them: a replay that locked
+/// the row first is skipped; one that comes after the delete finds no row and is refused.
+pub(crate) const SWEEP: &str = "
+DELETE FROM webhook_events
+WHERE (provider, event_key) IN (
+    SELECT provider, event_key FROM webhook_events
+    WHERE status = $1 AND updated_at < now() - $2::bigint * interval '1 millisecond'
+    ORDER BY updated_at
+    LIMIT $3
+    FOR UPDATE SKIP LOCKED)";

@@ -1,0 +1,192 @@
+//! The stores under test: a Postgres schema per test in the throwaway cluster started by
+//! scripts/test.sh, or a SQLite file per test in the temp directory.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use hookgate::config::StoreConfig;
+use hookgate::store::Store;
+
+static DATABASES: AtomicUsize = AtomicUsize::new(0);
+
+/// Which store a test runs against.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    Postgres,
+    Sqlite,
+}
+
+/// A SQLite file removed (with its WAL files) when the last handle on it goes.
+struct SqliteFile(PathBuf);
+
+impl Drop for SqliteFile {
+    fn drop(&mut self) {
+        for suffix in ["", "-wal", "-shm"] {
+            let mut path = self.0.clone().into_os_string();
+            path.push(suffix);
+            let _ = std::fs::remove_file(path);
+        }
+    }
+}
+
+enum Inspect {
+    Pg(tokio_postgres::Client),
+    Sqlite(Arc<SqliteFile>),
+}
+
+/// A fresh database for one test, and a direct connection for inspecting rows.
+pub struct TestDb {
+    pub url: String,
+    pub schema: String,
+    inspect: Inspect,
+}
+
+impl TestDb {
+    /// A fresh Postgres schema.
+    pub async fn new() -> Self {
+        Self::on(Backend::Postgres).await
+    }
+
+    pub async fn on(backend: Backend) -> Self {
+        let n = DATABASES.fetch_add(1, Ordering::SeqCst);
+        let unique = format!("t{}_{n}_{}", std::process::id(), fastrand::u32(..));
+        match backend {
+            Backend::Postgres => {
+                let url = std::env::var("HOOKGATE_TEST_DATABASE_URL").expect(
+                    "HOOKGATE_TEST_DATABASE_URL is not set: run the suite with scripts/test.sh, \
+                     which starts a throwaway PostgreSQL",
+                );
+                Self::attach_pg(url, unique).await
+            }
+            Backend::Sqlite => {
+                let dir = std::env::temp_dir().join("hookgate-tests");
+                std::fs::create_dir_all(&dir).expect("temp dir");
+                let path = dir.join(format!("{unique}.db"));
+                Self {
+                    url: format!("sqlite://{}", path.display()),
+                    schema: String::new(),
+                    inspect: Inspect::Sqlite(Arc::new(SqliteFile(path))),
+                }
+            }
+        }
+    }
+
+    async fn attach_pg(url: String, schema: String) -> Self {
+        let mut config: tokio_postgres::Config = url.parse().expect("test database URL");
+        config.options(format!("-c search_path={schema}"));
+        let (client, connection) = config
+            .connect(tokio_postgres::NoTls)
+            .await
+            .expect("connect to the test database");
+        actix_rt::spawn(connection);
+        Self {
+            url,
+            schema,
+            inspect: Inspect::Pg(client),
+        }
+    }
+
+    /// Another handle on the same database (a second node's view of it).
+    pub async fn attach(&self) -> Self {
+        match &self.inspect {
+            Inspect::Pg(_) => Self::attach_pg(self.url.clone(), self.schema.clone()).await,
+            Inspect::Sqlite(file) => Self {
+                url: self.url.clone(),
+                schema: String::new(),
+                inspect: Inspect::Sqlite(Arc::clone(file)),
+            },
+        }
+    }
+
+    pub fn store_config(&self) -> StoreConfig {
+        StoreConfig {
+            url: self.url.clone(),
+            schema: if self.schema.is_empty() {
+                "public".into()
+            } else {
+                self.schema.clone()
+            },
+            pool_size: 8,
+            ..StoreConfig::default()
+        }
+    }
+
+    /// A migrated store on this database.
+    pub async fn store(&self) -> Arc<dyn Store> {
+        self.store_with(self.store_config()).await
+    }
+
+    pub async fn store_with(&self, config: StoreConfig) -> Arc<dyn Store> {
+        let store = hookgate::store::open(&config).await.expect("store");
+        store.migrate().await.expect("migrate");
+        store
+    }
+
+    fn sqlite(file: &SqliteFile) -> rusqlite::Connection {
+        let conn = rusqlite::Connection::open(&file.0).expect("open the test SQLite file");
+        conn.busy_timeout(Duration::from_secs(10)).unwrap();
+        conn
+    }
+
+    /// Moves a row's lease into the past, as if its lease had run out long ago.
+    pub async fn expire_lease(&self, provider: &str, key: &str) {
+        let n = match &self.inspect {
+            Inspect::Pg(client) => client
+                .execute(
+                    "UPDATE webhook_events SET locked_until = now() - interval '1 day'
+                     WHERE provider = $1 AND event_key = $2",
+                    &[&provider, &key],
+                )
+                .await
+                .expect("expire lease"),
+            Inspect::Sqlite(file) => Self::sqlite(file)
+                .execute(
+                    "UPDATE webhook_events SET locked_until = unixepoch('subsec') - 86400
+                     WHERE provider = ?1 AND event_key = ?2",
+                    [provider, key],
+                )
+                .expect("expire lease") as u64,
+        };
+        assert_eq!(n, 1, "no row {provider}:{key} to expire");
+    }
+
+    /// The row's status, or `None`.
+    pub async fn status(&self, provider: &str, key: &str) -> Option<String> {
+        match &self.inspect {
+            Inspect::Pg(client) => client
+                .query_opt(
+                    "SELECT status FROM webhook_events WHERE provider = $1 AND event_key = $2",
+                    &[&provider, &key],
+                )
+                .await
+                .expect("status query")
+                .map(|row| row.get(0)),
+            Inspect::Sqlite(file) => {
+                use rusqlite::OptionalExtension;
+                Self::sqlite(file)
+                    .query_row(
+                        "SELECT status FROM webhook_events WHERE provider = ?1 AND event_key = ?2",
+                        [provider, key],
+                        |r| r.get(0),
+                    )
+                    .optional()
+                    .expect("status query")
+            }
+        }
+    }
+
+    pub async fn count_rows(&self) -> i64 {
+        match &self.inspect {
+            Inspect::Pg(client) => client
+                .query_one("SELECT count(*) FROM webhook_events", &[])
+                .await
+                .expect("count")
+                .get(0),
+            Inspect::Sqlite(file) => Self::sqlite(file)
+                .query_row("SELECT count(*) FROM webhook_events", [], |r| r.get(0))
+                .expect("count"),
+        }
+    }
+}

@@ -1,0 +1,42 @@
+//! Capturing a node's JSON log lines, in the production drain format, for assertions.
+
+use std::sync::{Arc, Mutex};
+
+/// Log lines a node wrote, as JSON values (the same drain format as production).
+#[derive(Clone, Default)]
+pub struct CapturedLog(Arc<Mutex<Vec<u8>>>);
+
+impl std::io::Write for CapturedLog {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl CapturedLog {
+    pub fn logger(&self) -> slog::Logger {
+        use slog::Drain;
+        let drain = slog_json::Json::new(self.clone())
+            .add_default_keys()
+            .build();
+        slog::Logger::root(Mutex::new(drain).fuse(), slog::o!())
+    }
+
+    pub fn lines(&self) -> Vec<serde_json::Value> {
+        String::from_utf8_lossy(&self.0.lock().unwrap())
+            .lines()
+            .map(|l| serde_json::from_str(l).expect("a JSON log line"))
+            .collect()
+    }
+
+    /// Lines with message `msg` whose `event_key` is `key`.
+    pub fn events(&self, msg: &str, key: &str) -> Vec<serde_json::Value> {
+        self.lines()
+            .into_iter()
+            .filter(|l| l["msg"] == msg && l["event_key"] == key)
+            .collect()
+    }
+}

@@ -1,0 +1,260 @@
+//! Test harness: a real database per test ([`db`]), a real HTTP target that counts
+//! deliveries ([`target`]), a TCP proxy that can cut the store's network ([`proxy`]),
+//! captured JSON logs ([`log`]), and `spawn_app`, which starts a whole hookgate node on
+//! port 0.
+
+mod db;
+mod log;
+mod proxy;
+mod target;
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use actix_web::dev::ServerHandle;
+use futures_util::future::LocalBoxFuture;
+use hookgate::config::Config;
+use hookgate::startup::Application;
+use hookgate::store::Store;
+use hookgate::worker::{Delivery, DeliveryOutcome, DeliveryRequest, HttpDelivery};
+
+pub use db::{Backend, TestDb};
+pub use log::CapturedLog;
+pub use proxy::StoreProxy;
+pub use target::{Behaviour, TestTarget};
+
+/// Waits for `condition` to hold, polling, failing the test after a generous deadline.
+pub async fn eventually<F, Fut>(what: &str, mut condition: F)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !condition().await {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+// A delivery seam that panics: the first attempt of any key containing "panic".
+
+pub struct PanickingDelivery;
+
+impl Delivery for PanickingDelivery {
+    fn deliver(&self, request: DeliveryRequest) -> LocalBoxFuture<'static, DeliveryOutcome> {
+        if request.attempt == 1 && request.idempotency_key.contains("panic") {
+            panic!("injected delivery panic for {}", request.idempotency_key);
+        }
+        HttpDelivery.deliver(request)
+    }
+}
+
+// A whole node.
+
+pub const PROVIDER: &str = "stripe";
+
+/// The config every test starts from; tests edit the struct, never env vars.
+pub fn base_config(db: &TestDb, target: &TestTarget) -> Config {
+    let mut config = Config::from_toml(&format!(
+        r#"
+        [server]
+        listen = "127.0.0.1:0"
+        shards = 4
+        workers_per_shard = 4
+        http_workers = 2
+        [[providers]]
+        name = "{PROVIDER}"
+        key = [{{ header = "X-Idempotency-Key" }}, {{ json = "/id" }}]
+        target = {{ url = "{}", timeout = "10s" }}
+        "#,
+        target.url
+    ))
+    .expect("test config");
+    config.store = db.store_config();
+    config.shutdown.grace = Duration::ZERO;
+    config
+}
+
+pub struct TestApp {
+    pub log: CapturedLog,
+    pub address: String,
+    pub db: TestDb,
+    pub target: TestTarget,
+    pub store: Arc<dyn Store>,
+    handle: ServerHandle,
+    stopped: Option<tokio::sync::oneshot::Receiver<anyhow::Result<()>>>,
+    client: awc::Client,
+}
+
+/// The answer to one delivery, as a sender sees it.
+#[derive(Debug)]
+pub struct Answer {
+    pub status: u16,
+    pub path: String,
+    pub attempt: Option<i32>,
+    pub retry_after: Option<u64>,
+    pub body: String,
+}
+
+pub async fn spawn_app() -> TestApp {
+    spawn_app_with(|_| {}).await
+}
+
+pub async fn spawn_app_with(edit: impl FnOnce(&mut Config)) -> TestApp {
+    spawn_app_on(Backend::Postgres, edit).await
+}
+
+/// A node on a fresh database of `backend`.
+pub async fn spawn_app_on(backend: Backend, edit: impl FnOnce(&mut Config)) -> TestApp {
+    let db = TestDb::on(backend).await;
+    let target = TestTarget::start().await;
+    let mut config = base_config(&db, &target);
+    edit(&mut config);
+    start_node(db, target, config, Arc::new(HttpDelivery)).await
+}
+
+/// Starts a node on `config` (its store, target and delivery seam are the caller's).
+pub async fn start_node(
+    db: TestDb,
+    target: TestTarget,
+    config: Config,
+    delivery: Arc<dyn Delivery>,
+) -> TestApp {
+    let store = db.store_with(config.store.clone()).await;
+    let log = CapturedLog::default();
+    let app = Application::build(&config, Arc::clone(&store), delivery, log.logger())
+        .await
+        .expect("build app");
+    let address = format!("http://127.0.0.1:{}", app.port());
+    let handle = app.handle();
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    actix_rt::spawn(async move {
+        let _ = tx.send(app.run_until_stopped().await);
+    });
+    TestApp {
+        log,
+        address,
+        db,
+        target,
+        store,
+        handle,
+        stopped: Some(rx),
+        client: awc::Client::builder()
+            .timeout(Duration::from_secs(60))
+            .finish(),
+    }
+}
+
+impl TestApp {
+    /// A second node on the same schema and target (several nodes, one database).
+    pub async fn second_node(&self, edit: impl FnOnce(&mut Config)) -> TestApp {
+        let db = self.db.attach().await;
+        let mut config = base_config(&db, &self.target);
+        edit(&mut config);
+        start_node(db, self.target.clone(), config, Arc::new(HttpDelivery)).await
+    }
+
+    pub fn idem(key: &str) -> String {
+        format!("{PROVIDER}:{key}")
+    }
+
+    /// Sends a delivery in the background and forgets it (the node may stop under it).
+    pub fn fire(&self, key: &str, body: &str) {
+        let request = awc::Client::new()
+            .post(format!("{}/webhooks/{PROVIDER}", self.address))
+            .insert_header(("X-Idempotency-Key", key.to_owned()));
+        let body = body.to_owned();
+        actix_rt::spawn(async move {
+            let _ = request.send_body(body).await;
+        });
+    }
+
+    /// POSTs `body` to `/webhooks/stripe` with the key in `X-Idempotency-Key`.
+    pub async fn deliver(&self, key: &str, body: &str) -> Answer {
+        self.post(
+            &format!("/webhooks/{PROVIDER}"),
+            &[("X-Idempotency-Key", key)],
+            body.to_owned(),
+        )
+        .await
+    }
+
+    pub async fn post(&self, path: &str, headers: &[(&str, &str)], body: String) -> Answer {
+        let mut request = self
+            .client
+            .post(format!("{}{path}", self.address))
+            .insert_header(("Content-Type", "application/json"));
+        for (name, value) in headers {
+            request = request.insert_header((*name, *value));
+        }
+        let response = request.send_body(body).await.expect("request");
+        Self::answer(response).await
+    }
+
+    pub async fn get(&self, path: &str) -> Answer {
+        let response = self
+            .client
+            .get(format!("{}{path}", self.address))
+            .send()
+            .await
+            .expect("request");
+        Self::answer(response).await
+    }
+
+    /// GET with `Authorization: <auth>`.
+    pub async fn get_with(&self, path: &str, auth: &str) -> Answer {
+        let response = self
+            .client
+            .get(format!("{}{path}", self.address))
+            .insert_header(("Authorization", auth))
+            .send()
+            .await
+            .expect("request");
+        Self::answer(response).await
+    }
+
+    pub async fn request(&self, method: awc::http::Method, path: &str) -> Answer {
+        let response = self
+            .client
+            .request(method, format!("{}{path}", self.address))
+            .send()
+            .await
+            .expect("request");
+        Self::answer(response).await
+    }
+
+    async fn answer<S>(mut response: awc::ClientResponse<S>) -> Answer
+    where
+        S: futures_util::Stream<Item = Result<actix_web::web::Bytes, awc::error::PayloadError>>
+            + Unpin,
+    {
+        let header = |name: &str| {
+            response
+                .headers()
+                .get(name)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_owned)
+        };
+        let path = header("Hookgate-Path").unwrap_or_default();
+        let attempt = header("Hookgate-Attempt").and_then(|v| v.parse().ok());
+        let retry_after = header("Retry-After").and_then(|v| v.parse().ok());
+        let status = response.status().as_u16();
+        let body = response.body().limit(1 << 20).await.expect("body");
+        Answer {
+            status,
+            path,
+            attempt,
+            retry_after,
+            body: String::from_utf8_lossy(&body).into_owned(),
+        }
+    }
+
+    /// Stops the node the way SIGTERM does and waits until it has released its leases.
+    pub async fn shutdown(&mut self) {
+        self.handle.stop(true).await;
+        if let Some(stopped) = self.stopped.take() {
+            stopped.await.expect("node task").expect("node stopped");
+        }
+    }
+}
