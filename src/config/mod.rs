@@ -1,5 +1,5 @@
 //! The configuration: one TOML file, layered with `HOOKGATE_<SECTION>__<KEY>` environment
-//! overrides, deserialized into plain structs and then validated (see [`validate`]).
+//! overrides, deserialized into plain structs and then validated (see `Config::validate`).
 //!
 //! This module only describes and loads settings; it never opens a socket or a database.
 //! Every key and its default is documented in `config/hookgate.toml`.

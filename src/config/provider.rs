@@ -31,7 +31,7 @@ pub struct ProviderConfig {
     pub fingerprint_exclude: Option<Vec<String>>,
     /// The application that receives the events.
     pub target: TargetConfig,
-    /// The secrets' values, read by [`Config::resolve_secrets`] (tests set them directly).
+    /// The secrets' values, read by [`super::Config::resolve_secrets`] (tests set them directly).
     #[serde(skip)]
     pub signing_keys: Vec<crate::signature::SigningKey>,
 }
