@@ -219,10 +219,23 @@ impl Shard {
                 }
                 let retry_after = ceil_secs(self.settings.lease);
                 for (waiter, waiter_reply) in waiters {
-                    let answer = Answer {
-                        path: Path::InProgressElsewhere,
-                        attempts: Some(attempts),
-                        reply: Reply::Busy { retry_after },
+                    let mismatch = matches!(
+                        (event.fingerprint.as_deref(), waiter.fingerprint.as_deref()),
+                        (Some(won), Some(waiting)) if won != waiting
+                    );
+                    let answer = if mismatch {
+                        log_mismatch(&self.log, &waiter, event.fingerprint.as_deref());
+                        Answer {
+                            path: Path::PayloadMismatch,
+                            attempts: Some(attempts),
+                            reply: Reply::Mismatch,
+                        }
+                    } else {
+                        Answer {
+                            path: Path::InProgressElsewhere,
+                            attempts: Some(attempts),
+                            reply: Reply::Busy { retry_after },
+                        }
                     };
                     self.log_claim(&waiter.id, answer.path, answer.attempts);
                     let _ = waiter_reply.send(answer);

@@ -179,7 +179,8 @@ pub fn any_sha256_matches<K: AsRef<[u8]>>(
     }
 }
 
-/// HMAC-SHA256 of the concatenated `parts` (for tests and senders' examples).
+/// HMAC-SHA256 of the concatenated `parts` (for tests, benches and senders' examples; never
+/// on the request path). Cannot panic: HMAC accepts keys of any length.
 pub fn sign_sha256(key: &[u8], parts: &[&[u8]]) -> Vec<u8> {
     let mut mac = <Hmac<Sha256> as KeyInit>::new_from_slice(key).expect("HMAC takes any key");
     for part in parts {

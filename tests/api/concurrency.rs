@@ -20,6 +20,30 @@ async fn fifty_parallel_first_deliveries_of_one_key_run_the_target_once(backend:
     }
 }
 
+async fn racing_payloads_under_one_new_key_deliver_one_and_never_cross(backend: Backend) {
+    let app = spawn_app_on(backend, |_| {}).await;
+    let bodies = [r#"{"amount":1}"#, r#"{"amount":2}"#];
+    let answers = join_all((0..40).map(|i| app.deliver("evt_race", bodies[i % 2]))).await;
+    assert_eq!(
+        app.target.count(&TestApp::idem("evt_race")),
+        1,
+        "{answers:?}"
+    );
+    let winner = answers
+        .iter()
+        .position(|a| a.path == "first_run")
+        .expect("one request won");
+    for (i, a) in answers.iter().enumerate() {
+        let same_body = i % 2 == winner % 2;
+        match (same_body, a.status) {
+            (true, 201) => assert!(a.path == "first_run" || a.path == "duplicate_done"),
+            (_, 409) => assert_eq!(a.path, "in_progress_elsewhere"),
+            (false, 422) => assert_eq!(a.path, "payload_mismatch"),
+            _ => panic!("request {i} (same body as the winner: {same_body}) got {a:?}"),
+        }
+    }
+}
+
 async fn concurrent_redeliveries_after_failure_run_the_target_once_more(backend: Backend) {
     let app = spawn_app_on(backend, |_| {}).await;
     app.target.set(Behaviour::Status(500));
@@ -125,6 +149,7 @@ macro_rules! on_both_stores {
 }
 
 on_both_stores!(
+    racing_payloads_under_one_new_key_deliver_one_and_never_cross,
     fifty_parallel_first_deliveries_of_one_key_run_the_target_once,
     concurrent_redeliveries_after_failure_run_the_target_once_more,
     parallel_deliveries_across_two_nodes_on_one_database_run_the_target_once,
