@@ -183,6 +183,24 @@ impl Shard {
         cached_answer(self.done.cache(), event, &self.log)
     }
 
+    /// Enters `event` in the in-flight set (replacing any stale entry for its key) and
+    /// answers the token that tells this entry from later ones.
+    fn track(&mut self, event: &Arc<Event>, attempts: Option<i32>) -> u64 {
+        self.next_token += 1;
+        let token = self.next_token;
+        self.in_flight.insert(
+            event.id.clone(),
+            InFlight {
+                token,
+                attempts,
+                since: Instant::now(),
+                event: Arc::clone(event),
+                waiters: Vec::new(),
+            },
+        );
+        token
+    }
+
     /// Drops the in-flight entry for `id` if it is still the one `token` created.
     fn forget(&mut self, id: &EventId, token: u64) {
         if self.in_flight.get(id).is_some_and(|e| e.token == token) {
@@ -391,18 +409,7 @@ impl Handler<Ingest> for Shard {
             let _ = reply.send(answer);
             return;
         }
-        self.next_token += 1;
-        let token = self.next_token;
-        self.in_flight.insert(
-            event.id.clone(),
-            InFlight {
-                token,
-                attempts: None,
-                since: Instant::now(),
-                event: Arc::clone(&event),
-                waiters: Vec::new(),
-            },
-        );
+        let token = self.track(&event, None);
         let store = Arc::clone(&self.store);
         let lease = self.settings.lease;
         let ev = Arc::clone(&event);

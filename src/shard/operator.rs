@@ -3,7 +3,6 @@
 //! delivery.
 
 use std::sync::Arc;
-use std::time::Instant;
 
 use actix::prelude::*;
 use actix_web::http::header::HeaderMap;
@@ -11,7 +10,7 @@ use futures_util::future::join_all;
 use slog::{error, info};
 
 use super::record::failure;
-use super::{Answer, Event, InFlight, ReleaseLeases, Replay, Reply, Shard, STORE_RETRY_AFTER_SECS};
+use super::{Answer, Event, ReleaseLeases, Replay, Reply, Shard, STORE_RETRY_AFTER_SECS};
 use crate::claim::Path;
 use crate::store::Fenced;
 
@@ -60,18 +59,7 @@ impl Handler<Replay> for Shard {
                 target,
                 headers: HeaderMap::new(),
             });
-            act.next_token += 1;
-            let token = act.next_token;
-            act.in_flight.insert(
-                event.id.clone(),
-                InFlight {
-                    token,
-                    attempts: Some(reopened.attempts),
-                    since: Instant::now(),
-                    event: Arc::clone(&event),
-                    waiters: Vec::new(),
-                },
-            );
+            let token = act.track(&event, Some(reopened.attempts));
             act.log_claim(&event.id, Path::Replay, Some(reopened.attempts));
             act.deliver(event, token, reopened.attempts, Path::Replay, reply, ctx);
         }));
