@@ -17,7 +17,7 @@ use serde_json::json;
 use super::{ApiError, AppState};
 use crate::canonical::Body;
 use crate::key::EventId;
-use crate::shard::{Answer, Event, Reply};
+use crate::shard::{Answer, Event, Reply, Target};
 
 /// The handler.
 pub async fn ingest(
@@ -28,7 +28,25 @@ pub async fn ingest(
 ) -> Result<HttpResponse, ApiError> {
     let provider = provider.into_inner();
     match accept(&req, &provider, payload, &state).await {
-        Ok(event) => Ok(render(state.dispatcher.dispatch(event).await)),
+        Ok(accepted) => {
+            let dispatcher = &state.dispatcher;
+            if let Some(answer) = dispatcher.cached(&accepted.id, accepted.fingerprint.as_deref()) {
+                return Ok(render(answer));
+            }
+            let event = Event {
+                id: accepted.id,
+                fingerprint: accepted.fingerprint,
+                content_type: req
+                    .headers()
+                    .get(header::CONTENT_TYPE)
+                    .and_then(|v| v.to_str().ok())
+                    .map(str::to_owned),
+                body: accepted.body,
+                target: accepted.target,
+                headers: req.headers().clone(),
+            };
+            Ok(render(dispatcher.dispatch(event).await))
+        }
         Err(e) => {
             state.metrics.rejected(&provider, e.code());
             slog::info!(state.log, "webhook.rejected";
@@ -38,13 +56,21 @@ pub async fn ingest(
     }
 }
 
+/// A request that passed every check, before it becomes an [`Event`].
+struct Accepted {
+    id: EventId,
+    fingerprint: Option<String>,
+    body: Bytes,
+    target: Arc<Target>,
+}
+
 /// Everything checked before a claim, in order: provider, body size, signature, key.
 async fn accept(
     req: &HttpRequest,
     provider: &str,
     payload: web::Payload,
     state: &AppState,
-) -> Result<Event, ApiError> {
+) -> Result<Accepted, ApiError> {
     let runtime = state
         .providers
         .get(provider)
@@ -56,17 +82,11 @@ async fn accept(
     let parsed = Body::new(&body);
     let key = runtime.key.derive(req.headers(), &parsed)?;
     let fingerprint = runtime.fingerprint.fingerprint(&parsed);
-    Ok(Event {
+    Ok(Accepted {
         id: EventId::new(Arc::clone(&runtime.name), key),
         fingerprint,
-        content_type: req
-            .headers()
-            .get(header::CONTENT_TYPE)
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_owned),
         body,
         target: Arc::clone(&runtime.target),
-        headers: req.headers().clone(),
     })
 }
 

@@ -7,8 +7,8 @@ use std::sync::Arc;
 use slog::{warn, Logger};
 
 use super::cache::{DoneCache, Hit};
-use super::Event;
 use crate::claim::{Path, StoredResult};
+use crate::key::EventId;
 
 /// The answer to one delivery.
 #[derive(Debug, Clone)]
@@ -57,30 +57,39 @@ impl Answer {
     }
 }
 
-/// The answer the done cache gives for `event`, if it knows the key.
-pub fn cached_answer(cache: &DoneCache, event: &Event, log: &Logger) -> Option<Answer> {
-    Some(
-        match cache.lookup(&event.id, event.fingerprint.as_deref())? {
-            Hit::Done { attempts, result } => Answer {
-                path: Path::DuplicateDone,
-                attempts: Some(attempts),
-                reply: Reply::Result(result),
-            },
-            Hit::Mismatch { attempts, stored } => {
-                log_mismatch(log, event, stored.as_deref());
-                Answer {
-                    path: Path::PayloadMismatch,
-                    attempts: Some(attempts),
-                    reply: Reply::Mismatch,
-                }
-            }
+/// The answer the done cache gives for `id` arriving with payload `fingerprint`, if it
+/// knows the key.
+pub fn cached_answer(
+    cache: &DoneCache,
+    id: &EventId,
+    fingerprint: Option<&str>,
+    log: &Logger,
+) -> Option<Answer> {
+    Some(match cache.lookup(id, fingerprint)? {
+        Hit::Done { attempts, result } => Answer {
+            path: Path::DuplicateDone,
+            attempts: Some(attempts),
+            reply: Reply::Result(result),
         },
-    )
+        Hit::Mismatch { attempts, stored } => {
+            log_mismatch(log, id, fingerprint, stored.as_deref());
+            Answer {
+                path: Path::PayloadMismatch,
+                attempts: Some(attempts),
+                reply: Reply::Mismatch,
+            }
+        }
+    })
 }
 
 /// Logs a payload mismatch with both fingerprints (never the payloads).
-pub(crate) fn log_mismatch(log: &Logger, event: &Event, stored: Option<&str>) {
+pub(crate) fn log_mismatch(
+    log: &Logger,
+    id: &EventId,
+    incoming: Option<&str>,
+    stored: Option<&str>,
+) {
     warn!(log, "webhook.payload_mismatch";
-        "provider" => &*event.id.provider, "event_key" => &*event.id.key,
-        "stored_fingerprint" => stored, "incoming_fingerprint" => event.fingerprint.as_deref());
+        "provider" => &*id.provider, "event_key" => &*id.key,
+        "stored_fingerprint" => stored, "incoming_fingerprint" => incoming);
 }

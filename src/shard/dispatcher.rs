@@ -95,21 +95,24 @@ impl Dispatcher {
         self.shards.is_empty()
     }
 
-    /// Answers `event` from the done cache, or hands it to its shard and waits.
-    ///
-    /// A cache hit is answered here, on the HTTP thread: no mailbox, no store.
+    /// The done cache's answer for `id` arriving with payload `fingerprint`, answered on
+    /// the caller's (HTTP) thread: no mailbox, no store. Call it before building the
+    /// [`Event`], so a duplicate costs no more than this lookup.
+    pub fn cached(&self, id: &EventId, fingerprint: Option<&str>) -> Option<Answer> {
+        let hit = cached_answer(&self.done, id, fingerprint, &self.log);
+        self.metrics.cache(hit.is_some());
+        let answer = hit?;
+        self.metrics.attempt(&id.provider, answer.path);
+        slog::info!(self.log, "webhook.claim";
+            "provider" => &*id.provider, "event_key" => &*id.key,
+            "path" => answer.path.as_str(), "attempts" => answer.attempts,
+            "shard" => shard_for(id, self.shards.len()));
+        Some(answer)
+    }
+
+    /// Hands `event` to its shard and waits for the answer.
     pub async fn dispatch(&self, event: Event) -> Answer {
         let index = shard_for(&event.id, self.shards.len());
-        let hit = cached_answer(&self.done, &event, &self.log);
-        self.metrics.cache(hit.is_some());
-        if let Some(answer) = hit {
-            self.metrics.attempt(&event.id.provider, answer.path);
-            slog::info!(self.log, "webhook.claim";
-                "provider" => &*event.id.provider, "event_key" => &*event.id.key,
-                "path" => answer.path.as_str(), "attempts" => answer.attempts,
-                "shard" => index);
-            return answer;
-        }
         let (reply, answer) = oneshot::channel();
         let msg = Ingest {
             event: Arc::new(event),

@@ -161,7 +161,12 @@ impl Shard {
             if held < self.settings.lease {
                 let attempts = entry.attempts;
                 return Some(if mismatch(entry.event.fingerprint.as_deref()) {
-                    log_mismatch(&self.log, event, entry.event.fingerprint.as_deref());
+                    log_mismatch(
+                        &self.log,
+                        &event.id,
+                        event.fingerprint.as_deref(),
+                        entry.event.fingerprint.as_deref(),
+                    );
                     Answer {
                         path: Path::PayloadMismatch,
                         attempts,
@@ -180,7 +185,12 @@ impl Shard {
         }
         // The HTTP handler already asked the cache; ask again, as the key may have
         // finished while this request waited in the mailbox.
-        cached_answer(self.done.cache(), event, &self.log)
+        cached_answer(
+            self.done.cache(),
+            &event.id,
+            event.fingerprint.as_deref(),
+            &self.log,
+        )
     }
 
     /// Enters `event` in the in-flight set (replacing any stale entry for its key) and
@@ -242,7 +252,12 @@ impl Shard {
                         (Some(won), Some(waiting)) if won != waiting
                     );
                     let answer = if mismatch {
-                        log_mismatch(&self.log, &waiter, event.fingerprint.as_deref());
+                        log_mismatch(
+                            &self.log,
+                            &waiter.id,
+                            waiter.fingerprint.as_deref(),
+                            event.fingerprint.as_deref(),
+                        );
                         Answer {
                             path: Path::PayloadMismatch,
                             attempts: Some(attempts),
@@ -313,7 +328,12 @@ impl Shard {
             },
             Path::DuplicateDead => Reply::DeadLettered,
             Path::PayloadMismatch => {
-                log_mismatch(&self.log, event, row.fingerprint.as_deref());
+                log_mismatch(
+                    &self.log,
+                    &event.id,
+                    event.fingerprint.as_deref(),
+                    row.fingerprint.as_deref(),
+                );
                 Reply::Mismatch
             }
             _ => Reply::Busy {
