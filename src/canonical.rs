@@ -40,6 +40,13 @@ impl<'a> Body<'a> {
 }
 
 /// Appends the canonical form of `value` to `out`.
+///
+/// ```
+/// let value: serde_json::Value = serde_json::from_str(r#"{ "b": 1, "a": [true, null] }"#).unwrap();
+/// let mut out = Vec::new();
+/// hookgate::canonical::write_canonical(&value, &mut out);
+/// assert_eq!(out, br#"{"a":[true,null],"b":1}"#);
+/// ```
 pub fn write_canonical(value: &Value, out: &mut Vec<u8>) {
     match value {
         Value::Object(map) => {

@@ -30,6 +30,17 @@ impl RetryPolicy {
 
     /// Delay after attempt `attempt` (1-based) failed, before jitter:
     /// `min(cap, base * factor^(attempt-1))`.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use hookgate::config::RetryConfig;
+    /// use hookgate::retry::RetryPolicy;
+    ///
+    /// let policy = RetryPolicy::new(&RetryConfig::default()); // 45s, x2, capped at 6h
+    /// assert_eq!(policy.delay(1), Duration::from_secs(45));
+    /// assert_eq!(policy.delay(3), Duration::from_secs(180));
+    /// assert_eq!(policy.delay(20), Duration::from_secs(6 * 3600));
+    /// ```
     pub fn delay(&self, attempt: u32) -> Duration {
         let exponent = attempt.saturating_sub(1).min(64) as i32;
         let secs = self.base.as_secs_f64() * self.factor.powi(exponent);
