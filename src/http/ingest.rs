@@ -1,8 +1,9 @@
-//! `POST /webhooks/{provider}`: read the body within its limit, derive the key, hand the
-//! event to its shard, and render the shard's answer with `Hookgate-Path` and
-//! `Hookgate-Attempt`.
+//! `POST /webhooks/{provider}`: read the body within its limit, verify the signature,
+//! derive the key and fingerprint, answer a known-done key from the done cache, or hand the
+//! event to its shard — then render the answer with `Hookgate-Path` and `Hookgate-Attempt`.
 //!
 //! Everything refused here is refused before any claim and logged as `webhook.rejected`.
+//! No decision about an event is made here: the cache and the shard make them.
 
 use std::sync::Arc;
 use std::time::SystemTime;
