@@ -41,6 +41,7 @@ use cache::{CachedDone, DoneCache, DoneWriter};
 pub use dispatcher::Dispatcher;
 pub use event::{Event, Target};
 pub use record::write_verdict;
+use record::write_verdict_retrying;
 
 /// Requests for one key that may wait on its pending claim; more are answered 409 at once.
 /// Bounds a shard's memory under a flood of one key while the store is slow.
@@ -378,12 +379,17 @@ impl Shard {
         let settings = Arc::clone(&self.settings);
         let ev = Arc::clone(&event);
         let started = Instant::now();
+        let log = self.log.clone();
         let work = async move {
             let outcome = sent
                 .await
                 .unwrap_or_else(|e| DeliveryOutcome::Crashed(format!("worker unreachable: {e}")));
             let verdict = judge(outcome, attempts, &settings.retry, path == Path::Replay);
-            let written = write_verdict(&*store, &ev, attempts, &verdict).await;
+            // The lease was taken just before the delivery started; past it, another
+            // attempt may hold the row and the write would be stale anyway.
+            let deadline = started + settings.lease;
+            let written =
+                write_verdict_retrying(&*store, &ev, attempts, &verdict, deadline, &log).await;
             (verdict, written, started.elapsed())
         };
         ctx.spawn(

@@ -119,6 +119,41 @@ async fn while_the_store_is_unreachable_nothing_is_delivered_and_service_resumes
 }
 
 #[actix_web::test]
+async fn a_store_outage_after_the_delivery_delays_the_answer_but_loses_no_completion() {
+    let db = TestDb::new().await;
+    let proxy = StoreProxy::start(&db.url).await;
+    let target = TestTarget::start().await;
+    let mut config = base_config(&db, &target);
+    config.store.url = proxy.url_for(&db.url);
+    let app = start_node(db, target, config, Arc::new(hookgate::worker::HttpDelivery)).await;
+    app.target.set(Behaviour::Hang);
+
+    let delivery = app.deliver("evt_blip", "{}");
+    let outage = async {
+        app.target.wait_for(&TestApp::idem("evt_blip"), 1).await;
+        proxy.cut();
+        app.target.release();
+        eventually("a completion write to fail and be retried", || async {
+            !app.log
+                .events("webhook.record_retry", "evt_blip")
+                .is_empty()
+        })
+        .await;
+        proxy.restore();
+    };
+    let (answer, ()) = futures_util::join!(delivery, outage);
+
+    assert_eq!(answer.status, 201, "{answer:?}");
+    assert_eq!(answer.path, "first_run");
+    assert_eq!(
+        app.db.status(PROVIDER, "evt_blip").await.as_deref(),
+        Some("done")
+    );
+    assert_eq!(app.deliver("evt_blip", "{}").await.path, "duplicate_done");
+    assert_eq!(app.target.count(&TestApp::idem("evt_blip")), 1);
+}
+
+#[actix_web::test]
 async fn shutdown_releases_the_leases_of_unfinished_attempts() {
     let mut app = spawn_app().await;
     app.target.set(Behaviour::Hang);
