@@ -85,16 +85,6 @@ impl Dispatcher {
         }
     }
 
-    /// Number of shards.
-    pub fn len(&self) -> usize {
-        self.shards.len()
-    }
-
-    /// Whether there are no shards (never, once started).
-    pub fn is_empty(&self) -> bool {
-        self.shards.is_empty()
-    }
-
     /// The done cache's answer for `id` arriving with payload `fingerprint`, answered on
     /// the caller's (HTTP) thread: no mailbox, no store. Call it before building the
     /// [`Event`], so a duplicate costs no more than this lookup.

@@ -263,6 +263,12 @@ impl EventRecord {
     }
 }
 
+/// A duration in whole milliseconds for SQL parameters (saturating; leases and ages are
+/// far below the limit).
+pub(crate) fn millis(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}
+
 /// Opens the store named by `config.url`.
 pub async fn open(config: &StoreConfig) -> Result<Arc<dyn Store>, StoreError> {
     if config.url.starts_with("postgres://") || config.url.starts_with("postgresql://") {

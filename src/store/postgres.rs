@@ -13,6 +13,7 @@ use tokio_postgres::NoTls;
 use std::sync::Arc;
 
 use super::batcher::Batcher;
+use super::millis;
 use super::postgres_batch::{self, ClaimCall, CompleteCall};
 pub(crate) use super::postgres_rows::{claim_result, db_error, get};
 use super::postgres_rows::{pool_error, record};
@@ -268,7 +269,7 @@ impl Store for PgStore {
         Box::pin(self.claims.call(ClaimCall {
             id: id.clone(),
             fingerprint: fingerprint.map(str::to_owned),
-            lease_ms: i64::try_from(lease.as_millis()).unwrap_or(i64::MAX),
+            lease_ms: millis(lease),
         }))
     }
 
@@ -330,7 +331,7 @@ impl Store for PgStore {
     fn replay<'a>(&'a self, id: &'a EventId, lease: Duration) -> StoreFuture<'a, Option<Reopened>> {
         Box::pin(self.guarded(async move {
             let client = self.client().await?;
-            let lease_ms = i64::try_from(lease.as_millis()).unwrap_or(i64::MAX);
+            let lease_ms = millis(lease);
             let row = client
                 .query_opt(REPLAY, &[&&*id.provider, &&*id.key, &lease_ms])
                 .await
@@ -365,7 +366,7 @@ impl Store for PgStore {
     fn sweep(&self, status: Status, older_than: Duration, batch: u32) -> StoreFuture<'_, u64> {
         Box::pin(self.guarded(async move {
             let client = self.client().await?;
-            let age_ms = i64::try_from(older_than.as_millis()).unwrap_or(i64::MAX);
+            let age_ms = millis(older_than);
             client
                 .execute(SWEEP, &[&status.as_str(), &age_ms, &i64::from(batch)])
                 .await

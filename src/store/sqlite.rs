@@ -18,7 +18,7 @@ use actix_web::web::Bytes;
 use rusqlite::{params, Connection, OptionalExtension, Row};
 
 use super::sqlite_writer::{sql_error, Writer};
-use super::{EventRecord, Failure, Fenced, Reopened, Store, StoreError, StoreFuture};
+use super::{millis, EventRecord, Failure, Fenced, Reopened, Store, StoreError, StoreFuture};
 use crate::claim::{ClaimResult, Path as ClaimPath, RowState, Status, StoredResult};
 use crate::key::EventId;
 
@@ -131,10 +131,6 @@ impl SqliteStore {
     }
 }
 
-fn ms(d: Duration) -> i64 {
-    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
-}
-
 impl Store for SqliteStore {
     fn migrate(&self) -> StoreFuture<'_, ()> {
         Box::pin(self.writer.call(|conn| {
@@ -185,9 +181,10 @@ impl Store for SqliteStore {
             let won = conn
                 .prepare_cached(CLAIM)
                 .and_then(|mut s| {
-                    s.query_row(params![&*provider, &*key, fingerprint, ms(lease)], |r| {
-                        Ok((r.get::<_, i32>(0)?, r.get::<_, String>(1)?))
-                    })
+                    s.query_row(
+                        params![&*provider, &*key, fingerprint, millis(lease)],
+                        |r| Ok((r.get::<_, i32>(0)?, r.get::<_, String>(1)?)),
+                    )
                     .optional()
                 })
                 .map_err(sql_error)?;
@@ -275,7 +272,7 @@ impl Store for SqliteStore {
         Box::pin(self.writer.call(move |conn| {
             conn.prepare_cached(REPLAY)
                 .and_then(|mut s| {
-                    s.query_row(params![&*provider, &*key, ms(lease)], |r| {
+                    s.query_row(params![&*provider, &*key, millis(lease)], |r| {
                         Ok(Reopened {
                             attempts: r.get(0)?,
                             payload: Bytes::from(r.get::<_, Vec<u8>>(1)?),
@@ -312,7 +309,7 @@ impl Store for SqliteStore {
         Box::pin(self.writer.call(move |conn| {
             let deleted = conn
                 .prepare_cached(SWEEP)
-                .and_then(|mut s| s.execute(params![status.as_str(), ms(older_than), batch]))
+                .and_then(|mut s| s.execute(params![status.as_str(), millis(older_than), batch]))
                 .map_err(sql_error)?;
             Ok(deleted as u64)
         }))

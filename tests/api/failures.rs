@@ -7,8 +7,8 @@ use hookgate::key::EventId;
 use hookgate::shard::dispatcher::shard_for;
 
 use crate::helpers::{
-    base_config, eventually, spawn_app, spawn_app_with, start_node, Behaviour, PanickingDelivery,
-    StoreProxy, TestApp, TestDb, TestTarget, PROVIDER,
+    base_config, eventually, spawn_app, spawn_app_behind_proxy, spawn_app_with, start_node,
+    Behaviour, PanickingDelivery, TestApp, TestDb, TestTarget, PROVIDER,
 };
 
 #[actix_web::test]
@@ -88,12 +88,7 @@ async fn a_late_completion_after_a_retake_changes_nothing_and_is_logged_stale() 
 
 #[actix_web::test]
 async fn while_the_store_is_unreachable_nothing_is_delivered_and_service_resumes_without_restart() {
-    let db = TestDb::new().await;
-    let proxy = StoreProxy::start(&db.url).await;
-    let target = TestTarget::start().await;
-    let mut config = base_config(&db, &target);
-    config.store.url = proxy.url_for(&db.url);
-    let app = start_node(db, target, config, Arc::new(hookgate::worker::HttpDelivery)).await;
+    let (app, proxy) = spawn_app_behind_proxy().await;
     assert_eq!(app.deliver("evt_up", "{}").await.status, 201);
 
     proxy.cut();
@@ -120,12 +115,7 @@ async fn while_the_store_is_unreachable_nothing_is_delivered_and_service_resumes
 
 #[actix_web::test]
 async fn a_store_outage_after_the_delivery_delays_the_answer_but_loses_no_completion() {
-    let db = TestDb::new().await;
-    let proxy = StoreProxy::start(&db.url).await;
-    let target = TestTarget::start().await;
-    let mut config = base_config(&db, &target);
-    config.store.url = proxy.url_for(&db.url);
-    let app = start_node(db, target, config, Arc::new(hookgate::worker::HttpDelivery)).await;
+    let (app, proxy) = spawn_app_behind_proxy().await;
     app.target.set(Behaviour::Hang);
 
     let delivery = app.deliver("evt_blip", "{}");

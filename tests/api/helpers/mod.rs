@@ -114,6 +114,18 @@ pub async fn spawn_app_on(backend: Backend, edit: impl FnOnce(&mut Config)) -> T
     start_node(db, target, config, Arc::new(HttpDelivery)).await
 }
 
+/// A node on a fresh Postgres schema whose store connection runs through a
+/// [`StoreProxy`] the test can cut and restore.
+pub async fn spawn_app_behind_proxy() -> (TestApp, StoreProxy) {
+    let db = TestDb::new().await;
+    let proxy = StoreProxy::start(&db.url).await;
+    let target = TestTarget::start().await;
+    let mut config = base_config(&db, &target);
+    config.store.url = proxy.url_for(&db.url);
+    let app = start_node(db, target, config, Arc::new(HttpDelivery)).await;
+    (app, proxy)
+}
+
 /// Starts a node on `config` (its store, target and delivery seam are the caller's).
 pub async fn start_node(
     db: TestDb,
