@@ -57,6 +57,39 @@ fn signatures(c: &mut Criterion) {
     c.bench_function("signature/stripe_verify", |b| {
         b.iter(|| verifier.verify(&headers, black_box(BODY), now))
     });
+
+    // A valid request with a 1 MB body, beside the costliest requests an attacker can
+    // send with the same body: the most candidates a header may list (all the right
+    // length, all wrong), and 20,000 empty candidates. Each should cost about one HMAC of
+    // the body, or nothing at all.
+    let big = vec![b'x'; 1 << 20];
+    let big_sig = hex::encode(sign_sha256(secret.as_bytes(), &[t.as_bytes(), b".", &big]));
+    let stripe = |value: String| {
+        let mut h = HeaderMap::new();
+        h.insert(
+            HeaderName::from_static("stripe-signature"),
+            HeaderValue::from_str(&value).unwrap(),
+        );
+        h
+    };
+    let valid = stripe(format!("t={t},v1={big_sig}"));
+    let most = stripe(format!(
+        "t={t}{}",
+        format!(",v1={}", "0".repeat(64)).repeat(hookgate::signature::MAX_CANDIDATES)
+    ));
+    let flood = stripe(format!("t={t}{}", ",v1=".repeat(20_000)));
+    let mut group = c.benchmark_group("signature/stripe_1mb");
+    group.sample_size(20);
+    group.bench_function("valid", |b| {
+        b.iter(|| verifier.verify(&valid, black_box(&big), now))
+    });
+    group.bench_function("rejected_most_candidates", |b| {
+        b.iter(|| verifier.verify(&most, black_box(&big), now))
+    });
+    group.bench_function("rejected_20000_empty", |b| {
+        b.iter(|| verifier.verify(&flood, black_box(&big), now))
+    });
+    group.finish();
 }
 
 fn routing_and_cache(c: &mut Criterion) {

@@ -10,6 +10,7 @@ use actix_web::http::header::HeaderMap;
 use base64::Engine;
 use hmac::{Hmac, KeyInit, Mac};
 use sha2::{Sha256, Sha512};
+use subtle::ConstantTimeEq;
 
 use super::{header, SignatureError, Window};
 
@@ -160,29 +161,39 @@ pub fn mac_matches(algorithm: Algorithm, key: &[u8], parts: &[&[u8]], signature:
     }
 }
 
+/// Bytes in an HMAC-SHA256.
+pub const SHA256_LEN: usize = 32;
+
 /// `Ok` when any key's HMAC-SHA256 of `parts` equals any of the `candidates` (a sender
 /// may list several signatures while it rolls a secret; we may hold several secrets).
+///
+/// The MAC is computed once per key and compared with every candidate in constant time;
+/// the callers have already bounded the candidates ([`super::candidates`]).
 pub fn any_sha256_matches<K: AsRef<[u8]>>(
     keys: impl IntoIterator<Item = K>,
     parts: &[&[u8]],
     candidates: &[Vec<u8>],
 ) -> Result<(), SignatureError> {
-    let matched = keys.into_iter().any(|key| {
-        candidates
-            .iter()
-            .any(|sig| mac_matches(Algorithm::Sha256, key.as_ref(), parts, sig))
-    });
-    if matched {
+    let mut matched = subtle::Choice::from(0);
+    for key in keys {
+        let mac = sign_sha256(key.as_ref(), parts);
+        for candidate in candidates {
+            matched |= mac.as_slice().ct_eq(candidate.as_slice());
+        }
+    }
+    if bool::from(matched) {
         Ok(())
     } else {
         Err(SignatureError::Mismatch)
     }
 }
 
-/// HMAC-SHA256 of the concatenated `parts` (for tests, benches and senders' examples; never
-/// on the request path). Cannot panic: HMAC accepts keys of any length.
+/// HMAC-SHA256 of the concatenated `parts`. Cannot panic: HMAC accepts keys of any length.
 pub fn sign_sha256(key: &[u8], parts: &[&[u8]]) -> Vec<u8> {
-    let mut mac = <Hmac<Sha256> as KeyInit>::new_from_slice(key).expect("HMAC takes any key");
+    let Ok(mut mac) = <Hmac<Sha256> as KeyInit>::new_from_slice(key) else {
+        // Unreachable: HMAC takes keys of any length. An empty MAC matches no candidate.
+        return Vec::new();
+    };
     for part in parts {
         mac.update(part);
     }

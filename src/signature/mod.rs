@@ -4,8 +4,13 @@
 //! Schemes: [`hmac`] (a header carrying an HMAC of a template over the body, optionally with
 //! a timestamp — GitHub, Shopify, Slack and hand-configured senders are specs of it),
 //! [`stripe`] and [`standard`] (Standard Webhooks / Svix) with their own header formats.
-//! Every comparison is constant-time (`Mac::verify_slice`). Errors name the reason, never
-//! the expected signature. Time is a parameter, so every window is testable.
+//! Every comparison is constant-time (`subtle`). Errors name the reason, never the expected
+//! signature. Time is a parameter, so every window is testable.
+//!
+//! Cost is bounded before any hashing: a header lists at most [`MAX_CANDIDATES`]
+//! signatures, candidates of the wrong length or encoding are dropped unread, and the MAC
+//! is computed once per secret and then compared with each candidate — so the worst
+//! rejected request costs what a valid one costs (one HMAC of the body per secret).
 
 pub mod hmac;
 pub mod standard;
@@ -16,6 +21,10 @@ use std::time::{Duration, SystemTime};
 use actix_web::http::header::HeaderMap;
 
 use crate::config::Secret;
+
+/// Signatures one header may list. Senders list one per live secret (two while they roll
+/// one); a header with more is refused as malformed before anything is hashed.
+pub const MAX_CANDIDATES: usize = 8;
 
 /// Why a delivery's signature was refused (401, nothing claimed).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -154,5 +163,35 @@ fn unix_secs(t: SystemTime) -> i64 {
     match t.duration_since(SystemTime::UNIX_EPOCH) {
         Ok(d) => i64::try_from(d.as_secs()).unwrap_or(i64::MAX),
         Err(e) => -i64::try_from(e.duration().as_secs()).unwrap_or(i64::MAX),
+    }
+}
+
+/// The candidate signatures of one header, checked for cost before any hashing: more than
+/// [`MAX_CANDIDATES`] entries is malformed; an entry whose text is not `encoded_len` long
+/// or does not decode to `mac_len` bytes is dropped; none left is malformed.
+pub fn candidates<'a>(
+    entries: impl Iterator<Item = &'a str>,
+    encoded_len: usize,
+    mac_len: usize,
+    decode: impl Fn(&str) -> Option<Vec<u8>>,
+    header: &str,
+) -> Result<Vec<Vec<u8>>, SignatureError> {
+    let mut kept = Vec::new();
+    for (i, entry) in entries.enumerate() {
+        if i >= MAX_CANDIDATES {
+            return Err(SignatureError::Malformed(header.into()));
+        }
+        let entry = entry.trim();
+        if entry.len() != encoded_len {
+            continue;
+        }
+        if let Some(mac) = decode(entry).filter(|m| m.len() == mac_len) {
+            kept.push(mac);
+        }
+    }
+    if kept.is_empty() {
+        Err(SignatureError::Malformed(header.into()))
+    } else {
+        Ok(kept)
     }
 }

@@ -6,8 +6,13 @@
 use actix_web::http::header::HeaderMap;
 use base64::Engine;
 
-use super::hmac::any_sha256_matches;
-use super::{header, SignatureError, Window};
+use super::hmac::{any_sha256_matches, SHA256_LEN};
+#[cfg(test)]
+use super::MAX_CANDIDATES;
+use super::{candidates, header, SignatureError, Window};
+
+/// Length of a 32-byte MAC in padded standard base64.
+const BASE64_MAC_LEN: usize = 44;
 
 const ID: &str = "webhook-id";
 const TIMESTAMP: &str = "webhook-timestamp";
@@ -33,17 +38,18 @@ pub fn verify(
     let timestamp = header(headers, TIMESTAMP)?;
     let value = header(headers, SIGNATURE)?;
     window.check(timestamp, TIMESTAMP)?;
-    let candidates: Vec<Vec<u8>> = value
+    // Every entry counts against the cap (whatever its version); only `v1` ones are kept.
+    let entries = value
         .split_whitespace()
-        .filter_map(|entry| entry.strip_prefix("v1,"))
-        .filter_map(|sig| base64::engine::general_purpose::STANDARD.decode(sig).ok())
-        .collect();
-    if candidates.is_empty() {
-        return Err(SignatureError::Malformed(SIGNATURE.into()));
-    }
+        .map(|entry| entry.strip_prefix("v1,").unwrap_or(""));
+    let candidates = candidates(entries, BASE64_MAC_LEN, SHA256_LEN, base64_mac, SIGNATURE)?;
     let parts: [&[u8]; 5] = [id.as_bytes(), b".", timestamp.as_bytes(), b".", body];
     let keys = keys.iter().filter_map(|k| decode_secret(k));
     any_sha256_matches(keys, &parts, &candidates)
+}
+
+fn base64_mac(text: &str) -> Option<Vec<u8>> {
+    base64::engine::general_purpose::STANDARD.decode(text).ok()
 }
 
 #[cfg(test)]
@@ -116,6 +122,31 @@ mod tests {
         assert_eq!(
             verify(&HeaderMap::new(), BODY, &[SECRET], window(T)),
             Err(SignatureError::MissingHeader(ID.into()))
+        );
+    }
+
+    #[test]
+    fn a_header_with_thousands_of_entries_is_malformed_before_any_hashing() {
+        let many = vec!["v1,"; 20_000].join(" ");
+        let h = headers(MSG_ID, &T.to_string(), &many);
+        assert_eq!(
+            verify(&h, BODY, &[SECRET], window(T)),
+            Err(SignatureError::Malformed(SIGNATURE.into()))
+        );
+        let wrong = format!("v1,{} ", "A".repeat(43) + "=").repeat(MAX_CANDIDATES + 1);
+        let h = headers(MSG_ID, &T.to_string(), &wrong);
+        assert_eq!(
+            verify(&h, BODY, &[SECRET], window(T)),
+            Err(SignatureError::Malformed(SIGNATURE.into()))
+        );
+    }
+
+    #[test]
+    fn only_entries_of_the_right_length_count() {
+        let h = headers(MSG_ID, &T.to_string(), "v1,bm90IGl0 v1,");
+        assert_eq!(
+            verify(&h, BODY, &[SECRET], window(T)),
+            Err(SignatureError::Malformed(SIGNATURE.into()))
         );
     }
 }

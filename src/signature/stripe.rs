@@ -4,8 +4,10 @@
 
 use actix_web::http::header::HeaderMap;
 
-use super::hmac::any_sha256_matches;
-use super::{header, SignatureError, Window};
+use super::hmac::{any_sha256_matches, SHA256_LEN};
+#[cfg(test)]
+use super::MAX_CANDIDATES;
+use super::{candidates, header, SignatureError, Window};
 
 const HEADER: &str = "stripe-signature";
 
@@ -18,22 +20,26 @@ pub fn verify(
 ) -> Result<(), SignatureError> {
     let value = header(headers, HEADER)?;
     let mut timestamp = None;
-    let mut candidates = Vec::new();
-    for item in value.split(',') {
-        match item.trim().split_once('=') {
-            Some(("t", t)) => timestamp = Some(t),
-            Some(("v1", sig)) => candidates
-                .push(hex::decode(sig).map_err(|_| SignatureError::Malformed(HEADER.into()))?),
-            _ => {}
+    let items = value
+        .split(',')
+        .filter_map(|item| item.trim().split_once('='));
+    let signatures = items.filter_map(|(name, sig)| match name {
+        "t" => {
+            timestamp = Some(sig);
+            None
         }
-    }
+        "v1" => Some(sig),
+        _ => None,
+    });
+    let candidates = candidates(signatures, 2 * SHA256_LEN, SHA256_LEN, hex_mac, HEADER)?;
     let timestamp = timestamp.ok_or_else(|| SignatureError::Malformed(HEADER.into()))?;
-    if candidates.is_empty() {
-        return Err(SignatureError::Malformed(HEADER.into()));
-    }
     window.check(timestamp, HEADER)?;
     let parts: [&[u8]; 3] = [timestamp.as_bytes(), b".", body];
     any_sha256_matches(keys, &parts, &candidates)
+}
+
+fn hex_mac(text: &str) -> Option<Vec<u8>> {
+    hex::decode(text).ok()
 }
 
 #[cfg(test)]
@@ -117,5 +123,36 @@ mod tests {
                 "{bad}"
             );
         }
+    }
+
+    #[test]
+    fn a_header_with_thousands_of_candidates_is_malformed_before_any_hashing() {
+        let mut value = format!("t={T}");
+        for _ in 0..20_000 {
+            value.push_str(",v1=");
+        }
+        assert_eq!(
+            verify(&signed(&value), BODY, &[SECRET], window(T)),
+            Err(SignatureError::Malformed(HEADER.into()))
+        );
+        let mut wrong = format!("t={T}");
+        for _ in 0..(MAX_CANDIDATES + 1) {
+            wrong.push_str(&format!(",v1={}", v1(b"other", T, BODY)));
+        }
+        assert_eq!(
+            verify(&signed(&wrong), BODY, &[SECRET], window(T)),
+            Err(SignatureError::Malformed(HEADER.into()))
+        );
+    }
+
+    #[test]
+    fn candidates_of_the_wrong_length_are_dropped_and_the_right_one_still_matches() {
+        let h = signed(&format!("t={T},v1=abcd,v1=,v1={}", v1(SECRET, T, BODY)));
+        assert_eq!(verify(&h, BODY, &[SECRET], window(T)), Ok(()));
+        let only_short = signed(&format!("t={T},v1=abcd,v1="));
+        assert_eq!(
+            verify(&only_short, BODY, &[SECRET], window(T)),
+            Err(SignatureError::Malformed(HEADER.into()))
+        );
     }
 }
