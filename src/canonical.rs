@@ -227,4 +227,17 @@ mod tests {
         assert_eq!(fields_key(&body(r#"{"type":"t"}"#), &pointers), None);
         assert_eq!(fields_key(&body("nope"), &pointers), None);
     }
+
+    #[test]
+    fn fingerprints_keep_numbers_exactly_as_written() {
+        assert_ne!(
+            fp(&[], r#"{"amount":18446744073709551616}"#),
+            fp(&[], r#"{"amount":18446744073709551617}"#)
+        );
+        assert_ne!(
+            fp(&[], r#"{"amount":0.30000000000000004}"#),
+            fp(&[], r#"{"amount":0.3}"#)
+        );
+        assert_ne!(fp(&[], r#"{"amount":1.0}"#), fp(&[], r#"{"amount":1}"#));
+    }
 }

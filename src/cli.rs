@@ -195,7 +195,7 @@ pub async fn replay(config: &Config, id: EventId) -> anyhow::Result<String> {
             timeout: event.target.timeout,
             body: event.body.clone(),
             content_type: event.content_type.clone(),
-            idempotency_key: id.to_string(),
+            idempotency_key: id.header_value(),
             attempt: attempts,
         })
         .await;

@@ -34,8 +34,31 @@ impl EventId {
     }
 }
 
+impl EventId {
+    /// `provider:key` as sent to the target in `Idempotency-Key`: printable ASCII as it is,
+    /// every other byte (and `%` itself) percent-encoded as `%XX` of its UTF-8 bytes, so a
+    /// key read from JSON with non-ASCII characters reaches the target as unambiguous
+    /// ASCII (`évt` becomes `%C3%A9vt`).
+    pub fn header_value(&self) -> String {
+        let mut out = String::with_capacity(self.provider.len() + self.key.len() + 1);
+        for (i, part) in [&*self.provider, &*self.key].into_iter().enumerate() {
+            if i > 0 {
+                out.push(':');
+            }
+            for byte in part.bytes() {
+                if (b' '..=b'~').contains(&byte) && byte != b'%' {
+                    out.push(char::from(byte));
+                } else {
+                    out.push_str(&format!("%{byte:02X}"));
+                }
+            }
+        }
+        out
+    }
+}
+
 impl fmt::Display for EventId {
-    /// `provider:key`, the form sent to the target as `Idempotency-Key`.
+    /// `provider:key`, as written in logs and errors.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}:{}", self.provider, self.key)
     }
@@ -272,5 +295,39 @@ mod tests {
             &Body::new(br#"{"type":"paid","created":2,"data":{"id":"o1"}}"#),
         );
         assert_ne!(a, c);
+    }
+
+    #[test]
+    fn numbers_are_keyed_by_their_exact_text_so_neighbouring_big_integers_differ() {
+        let none = HeaderMap::new();
+        let key = |body: &str| deriver().derive(&none, &Body::new(body.as_bytes()));
+        assert_eq!(
+            key(r#"{"id":18446744073709551616}"#),
+            Ok("18446744073709551616".into())
+        );
+        assert_eq!(
+            key(r#"{"id":18446744073709551617}"#),
+            Ok("18446744073709551617".into())
+        );
+        assert_eq!(
+            key(r#"{"id":12345678901234567890123}"#),
+            Ok("12345678901234567890123".into())
+        );
+        // The rule is the text the sender wrote: 1.0 and 1 are two keys.
+        assert_eq!(key(r#"{"id":1.0}"#), Ok("1.0".into()));
+        assert_eq!(key(r#"{"id":1}"#), Ok("1".into()));
+    }
+
+    #[test]
+    fn the_header_form_of_a_key_is_ascii_and_unambiguous() {
+        assert_eq!(EventId::new("p", "evt_1").header_value(), "p:evt_1");
+        assert_eq!(
+            EventId::new("p", "évt 1%").header_value(),
+            "p:%C3%A9vt 1%25"
+        );
+        assert_ne!(
+            EventId::new("p", "%C3%A9").header_value(),
+            EventId::new("p", "é").header_value()
+        );
     }
 }

@@ -58,6 +58,18 @@ pub struct ServerConfig {
     pub shards: Option<usize>,
     /// Supervised delivery workers per shard; each runs one delivery at a time.
     pub workers_per_shard: usize,
+    /// Requests per shard that may wait for a free worker *before* claiming; more are
+    /// answered 503 `overloaded` at once. `None` means `workers_per_shard`.
+    pub admission_queue: Option<usize>,
+    /// Longest wait for a free worker before a request is answered 503 `overloaded`.
+    #[serde(with = "humantime_serde")]
+    pub admission_wait: Duration,
+    /// Deadline for reading a request's head and body; a sender that stalls longer gets
+    /// 408 and its connection is closed.
+    #[serde(with = "humantime_serde")]
+    pub read_timeout: Duration,
+    /// Open connections the node accepts at once (over all HTTP workers).
+    pub max_connections: usize,
     /// Messages a shard's mailbox holds before new requests are refused with 503.
     pub mailbox_capacity: usize,
     /// Largest accepted request body; larger bodies are refused with 413.
@@ -72,6 +84,10 @@ impl Default for ServerConfig {
             listen: "127.0.0.1:8080".into(),
             shards: None,
             workers_per_shard: 16,
+            admission_queue: None,
+            admission_wait: Duration::from_secs(1),
+            read_timeout: Duration::from_secs(10),
+            max_connections: 10_000,
             mailbox_capacity: 1024,
             max_body_bytes: 1024 * 1024,
             http_workers: None,
@@ -104,6 +120,10 @@ pub struct StoreConfig {
     /// How long a request waits for a free pooled connection before it is answered 503.
     #[serde(with = "humantime_serde")]
     pub pool_timeout: Duration,
+    /// Client-side deadline of every store operation; past it the connection is dropped
+    /// and the caller answers 503 `store_unavailable`.
+    #[serde(with = "humantime_serde")]
+    pub statement_timeout: Duration,
 }
 
 impl Default for StoreConfig {
@@ -113,6 +133,7 @@ impl Default for StoreConfig {
             schema: "public".into(),
             pool_size: 16,
             pool_timeout: Duration::from_secs(5),
+            statement_timeout: Duration::from_secs(5),
         }
     }
 }
@@ -132,6 +153,7 @@ impl fmt::Debug for StoreConfig {
             .field("schema", &self.schema)
             .field("pool_size", &self.pool_size)
             .field("pool_timeout", &self.pool_timeout)
+            .field("statement_timeout", &self.statement_timeout)
             .finish()
     }
 }
@@ -210,11 +232,16 @@ impl Default for RetryConfig {
 pub struct CacheConfig {
     /// Done results kept in memory across all shards; 0 turns the cache off.
     pub capacity: usize,
+    /// Bytes of cached answers kept across all shards (bodies, keys, fingerprints).
+    pub max_bytes: usize,
 }
 
 impl Default for CacheConfig {
     fn default() -> Self {
-        Self { capacity: 100_000 }
+        Self {
+            capacity: 100_000,
+            max_bytes: 64 * 1024 * 1024,
+        }
     }
 }
 
@@ -408,6 +435,17 @@ mod tests {
             "postgres://app@db/hookgate"
         );
         assert_eq!(redact_url_password("not a url"), "not a url");
+    }
+
+    #[test]
+    fn a_password_in_the_query_string_is_redacted_too() {
+        let url = "postgres://db/hookgate?user=app&password=hunter2&sslmode=require";
+        let redacted = redact_url_password(url);
+        assert!(!redacted.contains("hunter2"), "{redacted}");
+        assert!(redacted.contains("password=***"), "{redacted}");
+        assert!(redacted.contains("sslmode=require"), "{redacted}");
+        let both = redact_url_password("postgres://a:pw1@db/x?sslpassword=pw2");
+        assert!(!both.contains("pw1") && !both.contains("pw2"), "{both}");
     }
 
     #[test]

@@ -371,7 +371,7 @@ impl Shard {
             timeout: event.target.timeout,
             body: event.body.clone(),
             content_type: event.content_type.clone(),
-            idempotency_key: event.id.to_string(),
+            idempotency_key: event.id.header_value(),
             attempt: attempts,
         };
         let sent = self.workers[worker].send(Deliver(request));

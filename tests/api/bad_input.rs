@@ -94,3 +94,20 @@ impl Case {
         self
     }
 }
+
+#[actix_web::test]
+async fn random_provider_names_never_grow_the_metrics() {
+    let app = spawn_app().await;
+    let before = app.get("/metrics").await.body.len();
+    for i in 0..200 {
+        let name = format!("/webhooks/random{i}x{}", fastrand::u32(..));
+        assert_eq!(app.post(&name, &[], "{}".into()).await.status, 404);
+    }
+    let text = app.get("/metrics").await.body;
+    assert!(!text.contains("random"), "an unconfigured name became a label");
+    assert!(
+        text.contains(r#"hookgate_rejected_total{provider="unknown",reason="unknown_provider"} 200"#),
+        "{text}"
+    );
+    assert!(text.len() < before + 2048, "{} -> {}", before, text.len());
+}

@@ -126,28 +126,6 @@ async fn a_done_event_is_replayed_even_long_after_its_lease_expired(backend: Bac
     assert_eq!(app.target.count(&TestApp::idem("evt_old")), 1);
 }
 
-/// Runs each named test against each store.
-macro_rules! on_both_stores {
-    ($($name:ident),* $(,)?) => {
-        mod postgres {
-            $(
-                #[actix_web::test]
-                async fn $name() {
-                    super::$name(crate::helpers::Backend::Postgres).await;
-                }
-            )*
-        }
-        mod sqlite {
-            $(
-                #[actix_web::test]
-                async fn $name() {
-                    super::$name(crate::helpers::Backend::Sqlite).await;
-                }
-            )*
-        }
-    };
-}
-
 on_both_stores!(
     racing_payloads_under_one_new_key_deliver_one_and_never_cross,
     fifty_parallel_first_deliveries_of_one_key_run_the_target_once,

@@ -189,4 +189,71 @@ impl TestDb {
                 .expect("count"),
         }
     }
+
+    /// Inserts `provider:key` in a transaction left open, so that a claim of that key
+    /// blocks on the row until [`RowLock::release`] rolls it back (Postgres only).
+    pub async fn hold_new_row(&self, provider: &str, key: &str) -> RowLock {
+        let mut config: tokio_postgres::Config = self.url.parse().expect("test database URL");
+        config.options(format!("-c search_path={}", self.schema));
+        let (client, connection) = config
+            .connect(tokio_postgres::NoTls)
+            .await
+            .expect("connect");
+        actix_rt::spawn(connection);
+        client
+            .batch_execute(&format!(
+                "BEGIN; INSERT INTO webhook_events (provider, event_key, status, last_path)
+                 VALUES ('{provider}', '{key}', 'in_progress', 'first_run')"
+            ))
+            .await
+            .expect("hold a new row");
+        RowLock { client }
+    }
+
+    /// Waits until some session of this cluster waits on a lock (a claim blocked on a
+    /// [`RowLock`]).
+    pub async fn wait_for_lock_waiter(&self) {
+        let Inspect::Pg(client) = &self.inspect else {
+            panic!("lock waiters are a Postgres test");
+        };
+        super::eventually("a claim to wait on the held row", || async {
+            client
+                .query_one(
+                    "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'",
+                    &[],
+                )
+                .await
+                .expect("pg_stat_activity")
+                .get::<_, i64>(0)
+                > 0
+        })
+        .await;
+    }
+
+    /// The kept request headers of a row, as JSON text.
+    pub async fn request_headers(&self, provider: &str, key: &str) -> Option<String> {
+        let Inspect::Pg(client) = &self.inspect else {
+            panic!("a Postgres test");
+        };
+        client
+            .query_one(
+                "SELECT request_headers FROM webhook_events WHERE provider = $1 AND event_key = $2",
+                &[&provider, &key],
+            )
+            .await
+            .expect("request_headers")
+            .get(0)
+    }
+}
+
+/// An open transaction holding a new row's lock (see [`TestDb::hold_new_row`]).
+pub struct RowLock {
+    client: tokio_postgres::Client,
+}
+
+impl RowLock {
+    /// Rolls the insert back: the blocked claim goes on and finds no row.
+    pub async fn release(self) {
+        self.client.batch_execute("ROLLBACK").await.expect("rollback");
+    }
 }

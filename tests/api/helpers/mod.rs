@@ -117,10 +117,16 @@ pub async fn spawn_app_on(backend: Backend, edit: impl FnOnce(&mut Config)) -> T
 /// A node on a fresh Postgres schema whose store connection runs through a
 /// [`StoreProxy`] the test can cut and restore.
 pub async fn spawn_app_behind_proxy() -> (TestApp, StoreProxy) {
+    spawn_app_behind_proxy_with(|_| {}).await
+}
+
+/// [`spawn_app_behind_proxy`] with the config edited first.
+pub async fn spawn_app_behind_proxy_with(edit: impl FnOnce(&mut Config)) -> (TestApp, StoreProxy) {
     let db = TestDb::new().await;
     let proxy = StoreProxy::start(&db.url).await;
     let target = TestTarget::start().await;
     let mut config = base_config(&db, &target);
+    edit(&mut config);
     config.store.url = proxy.url_for(&db.url);
     let app = start_node(db, target, config, Arc::new(HttpDelivery)).await;
     (app, proxy)

@@ -1,6 +1,8 @@
-//! A TCP proxy in front of Postgres whose network can be cut and restored: the store goes
-//! away for real, without stopping the shared test cluster.
+//! A TCP proxy in front of Postgres whose network can be cut and restored, or frozen and
+//! thawed: the store goes away (or stops answering with its sockets open, as when a network
+//! drops packets) for real, without stopping the shared test cluster.
 
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 
@@ -8,6 +10,28 @@ use tokio::sync::watch;
 pub struct StoreProxy {
     pub port: u16,
     down: watch::Sender<bool>,
+    frozen: watch::Sender<bool>,
+}
+
+/// Copies `from` to `to`, holding every byte while the proxy is frozen.
+async fn pump(
+    mut from: tokio::net::tcp::OwnedReadHalf,
+    mut to: tokio::net::tcp::OwnedWriteHalf,
+    mut frozen: watch::Receiver<bool>,
+) {
+    let mut buf = vec![0u8; 16 * 1024];
+    loop {
+        let n = match from.read(&mut buf).await {
+            Ok(0) | Err(_) => return,
+            Ok(n) => n,
+        };
+        if frozen.wait_for(|f| !*f).await.is_err() {
+            return;
+        }
+        if to.write_all(&buf[..n]).await.is_err() {
+            return;
+        }
+    }
 }
 
 impl StoreProxy {
@@ -22,7 +46,9 @@ impl StoreProxy {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let port = listener.local_addr().unwrap().port();
         let (down, _) = watch::channel(false);
+        let (frozen, _) = watch::channel(false);
         let down_rx = down.subscribe();
+        let frozen_rx = frozen.subscribe();
         actix_rt::spawn(async move {
             loop {
                 let Ok((inbound, _)) = listener.accept().await else {
@@ -34,19 +60,36 @@ impl StoreProxy {
                 }
                 let upstream = upstream.clone();
                 let mut cut = down_rx.clone();
+                let frozen = frozen_rx.clone();
                 actix_rt::spawn(async move {
                     let Ok(outbound) = TcpStream::connect(&upstream).await else {
                         return;
                     };
-                    let (mut a, mut b) = (inbound, outbound);
+                    let (a_read, a_write) = inbound.into_split();
+                    let (b_read, b_write) = outbound.into_split();
                     tokio::select! {
-                        _ = tokio::io::copy_bidirectional(&mut a, &mut b) => {}
+                        _ = pump(a_read, b_write, frozen.clone()) => {}
+                        _ = pump(b_read, a_write, frozen) => {}
                         _ = cut.wait_for(|d| *d) => {}
                     }
                 });
             }
         });
-        Self { port, down }
+        Self {
+            port,
+            down,
+            frozen,
+        }
+    }
+
+    /// Stops forwarding bytes either way; every socket stays open.
+    pub fn freeze(&self) {
+        self.frozen.send_replace(true);
+    }
+
+    /// Forwards again, including what was held while frozen.
+    pub fn thaw(&self) {
+        self.frozen.send_replace(false);
     }
 
     /// Closes every connection through the proxy and refuses new ones.

@@ -18,6 +18,8 @@ pub enum Behaviour {
     Status(u16),
     /// Counts the delivery, then holds the request until `release()`.
     Hang,
+    /// 200 with a body of this many bytes (`b'r'`), as a large application answer.
+    Large(usize),
 }
 
 /// What the target saw of the last delivery of a key.
@@ -149,6 +151,7 @@ async fn receive(
         Behaviour::Status(code) => {
             return HttpResponse::build(code.try_into().unwrap()).finish();
         }
+        Behaviour::Large(n) => return HttpResponse::Ok().body(vec![b'r'; n]),
         Behaviour::Hang => {
             let mut released = state.release.subscribe();
             let _ = released.wait_for(|r| *r).await;

@@ -1,0 +1,392 @@
+//! The guarantee under pressure: overload, a graceful shutdown, a frozen database, slow
+//! senders and large answers. Each test reproduces a way the promise once broke.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::future::join_all;
+use hookgate::key::EventId;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use crate::helpers::{
+    eventually, spawn_app, spawn_app_behind_proxy_with, spawn_app_on, spawn_app_with, Backend,
+    Behaviour, TestApp, PROVIDER,
+};
+
+/// The value of the first `/metrics` sample whose line starts with `prefix`, or 0.
+async fn metric(app: &TestApp, prefix: &str) -> f64 {
+    let text = app.get("/metrics").await.body;
+    text.lines()
+        .find(|l| l.starts_with(prefix))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0.0)
+}
+
+/// Eight deliveries for two workers: only as many claims as workers that can start at
+/// once; the rest are refused with nothing claimed. (Before: all eight were claimed and
+/// six waited in a worker's mailbox while their leases ran.)
+async fn a_claim_is_made_only_when_a_worker_can_start_at_once(backend: Backend) {
+    let app = Arc::new(
+        spawn_app_on(backend, |c| {
+            c.server.shards = Some(1);
+            c.server.workers_per_shard = 2;
+            c.server.admission_queue = Some(0);
+        })
+        .await,
+    );
+    app.target.set(Behaviour::Hang);
+    let refused = Arc::new(AtomicUsize::new(0));
+    let sends: Vec<_> = (0..8)
+        .map(|i| {
+            let (app, refused) = (Arc::clone(&app), Arc::clone(&refused));
+            actix_rt::spawn(async move {
+                let answer = app.deliver(&format!("evt_adm{i}"), "{}").await;
+                if answer.status == 503 {
+                    refused.fetch_add(1, Ordering::SeqCst);
+                }
+                answer
+            })
+        })
+        .collect();
+    eventually("every request to be claimed or refused", || async {
+        app.target.total() == 2
+            && app.db.count_rows().await + refused.load(Ordering::SeqCst) as i64 >= 8
+    })
+    .await;
+    assert_eq!(app.db.count_rows().await, 2, "only the started deliveries claimed");
+
+    app.target.release();
+    let answers: Vec<_> = join_all(sends).await.into_iter().map(Result::unwrap).collect();
+    for a in &answers {
+        match a.status {
+            201 => assert_eq!(a.path, "first_run"),
+            503 => {
+                assert_eq!(a.path, "overloaded", "{a:?}");
+                assert_eq!(a.retry_after, Some(1));
+                assert_eq!(a.attempt, None, "nothing was claimed");
+            }
+            _ => panic!("{a:?}"),
+        }
+    }
+    assert_eq!(answers.iter().filter(|a| a.status == 201).count(), 2);
+    assert_eq!(app.target.total(), 2);
+    assert_eq!(app.db.count_rows().await, 2);
+    // The cause of each 503 is in the log.
+    let causes = app
+        .log
+        .lines()
+        .into_iter()
+        .filter(|l| l["msg"] == "webhook.unavailable" && l["path"] == "overloaded")
+        .count();
+    assert_eq!(causes, 6, "{:?}", app.log.lines());
+}
+
+/// Requests beyond the free workers wait for one *before* claiming, and are then served.
+async fn waiting_requests_claim_only_when_a_worker_frees_up(backend: Backend) {
+    let app = Arc::new(
+        spawn_app_on(backend, |c| {
+            c.server.shards = Some(1);
+            c.server.workers_per_shard = 2;
+            c.server.admission_queue = Some(6);
+            c.server.admission_wait = Duration::from_secs(60);
+        })
+        .await,
+    );
+    app.target.set(Behaviour::Hang);
+    let sends: Vec<_> = (0..8)
+        .map(|i| {
+            let app = Arc::clone(&app);
+            actix_rt::spawn(async move { app.deliver(&format!("evt_w{i}"), "{}").await })
+        })
+        .collect();
+    eventually("six requests to wait for a worker", || async {
+        app.target.total() == 2 && metric(&app, "hookgate_admission_waiting{").await == 6.0
+    })
+    .await;
+    assert_eq!(app.db.count_rows().await, 2, "waiting requests claim nothing");
+
+    app.target.release();
+    let answers: Vec<_> = join_all(sends).await.into_iter().map(Result::unwrap).collect();
+    assert!(
+        answers.iter().all(|a| a.status == 201 && a.path == "first_run"),
+        "{answers:?}"
+    );
+    assert_eq!(app.target.total(), 8);
+}
+
+/// A delivery running at the target when the node is told to stop runs to its end, is
+/// recorded, and its sender gets the answer. (Before: the node exited under it and the
+/// redelivery ran the target again after the lease.)
+async fn a_delivery_running_at_shutdown_finishes_and_is_answered(backend: Backend) {
+    let mut app = spawn_app_on(backend, |c| c.shutdown.grace = Duration::ZERO).await;
+    app.target.set(Behaviour::Hang);
+    let key = "evt_deploy";
+    let sender = {
+        let request = awc::Client::builder()
+            .timeout(Duration::from_secs(60))
+            .finish()
+            .post(format!("{}/webhooks/{PROVIDER}", app.address))
+            .insert_header(("X-Idempotency-Key", key));
+        actix_rt::spawn(async move {
+            let mut response = request.send_body("{}").await.expect("an answer");
+            let path = response.headers().get("Hookgate-Path").cloned();
+            (response.status().as_u16(), path, response.body().await)
+        })
+    };
+    app.target.wait_for(&TestApp::idem(key), 1).await;
+    let log = app.log.clone();
+    let target = app.target.clone();
+    let stopping = async {
+        eventually("the node to start draining", || async {
+            log.lines().iter().any(|l| l["msg"] == "hookgate.draining")
+        })
+        .await;
+        target.release();
+    };
+    futures_util::join!(app.shutdown(), stopping);
+
+    let (status, path, _) = sender.await.unwrap();
+    assert_eq!(status, 201);
+    assert_eq!(path.unwrap().to_str().unwrap(), "first_run");
+    assert_eq!(app.db.status(PROVIDER, key).await.as_deref(), Some("done"));
+    let next = app.second_node(|_| {}).await;
+    assert_eq!(next.deliver(key, "{}").await.path, "duplicate_done");
+    assert_eq!(app.target.count(&TestApp::idem(key)), 1);
+}
+
+#[actix_web::test]
+async fn an_attempt_won_after_shutdown_began_is_released_without_reaching_the_target() {
+    let mut app = spawn_app().await;
+    let lock = app.db.hold_new_row(PROVIDER, "evt_late").await;
+    let sender = {
+        let request = awc::Client::builder()
+            .timeout(Duration::from_secs(60))
+            .finish()
+            .post(format!("{}/webhooks/{PROVIDER}", app.address))
+            .insert_header(("X-Idempotency-Key", "evt_late"));
+        actix_rt::spawn(async move {
+            let response = request.send_body("{}").await.expect("an answer");
+            response.status().as_u16()
+        })
+    };
+    app.db.wait_for_lock_waiter().await;
+    let log = app.log.clone();
+    let releasing = async {
+        eventually("the node to start draining", || async {
+            log.lines().iter().any(|l| l["msg"] == "hookgate.draining")
+        })
+        .await;
+        lock.release().await;
+    };
+    futures_util::join!(app.shutdown(), releasing);
+
+    assert_eq!(sender.await.unwrap(), 503);
+    assert_eq!(app.target.count(&TestApp::idem("evt_late")), 0);
+    let row = app
+        .db
+        .store()
+        .await
+        .lookup(&EventId::new(PROVIDER, "evt_late"))
+        .await
+        .unwrap()
+        .expect("row");
+    assert_eq!(row.status.as_str(), "failed");
+    assert_eq!(row.last_error.as_deref(), Some("released at shutdown"));
+}
+
+#[actix_web::test]
+async fn a_frozen_database_is_answered_503_at_the_deadline_and_service_resumes_by_itself() {
+    let (app, proxy) =
+        spawn_app_behind_proxy_with(|c| c.store.statement_timeout = Duration::from_millis(500))
+            .await;
+    assert_eq!(app.deliver("evt_before", "{}").await.status, 201);
+
+    proxy.freeze();
+    let frozen = app.deliver("evt_frozen", "{}").await;
+    assert_eq!(frozen.status, 503, "{frozen:?}");
+    assert_eq!(frozen.path, "store_unavailable");
+    assert!(frozen.retry_after.is_some());
+    assert_eq!(app.get("/readyz").await.status, 503);
+    assert_eq!(app.target.count(&TestApp::idem("evt_frozen")), 0);
+    assert!(
+        app.log
+            .events("webhook.unavailable", "evt_frozen")
+            .iter()
+            .any(|l| l["error"].as_str().is_some_and(|e| e.contains("deadline"))),
+        "{:?}",
+        app.log.lines()
+    );
+
+    proxy.thaw();
+    eventually("the store to answer again", || async {
+        app.get("/readyz").await.status == 200
+    })
+    .await;
+    let back = app.deliver("evt_frozen", "{}").await;
+    assert!(
+        back.status == 201 || back.path == "in_progress_elsewhere",
+        "{back:?}"
+    );
+    assert_eq!(app.deliver("evt_after", "{}").await.status, 201);
+}
+
+#[actix_web::test]
+async fn an_outcome_write_that_times_out_is_retried_and_the_event_is_delivered_once() {
+    let (app, proxy) =
+        spawn_app_behind_proxy_with(|c| c.store.statement_timeout = Duration::from_millis(500))
+            .await;
+    app.target.set(Behaviour::Hang);
+    let delivery = app.deliver("evt_rec", "{}");
+    let freeze = async {
+        app.target.wait_for(&TestApp::idem("evt_rec"), 1).await;
+        proxy.freeze();
+        app.target.release();
+        eventually("a timed-out outcome write to be retried", || async {
+            !app.log.events("webhook.record_retry", "evt_rec").is_empty()
+        })
+        .await;
+        proxy.thaw();
+    };
+    let (answer, ()) = futures_util::join!(delivery, freeze);
+    assert_eq!(answer.status, 201, "{answer:?}");
+    assert_eq!(
+        app.db.status(PROVIDER, "evt_rec").await.as_deref(),
+        Some("done")
+    );
+    assert_eq!(app.target.count(&TestApp::idem("evt_rec")), 1);
+}
+
+#[actix_web::test]
+async fn waiting_for_a_pooled_connection_is_overload_not_an_outage() {
+    let app = spawn_app_with(|c| {
+        c.store.pool_size = 1;
+        c.store.pool_timeout = Duration::from_millis(200);
+    })
+    .await;
+    let lock = app.db.hold_new_row(PROVIDER, "evt_pool_a").await;
+    let blocked = app.deliver("evt_pool_a", "{}");
+    let other = async {
+        app.db.wait_for_lock_waiter().await;
+        let answer = app.deliver("evt_pool_b", "{}").await;
+        lock.release().await;
+        answer
+    };
+    let (a, b) = futures_util::join!(blocked, other);
+    assert_eq!(b.status, 503, "{b:?}");
+    assert_eq!(b.path, "overloaded");
+    assert_eq!(a.status, 201, "{a:?}");
+    assert_eq!(
+        metric(&app, "hookgate_store_errors_total{kind=\"unavailable\"}").await,
+        0.0
+    );
+    assert_eq!(app.deliver("evt_pool_b", "{}").await.status, 201);
+}
+
+#[actix_web::test]
+async fn a_stalled_body_gets_408_and_trickling_senders_do_not_delay_an_honest_one() {
+    let app = spawn_app_with(|c| c.server.read_timeout = Duration::from_secs(1)).await;
+    let address = app.address.trim_start_matches("http://").to_owned();
+    let mut stalled = Vec::new();
+    for _ in 0..200 {
+        let mut conn = tokio::net::TcpStream::connect(&address).await.unwrap();
+        conn.write_all(
+            format!(
+                "POST /webhooks/{PROVIDER} HTTP/1.1\r\nHost: x\r\nX-Idempotency-Key: slow\r\n\
+                 Content-Type: application/json\r\nContent-Length: 100\r\n\r\n{{\"id\":"
+            )
+            .as_bytes(),
+        )
+        .await
+        .unwrap();
+        stalled.push(conn);
+    }
+    let honest = app.deliver("evt_honest", "{}").await;
+    assert_eq!(honest.status, 201);
+
+    let mut first = stalled.swap_remove(0);
+    let mut answer = Vec::new();
+    tokio::time::timeout(Duration::from_secs(20), first.read_to_end(&mut answer))
+        .await
+        .expect("the server closes a stalled connection")
+        .unwrap();
+    let text = String::from_utf8_lossy(&answer);
+    assert!(text.starts_with("HTTP/1.1 408"), "{text}");
+    assert_eq!(app.db.status(PROVIDER, "slow").await, None);
+}
+
+#[actix_web::test]
+async fn large_answers_are_bounded_in_bytes_and_replayed_whole_from_the_row() {
+    let app = spawn_app_with(|c| c.cache.max_bytes = 256 * 1024).await;
+    app.target.set(Behaviour::Large(60_000));
+    for i in 0..40 {
+        let a = app.deliver(&format!("evt_big{i}"), "{}").await;
+        assert_eq!(a.status, 200);
+        assert_eq!(a.body.len(), 60_000);
+    }
+    let bytes = metric(&app, "hookgate_cache_bytes ").await;
+    assert!(bytes > 0.0 && bytes <= 256.0 * 1024.0, "{bytes}");
+    let again = app.deliver("evt_big0", "{}").await;
+    assert_eq!(again.path, "duplicate_done");
+    assert_eq!(again.body.len(), 60_000);
+    assert_eq!(app.target.total(), 40);
+}
+
+#[actix_web::test]
+async fn a_node_on_a_postgres_that_may_lose_commits_says_so_at_start() {
+    // The test cluster runs with synchronous_commit = off (scripts/pg-throwaway.sh).
+    let app = spawn_app().await;
+    eventually("the durability warning", || async {
+        app.log
+            .lines()
+            .iter()
+            .any(|l| l["msg"] == "store.not_durable" && l["synchronous_commit"] == "off")
+    })
+    .await;
+}
+
+#[actix_web::test]
+async fn kept_headers_drop_credentials_and_a_failed_replay_keeps_them() {
+    let app = spawn_app().await;
+    app.target.set(Behaviour::Status(500));
+    app.post(
+        &format!("/webhooks/{PROVIDER}"),
+        &[
+            ("X-Idempotency-Key", "evt_hdr"),
+            ("X-Api-Token", "t0ken"),
+            ("X-Webhook-Secret", "s3cret"),
+            ("X-Password", "pw"),
+            ("X-Client-Key", "k3y"),
+            ("X-Trace", "keep-me"),
+        ],
+        "{}".into(),
+    )
+    .await;
+    let kept = app.db.request_headers(PROVIDER, "evt_hdr").await.unwrap();
+    assert!(kept.contains("keep-me"), "{kept}");
+    for secret in ["t0ken", "s3cret", "pw\"", "k3y"] {
+        assert!(!kept.contains(secret), "{secret} kept in {kept}");
+    }
+    // Make it a dead letter, then fail its replay: the kept headers survive.
+    app.target.set(Behaviour::Status(400));
+    app.deliver("evt_hdr", "{}").await;
+    assert_eq!(
+        app.db.status(PROVIDER, "evt_hdr").await.as_deref(),
+        Some("dead")
+    );
+    app.target.set(Behaviour::Status(500));
+    let config = crate::helpers::base_config(&app.db, &app.target);
+    let line = hookgate::cli::replay(&config, EventId::new(PROVIDER, "evt_hdr"))
+        .await
+        .expect("replay ran");
+    assert!(line.contains("dead again"), "{line}");
+    let after = app.db.request_headers(PROVIDER, "evt_hdr").await;
+    assert_eq!(after.as_deref(), Some(kept.as_str()));
+}
+
+on_both_stores!(
+    a_claim_is_made_only_when_a_worker_can_start_at_once,
+    waiting_requests_claim_only_when_a_worker_frees_up,
+    a_delivery_running_at_shutdown_finishes_and_is_answered,
+);
