@@ -96,7 +96,7 @@ fn routing_and_cache(c: &mut Criterion) {
     let id = EventId::new("stripe", "evt_1NG8Du2eZvKYlo2CUI79vXWy");
     c.bench_function("shard/route", |b| b.iter(|| shard_for(black_box(&id), 8)));
     let cache = DoneCache::default();
-    let mut writer = cache.writer(100_000);
+    let mut writer = cache.writer(100_000, usize::MAX);
     for i in 0..100_000 {
         writer.insert(
             EventId::new("stripe", format!("evt_{i}")),

@@ -186,6 +186,7 @@ pub async fn replay(config: &Config, id: EventId) -> anyhow::Result<String> {
         target: Arc::new(Target {
             url: target.url.as_str().into(),
             timeout: target.timeout,
+            keep_headers: Vec::new(),
         }),
         headers: Default::default(),
     };
@@ -211,7 +212,10 @@ pub async fn replay(config: &Config, id: EventId) -> anyhow::Result<String> {
             "replayed {id} (attempt {attempts}): target answered {}; done",
             result.status
         ),
-        Verdict::Dead { error, .. } | Verdict::Retry { error, .. } | Verdict::Unknown { error } => {
+        Verdict::Dead { error, .. }
+        | Verdict::Retry { error, .. }
+        | Verdict::Release { error }
+        | Verdict::Unknown { error } => {
             format!("replayed {id} (attempt {attempts}): {error}; dead again")
         }
     })

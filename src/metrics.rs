@@ -1,8 +1,11 @@
 //! Prometheus metrics for one node, served at `GET /metrics`.
 //!
 //! Each node owns its registry (no process-global recorder), so several nodes in one
-//! process — the test suite — never mix their counts. Recording is a few atomic adds; the
-//! label sets are small and bounded (providers and paths come from the config and code).
+//! process — the test suite — never mix their counts. Recording is a few atomic adds.
+//!
+//! Every label value comes from a closed set: configured provider names (the HTTP layer
+//! passes `unknown` for any other name a request carries), and path, reason, outcome and
+//! kind names written in the code. A request can never add a label value.
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -65,6 +68,8 @@ pub struct Metrics {
     mailbox: Family<ShardLabels, Gauge>,
     store_errors: Family<KindLabels, Counter>,
     swept: Family<KindLabels, Counter>,
+    admission: Family<ShardLabels, Gauge>,
+    cache_bytes: Gauge,
 }
 
 impl Default for Metrics {
@@ -89,6 +94,8 @@ impl Metrics {
         let mailbox = Family::<ShardLabels, Gauge>::default();
         let store_errors = Family::<KindLabels, Counter>::default();
         let swept = Family::<KindLabels, Counter>::default();
+        let admission = Family::<ShardLabels, Gauge>::default();
+        let cache_bytes = Gauge::default();
         registry.register(
             "attempts",
             "Deliveries received, by provider and path",
@@ -139,6 +146,16 @@ impl Metrics {
             "Rows deleted by the retention sweeper, by status",
             swept.clone(),
         );
+        registry.register(
+            "admission_waiting",
+            "Requests waiting for a free worker before claiming, per shard",
+            admission.clone(),
+        );
+        registry.register(
+            "cache_bytes",
+            "Bytes held by the done cache (estimated)",
+            cache_bytes.clone(),
+        );
         Self {
             registry,
             attempts,
@@ -151,7 +168,23 @@ impl Metrics {
             mailbox,
             store_errors,
             swept,
+            admission,
+            cache_bytes,
         }
+    }
+
+    /// The gauge the done cache keeps its size in.
+    pub fn cache_bytes_gauge(&self) -> Gauge {
+        self.cache_bytes.clone()
+    }
+
+    /// A request started (`+1`) or stopped (`-1`) waiting for a worker of shard `shard`.
+    pub fn admission_waiting(&self, shard: usize, delta: i64) {
+        self.admission
+            .get_or_create(&ShardLabels {
+                shard: u32::try_from(shard).unwrap_or(u32::MAX),
+            })
+            .inc_by(delta);
     }
 
     /// One delivery received and labelled with `path`.
@@ -189,7 +222,8 @@ impl Metrics {
             .inc();
     }
 
-    /// A request was refused before any claim.
+    /// A request was refused before any claim; `provider` is a configured name or
+    /// `unknown`.
     pub fn rejected(&self, provider: &str, reason: &'static str) {
         self.rejected
             .get_or_create(&ReasonLabels {

@@ -25,6 +25,13 @@ pub enum Verdict {
         /// Why no retry will help.
         reason: DeadReason,
     },
+    /// The attempt never reached the target (its lease no longer covered the target's
+    /// timeout, or the node was shutting down): mark the row failed, whatever the attempt
+    /// count; the sender retries soon.
+    Release {
+        /// Why it did not start.
+        error: String,
+    },
     /// The worker crashed: nobody knows whether the target acted. The row keeps its lease
     /// and is retaken after it expires.
     Unknown {
@@ -50,6 +57,7 @@ pub fn judge(
     let (error, target_retry_after) = match outcome {
         DeliveryOutcome::Delivered(result) => return Verdict::Done(result),
         DeliveryOutcome::Crashed(error) => return Verdict::Unknown { error },
+        DeliveryOutcome::NotStarted(error) => return Verdict::Release { error },
         DeliveryOutcome::Refused { status, .. } if !is_retryable_status(status) => {
             return Verdict::Dead {
                 error: format!("target answered {status}"),
@@ -176,6 +184,21 @@ mod tests {
                 ..
             }
         ));
+    }
+
+    #[test]
+    fn an_attempt_that_never_started_is_released_even_on_its_last_try() {
+        assert_eq!(
+            judge(
+                DeliveryOutcome::NotStarted("late".into()),
+                3,
+                &policy(),
+                false
+            ),
+            Verdict::Release {
+                error: "late".into()
+            }
+        );
     }
 
     #[test]

@@ -53,6 +53,16 @@ pub fn effective_key(config: &ProviderConfig) -> Vec<KeySource> {
         .unwrap_or_else(|| preset_key(config.preset))
 }
 
+/// The headers a scheme reads its signature from (lower case).
+fn signature_headers(scheme: &Scheme) -> Vec<String> {
+    match scheme {
+        Scheme::None => Vec::new(),
+        Scheme::Stripe => vec!["stripe-signature".into()],
+        Scheme::Standard => vec!["webhook-signature".into()],
+        Scheme::Hmac(spec) => vec![spec.header.clone()],
+    }
+}
+
 impl Provider {
     /// Resolves a validated `[[providers]]` entry (with its secrets read).
     pub fn from_config(config: &ProviderConfig) -> Result<Self, String> {
@@ -95,6 +105,13 @@ impl Provider {
                 Preset::Stripe => vec!["/pending_webhooks".into()],
                 _ => Vec::new(),
             });
+        // Kept with a dead letter although their names may look like credentials: the
+        // signature (people need it to read the story) and the key's own headers.
+        let mut keep_headers = signature_headers(&scheme);
+        keep_headers.extend(effective_key(config).into_iter().filter_map(|s| match s {
+            KeySource::Header { header } => Some(header.to_ascii_lowercase()),
+            _ => None,
+        }));
         Ok(Self {
             name: config.name.as_str().into(),
             key: KeyDeriver::new(effective_key(config)),
@@ -107,6 +124,7 @@ impl Provider {
             target: Arc::new(Target {
                 url: config.target.url.as_str().into(),
                 timeout: config.target.timeout,
+                keep_headers,
             }),
         })
     }

@@ -1,6 +1,12 @@
 //! Builds a running node: the shards and workers, the HTTP server on its listener, and the
 //! shutdown sequence. Tests call [`Application::build`] with port 0 and their own store,
 //! delivery seam and logger.
+//!
+//! Shutdown (SIGTERM, SIGINT, or [`Stopper::stop`]): the shards stop claiming, the server
+//! stops accepting and lets every request in flight finish — a delivery that reached the
+//! target runs to its end (bounded by its target timeout), is recorded and answered; only
+//! attempts that never reached the target are released (`failed`, fenced). Then the node
+//! waits for the shards to be drained and stops.
 
 use std::collections::HashMap;
 use std::net::TcpListener;
@@ -10,6 +16,7 @@ use actix_web::dev::{Server, ServerHandle};
 use actix_web::{web, App, HttpServer};
 use anyhow::Context as _;
 use slog::{info, Logger};
+use std::time::Duration;
 
 use crate::config::{cpus, Config};
 use crate::http::{routes, AppState};
@@ -26,8 +33,43 @@ pub struct Application {
     port: u16,
     server: Server,
     sweeping: actix_rt::task::JoinHandle<()>,
+    stopper: Stopper,
+    log: Logger,
+}
+
+/// Starts a node's graceful shutdown; cheap to clone.
+#[derive(Clone)]
+pub struct Stopper {
+    server: ServerHandle,
     dispatcher: Dispatcher,
     log: Logger,
+}
+
+impl Stopper {
+    /// Stops claiming, then stops the server gracefully: requests in flight are answered.
+    /// Returns once the server has stopped accepting; [`Application::run_until_stopped`]
+    /// returns when everything has finished.
+    pub async fn stop(&self) {
+        info!(self.log, "hookgate.draining");
+        self.dispatcher.drain().await;
+        self.server.stop(true).await;
+    }
+}
+
+/// How long the HTTP server lets requests in flight finish after a stop: the configured
+/// grace, but never less than the longest target timeout plus the store's deadline, so
+/// a delivery that reached the target is recorded and answered.
+pub fn shutdown_limit(config: &Config) -> Duration {
+    let longest = config
+        .providers
+        .iter()
+        .map(|p| p.target.timeout)
+        .max()
+        .unwrap_or_default();
+    config
+        .shutdown
+        .grace
+        .max(longest + config.store.statement_timeout + Duration::from_secs(1))
 }
 
 impl Application {
@@ -52,7 +94,13 @@ impl Application {
             lease: config.lease.duration,
             retry: RetryPolicy::new(&config.retry),
             cache_capacity: config.cache.capacity.div_ceil(shards),
+            cache_bytes: config.cache.max_bytes / shards,
             mailbox_capacity: config.server.mailbox_capacity,
+            admission_queue: config
+                .server
+                .admission_queue
+                .unwrap_or(config.server.workers_per_shard),
+            admission_wait: config.server.admission_wait,
         };
         let metrics = Arc::new(Metrics::new());
         let dispatcher = Dispatcher::start(
@@ -71,26 +119,38 @@ impl Application {
             log.clone(),
         );
         let sweeping = actix_rt::spawn(sweeper.run_forever());
+        warn_if_not_durable(Arc::clone(&store), log.clone());
         let state = web::Data::new(AppState {
             providers,
             dispatcher: dispatcher.clone(),
             store,
             max_body_bytes: config.server.max_body_bytes,
+            read_timeout: config.server.read_timeout,
             log: log.clone(),
             metrics,
             admin_token: config.admin.token.clone(),
         });
+        let http_workers = config.server.http_workers.unwrap_or_else(cpus).max(1);
         let server = HttpServer::new(move || App::new().app_data(state.clone()).configure(routes))
             .listen(listener)?
-            .workers(config.server.http_workers.unwrap_or_else(cpus))
-            .shutdown_timeout(config.shutdown.grace.as_secs())
+            .workers(http_workers)
+            // Signals are ours: the shards must stop claiming before the server stops.
+            .disable_signals()
+            .client_request_timeout(config.server.read_timeout)
+            .max_connections(config.server.max_connections.div_ceil(http_workers))
+            .shutdown_timeout(shutdown_limit(config).as_secs().max(1))
             .run();
         info!(log, "hookgate.listening"; "port" => port, "shards" => shards);
+        let stopper = Stopper {
+            server: server.handle(),
+            dispatcher,
+            log: log.clone(),
+        };
         Ok(Self {
             port,
             server,
             sweeping,
-            dispatcher,
+            stopper,
             log,
         })
     }
@@ -100,19 +160,55 @@ impl Application {
         self.port
     }
 
-    /// Stops the server from outside (tests); SIGTERM and SIGINT do the same.
-    pub fn handle(&self) -> ServerHandle {
-        self.server.handle()
+    /// Stops the node from outside (tests); SIGTERM and SIGINT do the same.
+    pub fn stopper(&self) -> Stopper {
+        self.stopper.clone()
     }
 
-    /// Serves until stopped, then releases the leases of attempts still running so that
-    /// senders' retries need not wait for them to expire.
+    /// Serves until SIGTERM, SIGINT or [`Stopper::stop`], then waits until every claim
+    /// and delivery in flight has been recorded, and stops.
     pub async fn run_until_stopped(self) -> anyhow::Result<()> {
+        let signals = actix_rt::spawn(stop_on_signal(self.stopper.clone()));
         self.server.await.context("HTTP server")?;
+        signals.abort();
         self.sweeping.abort();
-        let released = self.dispatcher.release_leases().await;
-        info!(self.log, "hookgate.stopped"; "leases_released" => released);
-        self.dispatcher.stop();
+        self.stopper.dispatcher.drained().await;
+        info!(self.log, "hookgate.stopped");
+        self.stopper.dispatcher.stop();
         Ok(())
     }
+}
+
+/// Starts the graceful shutdown on the first SIGTERM or SIGINT.
+async fn stop_on_signal(stopper: Stopper) {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        let Ok(mut term) = signal(SignalKind::terminate()) else {
+            return;
+        };
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = tokio::signal::ctrl_c() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+    stopper.stop().await;
+}
+
+/// Logs `store.not_durable` for each database setting under which an acknowledged commit
+/// could be lost.
+fn warn_if_not_durable(store: Arc<dyn Store>, log: Logger) {
+    actix_rt::spawn(async move {
+        if let Ok(risks) = store.durability_risks().await {
+            for (setting, value) in risks {
+                slog::warn!(log, "store.not_durable";
+                    "setting" => &setting, "value" => &value,
+                    "why" => "an acknowledged done row could be lost and its event delivered again");
+            }
+        }
+    });
 }

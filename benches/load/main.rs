@@ -118,7 +118,7 @@ async fn run(args: &Args, scenario: Scenario) -> u64 {
             .await
             .expect("start hookgate");
             let url = format!("http://127.0.0.1:{}/webhooks/bench", app.port());
-            let handle = app.handle();
+            let handle = app.stopper();
             actix_rt::spawn(app.run_until_stopped());
             (url, Some(handle), file)
         }
@@ -176,7 +176,7 @@ async fn run(args: &Args, scenario: Scenario) -> u64 {
         rss_mib(),
     );
     if let Some(handle) = node {
-        handle.stop(true).await;
+        handle.stop().await;
     }
     if let Some(file) = sqlite_file {
         for suffix in ["", "-wal", "-shm"] {

@@ -158,8 +158,35 @@ impl fmt::Debug for StoreConfig {
     }
 }
 
-/// Replaces the password of `scheme://user:password@host/...` with `***`.
+/// Replaces every password in a URL with `***`: the one in `scheme://user:password@host`
+/// and any `password=` or `sslpassword=` query parameter.
 pub fn redact_url_password(url: &str) -> String {
+    let (base, query) = match url.split_once('?') {
+        Some((base, query)) => (base, Some(query)),
+        None => (url, None),
+    };
+    let mut out = redact_userinfo(base);
+    if let Some(query) = query {
+        let params: Vec<String> = query
+            .split('&')
+            .map(|param| match param.split_once('=') {
+                Some((name, _))
+                    if name.eq_ignore_ascii_case("password")
+                        || name.eq_ignore_ascii_case("sslpassword") =>
+                {
+                    format!("{name}=***")
+                }
+                _ => param.to_owned(),
+            })
+            .collect();
+        out.push('?');
+        out.push_str(&params.join("&"));
+    }
+    out
+}
+
+/// Replaces the password of `scheme://user:password@host/...` with `***`.
+fn redact_userinfo(url: &str) -> String {
     let Some(scheme_end) = url.find("://").map(|i| i + 3) else {
         return url.to_owned();
     };

@@ -22,6 +22,9 @@ pub enum ApiError {
     /// The body could not be read.
     #[error("the body could not be read: {0}")]
     BadBody(String),
+    /// The body did not arrive within `server.read_timeout` (seconds).
+    #[error("the body did not arrive within {0} s")]
+    SlowBody(f64),
     /// No valid idempotency key.
     #[error(transparent)]
     Key(#[from] KeyError),
@@ -58,6 +61,7 @@ impl ApiError {
             ApiError::UnknownProvider(_) => "unknown_provider",
             ApiError::TooLarge(_) => "body_too_large",
             ApiError::BadBody(_) => "bad_body",
+            ApiError::SlowBody(_) => "request_timeout",
             ApiError::Key(KeyError::NotJson) => "invalid_json",
             ApiError::Key(KeyError::Missing(_)) => "missing_key",
             ApiError::Key(_) => "invalid_key",
@@ -78,6 +82,7 @@ impl ResponseError for ApiError {
         match self {
             ApiError::UnknownProvider(_) | ApiError::NotFound => StatusCode::NOT_FOUND,
             ApiError::TooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+            ApiError::SlowBody(_) => StatusCode::REQUEST_TIMEOUT,
             ApiError::BadBody(_) | ApiError::Key(_) => StatusCode::BAD_REQUEST,
             ApiError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             ApiError::Unauthorized | ApiError::Signature(_) => StatusCode::UNAUTHORIZED,
@@ -95,6 +100,10 @@ impl ResponseError for ApiError {
             }
             ApiError::Unavailable(_) | ApiError::Store(_) => {
                 response.insert_header(("Retry-After", "5"));
+            }
+            // The rest of a stalled body may never come: end the connection.
+            ApiError::SlowBody(_) => {
+                response.force_close();
             }
             _ => {}
         }

@@ -3,6 +3,8 @@
 //! event to its shard — then render the answer with `Hookgate-Path` and `Hookgate-Attempt`.
 //!
 //! Everything refused here is refused before any claim and logged as `webhook.rejected`.
+//! A body that does not arrive within `server.read_timeout` is 408 and its connection is
+//! closed, so slow senders cannot hold the node's connections.
 //! No decision about an event is made here: the cache and the shard make them.
 
 use std::sync::Arc;
@@ -49,7 +51,13 @@ pub async fn ingest(
             Ok(render(dispatcher.dispatch(event).await))
         }
         Err(e) => {
-            state.metrics.rejected(&provider, e.code());
+            // Only configured names become label values; anything else is `unknown`.
+            let label = if state.providers.contains_key(&provider) {
+                provider.as_str()
+            } else {
+                "unknown"
+            };
+            state.metrics.rejected(label, e.code());
             slog::info!(state.log, "webhook.rejected";
                 "provider" => &provider, "reason" => e.code());
             Err(e)
@@ -76,7 +84,12 @@ async fn accept(
         .providers
         .get(provider)
         .ok_or_else(|| ApiError::UnknownProvider(provider.to_owned()))?;
-    let body = read_body(req, payload, state.max_body_bytes).await?;
+    let body = tokio::time::timeout(
+        state.read_timeout,
+        read_body(req, payload, state.max_body_bytes),
+    )
+    .await
+    .map_err(|_| ApiError::SlowBody(state.read_timeout.as_secs_f64()))??;
     runtime
         .verifier
         .verify(req.headers(), &body, SystemTime::now())?;

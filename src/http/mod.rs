@@ -30,6 +30,8 @@ pub struct AppState {
     pub store: Arc<dyn Store>,
     /// `server.max_body_bytes`.
     pub max_body_bytes: usize,
+    /// `server.read_timeout`: the deadline for reading a request's body.
+    pub read_timeout: std::time::Duration,
     /// Request-path logger.
     pub log: slog::Logger,
     /// The node's metrics.

@@ -82,6 +82,21 @@ pub fn cached_answer(
     })
 }
 
+/// Logs why a request was answered 503 with nothing claimed (`webhook.unavailable`): the
+/// sender sees only the reason; the operator finds the cause here.
+pub(crate) fn log_refusal(
+    log: &Logger,
+    id: &EventId,
+    path: Path,
+    reason: &str,
+    retry_after: u64,
+    cause: &str,
+) {
+    warn!(log, "webhook.unavailable";
+        "provider" => &*id.provider, "event_key" => &*id.key, "path" => path.as_str(),
+        "reason" => reason, "retry_after_s" => retry_after, "error" => cause);
+}
+
 /// Logs a payload mismatch with both fingerprints (never the payloads).
 pub(crate) fn log_mismatch(
     log: &Logger,

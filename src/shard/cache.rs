@@ -7,6 +7,10 @@
 //! soon after the original, so insertion order is nearly as good as recency here, and
 //! readers never take a write lock to record a hit (an LRU would).
 //!
+//! Bounded twice per shard: by entries and by bytes (answers may be up to 64 KiB each), so
+//! memory stays flat whatever the target answers. An evicted result is still replayed
+//! whole, from the row.
+//!
 //! Safe with several nodes on one database because `done` is terminal: a cached result can
 //! never become wrong. A miss is not an answer: the shard then asks the store.
 
@@ -14,6 +18,7 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 
 use dashmap::DashMap;
+use prometheus_client::metrics::gauge::Gauge;
 
 use crate::claim::StoredResult;
 use crate::key::EventId;
@@ -48,13 +53,41 @@ pub enum Hit {
     },
 }
 
+/// Bytes an entry costs beyond its variable parts: the map slot, the `Arc`s, the order
+/// queue's copy of the id. An estimate; it keeps tiny answers from looking free.
+const ENTRY_OVERHEAD: usize = 160;
+
+/// What one cached entry costs, in bytes (estimated).
+fn entry_bytes(id: &EventId, done: &CachedDone) -> usize {
+    ENTRY_OVERHEAD
+        + 2 * (id.provider.len() + id.key.len())
+        + done.fingerprint.as_ref().map_or(0, String::len)
+        + done.result.content_type.as_ref().map_or(0, String::len)
+        + done.result.body.len()
+}
+
 /// The node's done results; cheap to clone, safe to read from any thread.
 #[derive(Clone, Default)]
 pub struct DoneCache {
     map: Arc<DashMap<EventId, CachedDone>>,
+    /// Bytes held over all shards (the `hookgate_cache_bytes` gauge).
+    bytes: Gauge,
 }
 
 impl DoneCache {
+    /// An empty cache whose size in bytes is kept in `bytes`.
+    pub fn with_bytes_gauge(bytes: Gauge) -> Self {
+        Self {
+            map: Arc::default(),
+            bytes,
+        }
+    }
+
+    /// Bytes held now, over all shards (estimated).
+    pub fn bytes(&self) -> i64 {
+        self.bytes.get()
+    }
+
     /// What the cache says about `id` arriving with payload fingerprint `incoming`.
     pub fn lookup(&self, id: &EventId, incoming: Option<&str>) -> Option<Hit> {
         let entry = self.map.get(id)?;
@@ -85,12 +118,14 @@ impl DoneCache {
         self.map.is_empty()
     }
 
-    /// A writer for one shard holding at most `capacity` of the entries.
-    pub fn writer(&self, capacity: usize) -> DoneWriter {
+    /// A writer for one shard holding at most `capacity` entries and `max_bytes` bytes.
+    pub fn writer(&self, capacity: usize, max_bytes: usize) -> DoneWriter {
         DoneWriter {
             cache: self.clone(),
             order: VecDeque::new(),
             capacity,
+            max_bytes,
+            bytes: 0,
         }
     }
 }
@@ -98,26 +133,51 @@ impl DoneCache {
 /// One shard's side of the cache: inserts, and evicts its own oldest entries.
 pub struct DoneWriter {
     cache: DoneCache,
-    /// This shard's keys, oldest first; owned by the shard alone, so no lock.
-    order: VecDeque<EventId>,
+    /// This shard's keys with their cost, oldest first; owned by the shard alone, so no
+    /// lock.
+    order: VecDeque<(EventId, usize)>,
     capacity: usize,
+    max_bytes: usize,
+    /// Bytes this shard's entries hold.
+    bytes: usize,
 }
 
 impl DoneWriter {
-    /// Remembers a done result; evicts this shard's oldest entry when full. Capacity 0
-    /// caches nothing.
+    /// Remembers a done result; evicts this shard's oldest entries while it holds more
+    /// than its entries or bytes allow. Capacity 0, or an entry larger than the byte
+    /// bound, caches nothing.
     pub fn insert(&mut self, id: EventId, done: CachedDone) {
-        if self.capacity == 0 {
+        let cost = entry_bytes(&id, &done);
+        if self.capacity == 0 || cost > self.max_bytes {
             return;
         }
-        if self.cache.map.insert(id.clone(), done).is_none() {
-            self.order.push_back(id);
+        if self.cache.map.insert(id.clone(), done).is_some() {
+            // A key already cached: `done` is terminal, so the entry is the same result.
+            return;
         }
-        while self.order.len() > self.capacity {
-            if let Some(oldest) = self.order.pop_front() {
-                self.cache.map.remove(&oldest);
-            }
+        self.order.push_back((id, cost));
+        self.grow(cost);
+        while self.order.len() > self.capacity || self.bytes > self.max_bytes {
+            let Some((oldest, cost)) = self.order.pop_front() else {
+                break;
+            };
+            self.cache.map.remove(&oldest);
+            self.shrink(cost);
         }
+    }
+
+    fn grow(&mut self, cost: usize) {
+        self.bytes += cost;
+        self.cache
+            .bytes
+            .inc_by(i64::try_from(cost).unwrap_or(i64::MAX));
+    }
+
+    fn shrink(&mut self, cost: usize) {
+        self.bytes -= cost;
+        self.cache
+            .bytes
+            .dec_by(i64::try_from(cost).unwrap_or(i64::MAX));
     }
 
     /// The cache this writer fills.
@@ -145,8 +205,8 @@ mod tests {
     #[test]
     fn each_shard_keeps_at_most_its_capacity_and_evicts_its_oldest() {
         let cache = DoneCache::default();
-        let mut a = cache.writer(3);
-        let mut b = cache.writer(2);
+        let mut a = cache.writer(3, usize::MAX);
+        let mut b = cache.writer(2, usize::MAX);
         for i in 0..100 {
             a.insert(EventId::new("a", i.to_string()), done(None));
             b.insert(EventId::new("b", i.to_string()), done(None));
@@ -157,11 +217,43 @@ mod tests {
         assert!(cache.lookup(&EventId::new("b", "98"), None).is_some());
     }
 
+    fn large(body: usize) -> CachedDone {
+        CachedDone {
+            attempts: 1,
+            fingerprint: None,
+            result: Arc::new(StoredResult {
+                status: 200,
+                content_type: None,
+                body: vec![0; body],
+            }),
+        }
+    }
+
+    #[test]
+    fn large_answers_are_evicted_by_bytes_and_the_total_stays_under_the_bound() {
+        let cache = DoneCache::default();
+        let mut w = cache.writer(1_000_000, 1024 * 1024);
+        for i in 0..1000 {
+            w.insert(EventId::new("p", i.to_string()), large(64 * 1024));
+            assert!(cache.bytes() <= 1024 * 1024, "{}", cache.bytes());
+        }
+        assert_eq!(
+            cache.len(),
+            15,
+            "16 bodies of 64 KiB plus overhead exceed 1 MiB"
+        );
+        assert!(cache.lookup(&EventId::new("p", "999"), None).is_some());
+        assert!(cache.lookup(&EventId::new("p", "0"), None).is_none());
+        // An entry larger than the whole bound is not cached at all.
+        w.insert(EventId::new("p", "huge"), large(2 * 1024 * 1024));
+        assert!(cache.lookup(&EventId::new("p", "huge"), None).is_none());
+    }
+
     #[test]
     fn a_different_fingerprint_is_a_mismatch_and_none_matches_anything() {
         let cache = DoneCache::default();
         cache
-            .writer(10)
+            .writer(10, usize::MAX)
             .insert(EventId::new("p", "k"), done(Some("f1")));
         let id = EventId::new("p", "k");
         assert!(matches!(
@@ -178,9 +270,11 @@ mod tests {
     #[test]
     fn capacity_zero_caches_nothing_and_reinserting_does_not_grow() {
         let cache = DoneCache::default();
-        cache.writer(0).insert(EventId::new("p", "k"), done(None));
+        cache
+            .writer(0, usize::MAX)
+            .insert(EventId::new("p", "k"), done(None));
         assert!(cache.is_empty());
-        let mut w = cache.writer(5);
+        let mut w = cache.writer(5, usize::MAX);
         for _ in 0..10 {
             w.insert(EventId::new("p", "same"), done(None));
         }

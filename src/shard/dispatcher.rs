@@ -12,10 +12,11 @@ use actix::prelude::*;
 use futures_util::future::join_all;
 use tokio::sync::oneshot;
 
+use super::answer::log_refusal;
 use super::cache::DoneCache;
 use super::{
-    cached_answer, Answer, Event, Ingest, ReleaseLeases, Replay, Reply, Shard, ShardSettings,
-    Target,
+    cached_answer, Answer, Drain, Drained, Event, Ingest, Replay, Reply, Shard, ShardSettings,
+    Target, OVERLOADED_RETRY_AFTER_SECS,
 };
 use crate::claim::Path;
 use crate::key::EventId;
@@ -55,7 +56,7 @@ impl Dispatcher {
         let threads = shards.min(crate::config::cpus()).max(1);
         let arbiters: Vec<ArbiterHandle> = (0..threads).map(|_| Arbiter::new().handle()).collect();
         let settings = Arc::new(settings);
-        let done = DoneCache::default();
+        let done = DoneCache::with_bytes_gauge(metrics.cache_bytes_gauge());
         let addrs = (0..shards)
             .map(|index| {
                 let arbiter = &arbiters[index % threads];
@@ -103,31 +104,42 @@ impl Dispatcher {
     /// Hands `event` to its shard and waits for the answer.
     pub async fn dispatch(&self, event: Event) -> Answer {
         let index = shard_for(&event.id, self.shards.len());
+        let id = event.id.clone();
         let (reply, answer) = oneshot::channel();
         let msg = Ingest {
             event: Arc::new(event),
             reply,
         };
-        if self.shards[index].try_send(msg).is_ok() {
-            self.metrics.mailbox(index, 1);
-        } else {
-            return Answer::unclaimed(
+        let refused = |reason, cause: &str| {
+            log_refusal(
+                &self.log,
+                &id,
                 Path::Overloaded,
-                Reply::RetryLater {
-                    retry_after: 1,
-                    reason: "overloaded",
-                },
+                reason,
+                OVERLOADED_RETRY_AFTER_SECS,
+                cause,
             );
-        }
-        answer.await.unwrap_or_else(|_| {
+            self.metrics.attempt(&id.provider, Path::Overloaded);
             Answer::unclaimed(
                 Path::Overloaded,
                 Reply::RetryLater {
-                    retry_after: 1,
-                    reason: "shard_unavailable",
+                    retry_after: OVERLOADED_RETRY_AFTER_SECS,
+                    reason,
                 },
             )
-        })
+        };
+        if self.shards[index].try_send(msg).is_ok() {
+            self.metrics.mailbox(index, 1);
+        } else {
+            return refused("overloaded", &format!("shard {index}'s mailbox is full"));
+        }
+        match answer.await {
+            Ok(answer) => answer,
+            Err(_) => refused(
+                "shard_unavailable",
+                &format!("shard {index} dropped the request"),
+            ),
+        }
     }
 
     /// Replays dead letter `id` once through its shard, delivering to `target`.
@@ -149,16 +161,19 @@ impl Dispatcher {
         answer.await.unwrap_or_else(|_| unavailable())
     }
 
-    /// Marks every attempt still running on this node `failed`; answers how many.
-    pub async fn release_leases(&self) -> usize {
-        join_all(self.shards.iter().map(|s| s.send(ReleaseLeases)))
-            .await
-            .into_iter()
-            .map(|r| r.unwrap_or(0))
-            .sum()
+    /// Shutdown, first step: every shard stops claiming (see [`Drain`]).
+    pub async fn drain(&self) {
+        join_all(self.shards.iter().map(|s| s.send(Drain))).await;
     }
 
-    /// Stops the shard threads (after [`release_leases`](Self::release_leases)).
+    /// Shutdown, second step: waits until every claim on its way has come back and every
+    /// running delivery has ended and been recorded, each bounded by its target timeout
+    /// and lease.
+    pub async fn drained(&self) {
+        join_all(self.shards.iter().map(|s| s.send(Drained))).await;
+    }
+
+    /// Stops the shard threads (after [`drained`](Self::drained)).
     pub fn stop(&self) {
         for arbiter in self.arbiters.iter() {
             arbiter.stop();

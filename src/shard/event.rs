@@ -15,6 +15,9 @@ pub struct Target {
     pub url: Arc<str>,
     /// The delivery time limit.
     pub timeout: Duration,
+    /// Request headers kept with a failed event although their names look like
+    /// credentials: the provider's own signature headers (lower case).
+    pub keep_headers: Vec<String>,
 }
 
 /// One received, verified, keyed delivery.
@@ -32,4 +35,18 @@ pub struct Event {
     pub target: Arc<Target>,
     /// The request's headers, kept with the payload if the event fails.
     pub headers: HeaderMap,
+}
+
+impl Event {
+    /// An event known only by its key (an operator's request before its row is read).
+    pub fn bare(id: EventId, target: Arc<Target>) -> Self {
+        Self {
+            id,
+            body: Bytes::new(),
+            content_type: None,
+            fingerprint: None,
+            target,
+            headers: HeaderMap::new(),
+        }
+    }
 }

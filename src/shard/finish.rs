@@ -34,6 +34,7 @@ impl Shard {
             Verdict::Done(_) => "delivered",
             Verdict::Retry { .. } => "failed",
             Verdict::Dead { .. } => "dead",
+            Verdict::Release { .. } => "not_started",
             Verdict::Unknown { .. } => "crashed",
         };
         self.metrics
@@ -95,6 +96,15 @@ impl Shard {
                     "reason" => reason.as_str(), "attempts" => attempts,
                     "duration_ms" => duration_ms);
                 answer(Reply::DeadLettered)
+            }
+            Verdict::Release { error } => {
+                warn!(self.log, "webhook.failed";
+                    "provider" => &*id.provider, "event_key" => &*id.key, "error" => &error,
+                    "attempts" => attempts, "retry_after_s" => 1u64);
+                answer(Reply::RetryLater {
+                    retry_after: 1,
+                    reason: "not_started",
+                })
             }
             Verdict::Unknown { error } => {
                 let retry_after = ceil_secs(self.settings.lease);

@@ -7,6 +7,7 @@ use actix_web::http::header::HeaderMap;
 use slog::{warn, Logger};
 
 use super::Event;
+use crate::claim::Status;
 use crate::outcome::Verdict;
 use crate::store::{DeadReason, Failure, Fenced, Store, StoreError};
 
@@ -29,6 +30,7 @@ pub async fn write_verdict(
                 .fail(id, attempts, &failure(event, error, Some(*reason)))
                 .await
         }
+        Verdict::Release { error } => store.fail(id, attempts, &failure(event, error, None)).await,
         Verdict::Unknown { .. } => return None,
     })
 }
@@ -38,13 +40,15 @@ const FIRST_RETRY: Duration = Duration::from_millis(100);
 /// Longest pause between tries: about the store's own reconnect backoff.
 const MAX_RETRY: Duration = Duration::from_secs(1);
 
-/// [`write_verdict`], tried again while the store is unreachable, until `deadline` (the
-/// attempt's lease).
+/// [`write_verdict`], tried again after every transient failure (the store unreachable, a
+/// missed deadline, a serialization failure or deadlock, a read-only database after a
+/// failover, a busy pool), until `deadline` (the attempt's lease).
 ///
 /// Once the target has acted, losing the write would leave the row `in_progress` and a
 /// later retake would run the target again; waiting for the store is worth the sender's
-/// time. Only `Unavailable` is retried: a query error will not heal by itself, and a stale
-/// write is an answer.
+/// time. A query error will not heal by itself, and a stale write is an answer — except
+/// after a try whose deadline passed: that write may have landed, so the row is read to
+/// tell "landed" from "another attempt took over".
 pub(crate) async fn write_verdict_retrying(
     store: &dyn Store,
     event: &Event,
@@ -54,20 +58,46 @@ pub(crate) async fn write_verdict_retrying(
     log: &Logger,
 ) -> Option<Result<Fenced, StoreError>> {
     let mut pause = FIRST_RETRY;
+    let mut timed_out = false;
     loop {
         let written = write_verdict(store, event, attempts, verdict).await;
-        let Some(Err(StoreError::Unavailable(error))) = &written else {
-            return written;
-        };
-        if Instant::now() + pause >= deadline {
-            return written;
+        match &written {
+            Some(Ok(Fenced::Stale)) if timed_out => {
+                return Some(Ok(landed_earlier(store, event, attempts, verdict).await));
+            }
+            Some(Err(e)) if e.is_transient() => {
+                if Instant::now() + pause >= deadline {
+                    return written;
+                }
+                timed_out |= matches!(e, StoreError::TimedOut(_));
+                warn!(log, "webhook.record_retry";
+                    "provider" => &*event.id.provider, "event_key" => &*event.id.key,
+                    "attempts" => attempts, "error" => %e,
+                    "retry_in_ms" => u64::try_from(pause.as_millis()).unwrap_or(u64::MAX));
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(MAX_RETRY);
+            }
+            _ => return written,
         }
-        warn!(log, "webhook.record_retry";
-            "provider" => &*event.id.provider, "event_key" => &*event.id.key,
-            "attempts" => attempts, "error" => error.as_str(),
-            "retry_in_ms" => u64::try_from(pause.as_millis()).unwrap_or(u64::MAX));
-        tokio::time::sleep(pause).await;
-        pause = (pause * 2).min(MAX_RETRY);
+    }
+}
+
+/// After a timed-out write and a stale retry: `Applied` if the row holds this attempt's
+/// outcome (the timed-out write landed), else `Stale`.
+async fn landed_earlier(
+    store: &dyn Store,
+    event: &Event,
+    attempts: i32,
+    verdict: &Verdict,
+) -> Fenced {
+    let expected = match verdict {
+        Verdict::Done(_) => Status::Done,
+        Verdict::Dead { .. } => Status::Dead,
+        _ => Status::Failed,
+    };
+    match store.lookup(&event.id).await {
+        Ok(Some(row)) if row.attempts == attempts && row.status == expected => Fenced::Applied,
+        _ => Fenced::Stale,
     }
 }
 
@@ -77,7 +107,7 @@ pub(crate) fn failure(event: &Event, error: &str, dead: Option<DeadReason>) -> F
         dead,
         payload: event.body.clone(),
         content_type: event.content_type.clone(),
-        headers: headers_json(&event.headers),
+        headers: headers_json(&event.headers, &event.target.keep_headers),
     }
 }
 
@@ -91,12 +121,50 @@ const UNKEPT_HEADERS: &[&str] = &[
     "transfer-encoding",
 ];
 
+/// Words that mark a header as a credential (`X-Api-Token`, `X-Webhook-Secret`, …); such
+/// headers are not kept, except the provider's own signature headers.
+const CREDENTIAL_WORDS: &[&str] = &["token", "secret", "key", "signature", "password"];
+
 /// The request headers worth keeping with a dead letter, as a JSON object (`None` if none).
-fn headers_json(headers: &HeaderMap) -> Option<String> {
+fn headers_json(headers: &HeaderMap, keep: &[String]) -> Option<String> {
     let kept: serde_json::Map<String, serde_json::Value> = headers
         .iter()
-        .filter(|(name, _)| !UNKEPT_HEADERS.contains(&name.as_str()))
+        .filter(|(name, _)| is_kept(name.as_str(), keep))
         .filter_map(|(name, value)| Some((name.to_string(), value.to_str().ok()?.into())))
         .collect();
     (!kept.is_empty()).then(|| serde_json::Value::Object(kept).to_string())
+}
+
+/// Whether a header (lower-case `name`) may be stored: never a credential, unless it is
+/// one of `keep` (the provider's signature headers, which people need to read a dead
+/// letter's story).
+fn is_kept(name: &str, keep: &[String]) -> bool {
+    if keep.iter().any(|k| k == name) {
+        return true;
+    }
+    !UNKEPT_HEADERS.contains(&name) && !CREDENTIAL_WORDS.iter().any(|w| name.contains(w))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn credential_headers_are_dropped_but_the_signature_header_is_kept() {
+        let keep = vec!["stripe-signature".to_owned()];
+        assert!(is_kept("stripe-signature", &keep));
+        assert!(is_kept("x-trace", &keep));
+        assert!(is_kept("content-type", &keep));
+        for name in [
+            "authorization",
+            "cookie",
+            "x-api-token",
+            "x-webhook-secret",
+            "x-client-key",
+            "x-other-signature",
+            "x-password",
+        ] {
+            assert!(!is_kept(name, &keep), "{name}");
+        }
+    }
 }

@@ -4,13 +4,16 @@
 //! A batch starts as soon as a slot is free; while every slot is busy, new calls queue and
 //! leave together in the next batch. So a lone request never waits for company, and under
 //! load the batch size grows by itself until the store keeps up.
+//!
+//! A caller waits at most the statement deadline, queueing included; a call whose caller
+//! has given up before its batch leaves is dropped, not run.
 
 use std::future::Future;
 use std::sync::Arc;
 
 use tokio::sync::{mpsc, oneshot, Semaphore};
 
-use super::StoreError;
+use super::{within, StoreError};
 
 /// Calls waiting for a batch, at most; beyond it callers wait to enqueue (backpressure).
 const QUEUE: usize = 8192;
@@ -20,12 +23,19 @@ type Reply<T> = oneshot::Sender<Result<T, StoreError>>;
 /// The caller's side of one batched operation.
 pub(crate) struct Batcher<Req, Resp> {
     calls: mpsc::Sender<(Req, Reply<Resp>)>,
+    deadline: std::time::Duration,
 }
 
 impl<Req: Send + 'static, Resp: Send + 'static> Batcher<Req, Resp> {
     /// Starts the batching task: at most `in_flight` batches of at most `max_batch` calls
     /// run at once, each through `run`, which answers one result per request, in order.
-    pub(crate) fn start<F, Fut>(max_batch: usize, in_flight: usize, run: F) -> Self
+    /// A caller waits at most `deadline` for its answer.
+    pub(crate) fn start<F, Fut>(
+        max_batch: usize,
+        in_flight: usize,
+        deadline: std::time::Duration,
+        run: F,
+    ) -> Self
     where
         F: Fn(Vec<Req>) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Vec<Result<Resp, StoreError>>> + Send + 'static,
@@ -48,6 +58,11 @@ impl<Req: Send + 'static, Resp: Send + 'static> Batcher<Req, Resp> {
                         Err(_) => break,
                     }
                 }
+                // Callers that gave up (their deadline passed while queued) are not run.
+                batch.retain(|(_, reply)| !reply.is_closed());
+                if batch.is_empty() {
+                    continue;
+                }
                 let (requests, replies): (Vec<Req>, Vec<Reply<Resp>>) = batch.into_iter().unzip();
                 let run = Arc::clone(&run);
                 tokio::spawn(async move {
@@ -59,19 +74,22 @@ impl<Req: Send + 'static, Resp: Send + 'static> Batcher<Req, Resp> {
                 });
             }
         });
-        Self { calls }
+        Self { calls, deadline }
     }
 
     /// Runs `request` in the next batch.
     pub(crate) async fn call(&self, request: Req) -> Result<Resp, StoreError> {
-        let (reply, answer) = oneshot::channel();
-        self.calls
-            .send((request, reply))
-            .await
-            .map_err(|_| StoreError::Unavailable("the store's batcher has stopped".into()))?;
-        answer
-            .await
-            .unwrap_or_else(|_| Err(StoreError::Unavailable("a batch was dropped".into())))
+        within(self.deadline, async {
+            let (reply, answer) = oneshot::channel();
+            self.calls
+                .send((request, reply))
+                .await
+                .map_err(|_| StoreError::Unavailable("the store's batcher has stopped".into()))?;
+            answer
+                .await
+                .unwrap_or_else(|_| Err(StoreError::Unavailable("a batch was dropped".into())))
+        })
+        .await
     }
 }
 
@@ -84,7 +102,8 @@ mod tests {
     async fn concurrent_calls_share_batches_and_each_gets_its_own_answer() {
         let batches = Arc::new(AtomicUsize::new(0));
         let seen = Arc::clone(&batches);
-        let batcher = Arc::new(Batcher::start(64, 1, move |xs: Vec<u32>| {
+        let deadline = std::time::Duration::from_secs(60);
+        let batcher = Arc::new(Batcher::start(64, 1, deadline, move |xs: Vec<u32>| {
             seen.fetch_add(1, Ordering::SeqCst);
             async move {
                 tokio::time::sleep(std::time::Duration::from_millis(5)).await;

@@ -54,6 +54,18 @@ pub enum StoreError {
     /// The database could not be reached; nothing was changed.
     #[error("store unavailable: {0}")]
     Unavailable(String),
+    /// No answer within `store.statement_timeout`; the connection was dropped. Whether
+    /// the statement took effect is unknown.
+    #[error("store deadline passed: {0}")]
+    TimedOut(String),
+    /// Every pooled connection stayed busy for `store.pool_timeout`: this node is
+    /// overloaded; the database is not at fault.
+    #[error("no free store connection: {0}")]
+    Busy(String),
+    /// The database refused for now and the same statement may succeed soon:
+    /// serialization failure, deadlock, read-only after a failover, a cancelled statement.
+    #[error("store refused for now: {0}")]
+    Transient(String),
     /// The database answered with an error.
     #[error("store query failed: {0}")]
     Query(String),
@@ -67,9 +79,24 @@ impl StoreError {
     pub fn kind(&self) -> &'static str {
         match self {
             StoreError::Unavailable(_) => "unavailable",
+            StoreError::TimedOut(_) => "timed_out",
+            StoreError::Busy(_) => "busy",
+            StoreError::Transient(_) => "transient",
             StoreError::Query(_) => "query",
             StoreError::Corrupt(_) => "corrupt",
         }
+    }
+
+    /// Whether the same operation may succeed if tried again soon (an outcome write after
+    /// a delivery is retried within its lease on these).
+    pub fn is_transient(&self) -> bool {
+        !matches!(self, StoreError::Query(_) | StoreError::Corrupt(_))
+    }
+
+    /// Whether the database itself seems gone (opens the reconnect backoff). A busy pool
+    /// or a refused statement is not an outage.
+    pub fn is_outage(&self) -> bool {
+        matches!(self, StoreError::Unavailable(_) | StoreError::TimedOut(_))
     }
 }
 
@@ -178,6 +205,12 @@ pub trait Store: Send + Sync + 'static {
     /// backoff.
     fn ping(&self) -> StoreFuture<'_, ()>;
 
+    /// Settings of the database under which an acknowledged commit could be lost
+    /// (`synchronous_commit = off`, `fsync = off`), as `(setting, value)` pairs; empty
+    /// when every commit is durable. A `done` row lost that way lets a redelivery run the
+    /// target twice.
+    fn durability_risks(&self) -> StoreFuture<'_, Vec<(String, String)>>;
+
     /// Wins the key for one attempt holding a lease of `lease`, or reports the row.
     ///
     /// Won when the key is new, `failed`, or `in_progress` with an expired lease — and the
@@ -263,6 +296,23 @@ impl EventRecord {
     }
 }
 
+/// Runs `op` under `deadline`: past it the caller gets [`StoreError::TimedOut`] and the
+/// operation's future is dropped (a Postgres connection it held is discarded, see
+/// `postgres_conn`).
+pub(crate) async fn within<T>(
+    deadline: Duration,
+    op: impl std::future::Future<Output = Result<T, StoreError>>,
+) -> Result<T, StoreError> {
+    tokio::time::timeout(deadline, op)
+        .await
+        .unwrap_or_else(|_| {
+            Err(StoreError::TimedOut(format!(
+                "no answer within the {} ms deadline",
+                millis(deadline)
+            )))
+        })
+}
+
 /// A duration in whole milliseconds for SQL parameters (saturating; leases and ages are
 /// far below the limit).
 pub(crate) fn millis(d: Duration) -> i64 {
@@ -274,9 +324,10 @@ pub async fn open(config: &StoreConfig) -> Result<Arc<dyn Store>, StoreError> {
     if config.url.starts_with("postgres://") || config.url.starts_with("postgresql://") {
         Ok(Arc::new(postgres::PgStore::connect(config)?))
     } else if let Some(path) = sqlite::SqliteStore::path_of(&config.url) {
-        Ok(Arc::new(sqlite::SqliteStore::open(std::path::Path::new(
-            path,
-        ))?))
+        Ok(Arc::new(sqlite::SqliteStore::open(
+            std::path::Path::new(path),
+            config.statement_timeout,
+        )?))
     } else {
         Err(StoreError::Query(format!(
             "unsupported store URL {} (expected postgres://… or sqlite://PATH)",

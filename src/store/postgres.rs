@@ -1,9 +1,15 @@
 //! The Postgres store (tokio-postgres over a deadpool pool): production, high volume,
 //! several hookgate nodes on one database.
 //!
-//! Every statement below is a single statement on a single row in autocommit, so no
-//! transaction is ever held open across a delivery. Each one says which row it locks and
-//! what a concurrent caller sees. `now()` is the only clock used for leases.
+//! Every statement is one autocommit statement — single-row here (`postgres_sql`), or one
+//! statement over many rows for group commit (`postgres_batch`) — so no transaction is ever
+//! held open across a delivery. Each says which rows it locks and what a concurrent caller
+//! sees. `now()` is the only clock used for leases.
+//!
+//! Every operation runs under `store.statement_timeout` ([`Inner::run`]): past it the
+//! caller gets `TimedOut` and the connection is taken out of the pool and dropped, since
+//! an unanswered statement may still be queued on it. The server gets the same
+//! `statement_timeout`, so it gives up on its side too.
 
 use std::time::Duration;
 
@@ -24,6 +30,7 @@ use crate::claim::{ClaimResult, Status, StoredResult};
 use crate::config::StoreConfig;
 use crate::key::EventId;
 use actix_web::web::Bytes;
+use deadpool_postgres::{Client, Object};
 
 /// The migrations, applied in order, each once.
 const MIGRATIONS: &[(i32, &str)] = &[
@@ -51,6 +58,8 @@ pub struct PgStore {
 pub(crate) struct Inner {
     pool: Pool,
     schema: String,
+    /// `store.statement_timeout`: the client-side deadline of every operation.
+    deadline: Duration,
     pub(crate) reconnect: Reconnect,
 }
 
@@ -71,7 +80,10 @@ impl PgStore {
             .url
             .parse()
             .map_err(|e| StoreError::Query(format!("store.url: {e}")))?;
-        pg.options(format!("-c search_path={schema}"));
+        pg.options(format!(
+            "-c search_path={schema} -c statement_timeout={}",
+            millis(config.statement_timeout).max(1)
+        ));
         pg.connect_timeout(CONNECT_TIMEOUT);
         let manager = Manager::from_config(
             pg,
@@ -90,6 +102,7 @@ impl PgStore {
         let inner = Arc::new(Inner {
             pool,
             schema,
+            deadline: config.statement_timeout,
             reconnect: Reconnect::default(),
         });
         // Two batches of each kind at a time: measured on the load bench, more slots only
@@ -97,11 +110,11 @@ impl PgStore {
         // first_run/s; 1-2 slots: 3.2-3.4k/s), while a second slot hides one batch's
         // round trip behind the other when the database is across a network.
         let in_flight = BATCHES_IN_FLIGHT;
-        let claims = Batcher::start(MAX_BATCH, in_flight, {
+        let claims = Batcher::start(MAX_BATCH, in_flight, config.statement_timeout, {
             let inner = Arc::clone(&inner);
             move |calls| postgres_batch::claims(Arc::clone(&inner), calls)
         });
-        let completions = Batcher::start(MAX_BATCH, in_flight, {
+        let completions = Batcher::start(MAX_BATCH, in_flight, config.statement_timeout, {
             let inner = Arc::clone(&inner);
             move |calls| postgres_batch::completions(Arc::clone(&inner), calls)
         });
@@ -113,6 +126,19 @@ impl PgStore {
     }
 
     /// Runs `op` unless a reconnect backoff is running, and records how it went.
+    /// A batched call's answer; a deadline that passed while the call waited for its batch
+    /// opens the reconnect backoff like any other (the batch itself records the rest).
+    async fn guarded_batch<T>(
+        &self,
+        op: impl std::future::Future<Output = Result<T, StoreError>>,
+    ) -> Result<T, StoreError> {
+        let result = op.await;
+        if let Err(e @ StoreError::TimedOut(_)) = &result {
+            self.inner.reconnect.observe::<()>(&Err(e.clone()));
+        }
+        result
+    }
+
     async fn guarded<T>(
         &self,
         op: impl std::future::Future<Output = Result<T, StoreError>>,
@@ -122,15 +148,33 @@ impl PgStore {
         self.inner.reconnect.observe(&result);
         result
     }
-
-    async fn client(&self) -> Result<deadpool_postgres::Object, StoreError> {
-        self.inner.client().await
-    }
 }
 
 impl Inner {
-    pub(crate) async fn client(&self) -> Result<deadpool_postgres::Object, StoreError> {
+    /// A pooled connection for work outside the statement deadline (migrations).
+    async fn client(&self) -> Result<Object, StoreError> {
         self.pool.get().await.map_err(pool_error)
+    }
+
+    /// Runs `op` on a pooled connection within the statement deadline. Waiting for the
+    /// connection is bounded by `pool_timeout` (`Busy`); past the deadline the caller gets
+    /// `TimedOut` and the connection is discarded instead of going back to the pool.
+    pub(crate) async fn run<T>(
+        &self,
+        op: impl AsyncFnOnce(&Client) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        let until = tokio::time::Instant::now() + self.deadline;
+        let client = self.client().await?;
+        match tokio::time::timeout_at(until, op(&client)).await {
+            Ok(result) => result,
+            Err(_) => {
+                drop(Object::take(client));
+                Err(StoreError::TimedOut(format!(
+                    "no answer within the {} ms deadline; connection dropped",
+                    millis(self.deadline)
+                )))
+            }
+        }
     }
 
     /// The single-row claim, retried while a concurrent insert hides the row from the
@@ -181,13 +225,15 @@ impl Inner {
         fingerprint: Option<&str>,
         lease_ms: i64,
     ) -> Result<Option<ClaimResult>, StoreError> {
-        let client = self.client().await?;
-        let stmt = client.prepare_cached(CLAIM).await.map_err(db_error)?;
-        let row = client
-            .query_opt(&stmt, &[&&*id.provider, &&*id.key, &fingerprint, &lease_ms])
-            .await
-            .map_err(db_error)?;
-        row.map(|row| claim_result(&row)).transpose()
+        self.run(async |client| {
+            let stmt = client.prepare_cached(CLAIM).await.map_err(db_error)?;
+            let row = client
+                .query_opt(&stmt, &[&&*id.provider, &&*id.key, &fingerprint, &lease_ms])
+                .await
+                .map_err(db_error)?;
+            row.map(|row| claim_result(&row)).transpose()
+        })
+        .await
     }
 
     async fn fenced(
@@ -195,23 +241,29 @@ impl Inner {
         sql: &str,
         params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
     ) -> Result<Fenced, StoreError> {
-        let client = self.client().await?;
-        let stmt = client.prepare_cached(sql).await.map_err(db_error)?;
-        let changed = client.execute(&stmt, params).await.map_err(db_error)?;
-        Ok(if changed == 1 {
-            Fenced::Applied
-        } else {
-            Fenced::Stale
+        self.run(async |client| {
+            let stmt = client.prepare_cached(sql).await.map_err(db_error)?;
+            let changed = client.execute(&stmt, params).await.map_err(db_error)?;
+            Ok(if changed == 1 {
+                Fenced::Applied
+            } else {
+                Fenced::Stale
+            })
         })
+        .await
     }
 }
 
 impl Store for PgStore {
     fn migrate(&self) -> StoreFuture<'_, ()> {
         Box::pin(async move {
-            let mut client = self.client().await?;
+            let mut client = self.inner.client().await?;
             let schema = &self.inner.schema;
             let tx = client.transaction().await.map_err(db_error)?;
+            // A migration may rewrite a large table: no statement deadline here.
+            tx.execute("SET LOCAL statement_timeout = 0", &[])
+                .await
+                .map_err(db_error)?;
             // One migrator at a time across every node; released at commit.
             tx.execute("SELECT pg_advisory_xact_lock(8347284)", &[])
                 .await
@@ -249,15 +301,40 @@ impl Store for PgStore {
 
     fn ping(&self) -> StoreFuture<'_, ()> {
         Box::pin(async move {
-            let result = async {
-                let client = self.client().await?;
-                client.simple_query("SELECT 1").await.map_err(db_error)?;
-                Ok(())
-            }
-            .await;
+            let result = self
+                .inner
+                .run(async |client| {
+                    client.simple_query("SELECT 1").await.map_err(db_error)?;
+                    Ok(())
+                })
+                .await;
             self.inner.reconnect.observe(&result);
             result
         })
+    }
+
+    fn durability_risks(&self) -> StoreFuture<'_, Vec<(String, String)>> {
+        Box::pin(self.guarded(self.inner.run(async |client| {
+            let row = client
+                .query_one(
+                    "SELECT current_setting('synchronous_commit'), current_setting('fsync')",
+                    &[],
+                )
+                .await
+                .map_err(db_error)?;
+            let mut risks = Vec::new();
+            let synchronous_commit: String = get(&row, "current_setting")?;
+            if synchronous_commit == "off" {
+                risks.push(("synchronous_commit".to_owned(), synchronous_commit));
+            }
+            let fsync: String = row
+                .try_get(1)
+                .map_err(|e| StoreError::Corrupt(format!("fsync: {e}")))?;
+            if fsync == "off" {
+                risks.push(("fsync".to_owned(), fsync));
+            }
+            Ok(risks)
+        })))
     }
 
     fn claim<'a>(
@@ -266,11 +343,11 @@ impl Store for PgStore {
         fingerprint: Option<&'a str>,
         lease: Duration,
     ) -> StoreFuture<'a, ClaimResult> {
-        Box::pin(self.claims.call(ClaimCall {
+        Box::pin(self.guarded_batch(self.claims.call(ClaimCall {
             id: id.clone(),
             fingerprint: fingerprint.map(str::to_owned),
             lease_ms: millis(lease),
-        }))
+        })))
     }
 
     fn complete<'a>(
@@ -279,11 +356,11 @@ impl Store for PgStore {
         attempts: i32,
         result: &'a StoredResult,
     ) -> StoreFuture<'a, Fenced> {
-        Box::pin(self.completions.call(CompleteCall {
+        Box::pin(self.guarded_batch(self.completions.call(CompleteCall {
             id: id.clone(),
             attempts,
             result: result.clone(),
-        }))
+        })))
     }
 
     fn fail<'a>(
@@ -317,21 +394,19 @@ impl Store for PgStore {
     }
 
     fn lookup<'a>(&'a self, id: &'a EventId) -> StoreFuture<'a, Option<EventRecord>> {
-        Box::pin(self.guarded(async move {
-            let client = self.client().await?;
+        Box::pin(self.guarded(self.inner.run(async |client| {
             let stmt = client.prepare_cached(LOOKUP).await.map_err(db_error)?;
             let row = client
                 .query_opt(&stmt, &[&&*id.provider, &&*id.key])
                 .await
                 .map_err(db_error)?;
             row.map(|row| record(&row)).transpose()
-        }))
+        })))
     }
 
     fn replay<'a>(&'a self, id: &'a EventId, lease: Duration) -> StoreFuture<'a, Option<Reopened>> {
-        Box::pin(self.guarded(async move {
-            let client = self.client().await?;
-            let lease_ms = millis(lease);
+        let lease_ms = millis(lease);
+        Box::pin(self.guarded(self.inner.run(async move |client| {
             let row = client
                 .query_opt(REPLAY, &[&&*id.provider, &&*id.key, &lease_ms])
                 .await
@@ -345,7 +420,7 @@ impl Store for PgStore {
                 })
             })
             .transpose()
-        }))
+        })))
     }
 
     fn dead_letters<'a>(
@@ -353,24 +428,22 @@ impl Store for PgStore {
         provider: Option<&'a str>,
         limit: u32,
     ) -> StoreFuture<'a, Vec<EventRecord>> {
-        Box::pin(self.guarded(async move {
-            let client = self.client().await?;
+        Box::pin(self.guarded(self.inner.run(async move |client| {
             let rows = client
                 .query(DEAD_LETTERS, &[&provider, &i64::from(limit)])
                 .await
                 .map_err(db_error)?;
             rows.iter().map(record).collect()
-        }))
+        })))
     }
 
     fn sweep(&self, status: Status, older_than: Duration, batch: u32) -> StoreFuture<'_, u64> {
-        Box::pin(self.guarded(async move {
-            let client = self.client().await?;
-            let age_ms = millis(older_than);
+        let age_ms = millis(older_than);
+        Box::pin(self.guarded(self.inner.run(async move |client| {
             client
                 .execute(SWEEP, &[&status.as_str(), &age_ms, &i64::from(batch)])
                 .await
                 .map_err(db_error)
-        }))
+        })))
     }
 }

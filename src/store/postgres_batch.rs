@@ -83,11 +83,11 @@ WHERE e.provider = u.provider AND e.event_key = u.event_key
   AND e.attempts = u.attempts AND e.status = 'in_progress'
 RETURNING e.provider, e.event_key";
 
-/// Errors after which the calls are worth retrying one by one.
-fn retry_alone(e: &StoreError, code: Option<&SqlState>) -> bool {
-    matches!(e, StoreError::Query(_))
-        && matches!(code, Some(c) if *c == SqlState::T_R_DEADLOCK_DETECTED
-            || *c == SqlState::T_R_SERIALIZATION_FAILURE)
+/// Errors after which the calls are worth retrying one by one: a deadlock or
+/// serialization failure between two nodes' batches rolled the whole statement back.
+fn retry_alone(code: Option<&SqlState>) -> bool {
+    matches!(code, Some(c) if *c == SqlState::T_R_DEADLOCK_DETECTED
+        || *c == SqlState::T_R_SERIALIZATION_FAILURE)
 }
 
 fn key(id: &EventId) -> (Arc<str>, Arc<str>) {
@@ -125,7 +125,7 @@ pub(crate) async fn claims(
         .observe(&outcome.as_ref().map(|_| ()).map_err(|(e, _)| e.clone()));
     let mut reported = match outcome {
         Ok(map) => map,
-        Err((e, code)) if retry_alone(&e, code.as_ref()) => HashMap::new(),
+        Err((_, code)) if retry_alone(code.as_ref()) => HashMap::new(),
         Err((e, _)) => return calls.iter().map(|_| Err(e.clone())).collect(),
     };
     let mut answers = Vec::with_capacity(calls.len());
@@ -154,12 +154,21 @@ fn coded(e: tokio_postgres::Error) -> BatchError {
     (db_error(e), code)
 }
 
-async fn claim_batch(
-    inner: &Inner,
+type Reported = HashMap<(Arc<str>, Arc<str>), Result<ClaimResult, StoreError>>;
+
+/// The batched claim on one pooled connection, within the statement deadline.
+async fn claim_batch(inner: &Inner, calls: &[&ClaimCall]) -> Result<Reported, BatchError> {
+    inner
+        .run(async |client| Ok(claim_batch_on(client, calls).await))
+        .await
+        .unwrap_or_else(|e| Err((e, None)))
+}
+
+async fn claim_batch_on(
+    client: &deadpool_postgres::Client,
     calls: &[&ClaimCall],
-) -> Result<HashMap<(Arc<str>, Arc<str>), Result<ClaimResult, StoreError>>, BatchError> {
+) -> Result<Reported, BatchError> {
     let plain = |e: StoreError| (e, None);
-    let client = inner.client().await.map_err(plain)?;
     let stmt = client.prepare_cached(CLAIM_BATCH).await.map_err(coded)?;
     let providers: Vec<&str> = calls.iter().map(|c| &*c.id.provider).collect();
     let keys: Vec<&str> = calls.iter().map(|c| &*c.id.key).collect();
@@ -212,7 +221,7 @@ pub(crate) async fn completions(
                 })
             })
             .collect(),
-        Err((e, code)) if retry_alone(&e, code.as_ref()) => {
+        Err((_, code)) if retry_alone(code.as_ref()) => {
             let mut answers = Vec::with_capacity(calls.len());
             for c in &calls {
                 answers.push(inner.complete(&c.id, c.attempts, &c.result).await);
@@ -223,12 +232,21 @@ pub(crate) async fn completions(
     }
 }
 
-async fn complete_batch(
-    inner: &Inner,
+type Applied = std::collections::HashSet<(Arc<str>, Arc<str>)>;
+
+/// The batched completion on one pooled connection, within the statement deadline.
+async fn complete_batch(inner: &Inner, calls: &[CompleteCall]) -> Result<Applied, BatchError> {
+    inner
+        .run(async |client| Ok(complete_batch_on(client, calls).await))
+        .await
+        .unwrap_or_else(|e| Err((e, None)))
+}
+
+async fn complete_batch_on(
+    client: &deadpool_postgres::Client,
     calls: &[CompleteCall],
-) -> Result<std::collections::HashSet<(Arc<str>, Arc<str>)>, BatchError> {
+) -> Result<Applied, BatchError> {
     let plain = |e: StoreError| (e, None);
-    let client = inner.client().await.map_err(plain)?;
     let stmt = client.prepare_cached(COMPLETE_BATCH).await.map_err(coded)?;
     let providers: Vec<&str> = calls.iter().map(|c| &*c.id.provider).collect();
     let keys: Vec<&str> = calls.iter().map(|c| &*c.id.key).collect();

@@ -84,29 +84,69 @@ fn parse_path(text: &str) -> Result<Path, StoreError> {
     Path::parse(text).ok_or_else(|| StoreError::Corrupt(format!("last_path {text:?}")))
 }
 
-/// Connection trouble is `Unavailable` (retry later, the sender will); anything the server
-/// itself refused is a `Query` error.
+/// Connection trouble is `Unavailable` (retry later, the sender will); a refusal the same
+/// statement may get past soon is `Transient`; anything else the server refused is a
+/// `Query` error.
 pub(crate) fn db_error(e: tokio_postgres::Error) -> StoreError {
-    let unavailable = match e.code() {
-        None => true,
-        Some(code) => {
-            code.code().starts_with("08")
-                || *code == SqlState::ADMIN_SHUTDOWN
-                || *code == SqlState::CRASH_SHUTDOWN
-                || *code == SqlState::CANNOT_CONNECT_NOW
-                || *code == SqlState::TOO_MANY_CONNECTIONS
-        }
+    classify(e.code(), e.to_string())
+}
+
+/// The kind of a Postgres failure, by its SQLSTATE (`None`: no answer from the server).
+pub(crate) fn classify(code: Option<&SqlState>, text: String) -> StoreError {
+    let Some(code) = code else {
+        return StoreError::Unavailable(text);
     };
-    if unavailable {
-        StoreError::Unavailable(e.to_string())
+    if code.code().starts_with("08")
+        || *code == SqlState::ADMIN_SHUTDOWN
+        || *code == SqlState::CRASH_SHUTDOWN
+        || *code == SqlState::CANNOT_CONNECT_NOW
+        || *code == SqlState::TOO_MANY_CONNECTIONS
+    {
+        StoreError::Unavailable(text)
+    } else if *code == SqlState::T_R_SERIALIZATION_FAILURE
+        || *code == SqlState::T_R_DEADLOCK_DETECTED
+        || *code == SqlState::READ_ONLY_SQL_TRANSACTION
+        || *code == SqlState::QUERY_CANCELED
+        || *code == SqlState::LOCK_NOT_AVAILABLE
+    {
+        StoreError::Transient(text)
     } else {
-        StoreError::Query(e.to_string())
+        StoreError::Query(text)
     }
 }
 
+/// Waiting for a pooled connection past `pool_timeout` is overload (`Busy`); failing to
+/// open one is an outage.
 pub(crate) fn pool_error(e: PoolError) -> StoreError {
     match e {
         PoolError::Backend(e) => db_error(e),
+        PoolError::Timeout(deadpool_postgres::TimeoutType::Wait) => StoreError::Busy(e.to_string()),
         other => StoreError::Unavailable(other.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn refusals_that_pass_by_themselves_are_transient_and_lost_connections_an_outage() {
+        for code in [
+            SqlState::T_R_SERIALIZATION_FAILURE,
+            SqlState::T_R_DEADLOCK_DETECTED,
+            SqlState::READ_ONLY_SQL_TRANSACTION,
+            SqlState::QUERY_CANCELED,
+        ] {
+            let e = classify(Some(&code), "x".into());
+            assert!(matches!(e, StoreError::Transient(_)), "{code:?}");
+            assert!(e.is_transient() && !e.is_outage());
+        }
+        for code in [SqlState::TOO_MANY_CONNECTIONS, SqlState::CONNECTION_FAILURE] {
+            let e = classify(Some(&code), "x".into());
+            assert!(e.is_outage() && e.is_transient(), "{code:?}");
+        }
+        assert!(classify(None, "eof".into()).is_outage());
+        let syntax = classify(Some(&SqlState::SYNTAX_ERROR), "x".into());
+        assert!(!syntax.is_transient());
     }
 }

@@ -48,14 +48,15 @@ SET status = 'done', result_status = $4, result_content_type = $5, result_body =
 WHERE provider = $1 AND event_key = $2 AND attempts = $3 AND status = 'in_progress'";
 
 /// Fail (or dead-letter), fenced the same way as [`COMPLETE`]; releases the lease at once
-/// so the sender's next retry can claim the row without waiting for it to expire.
+/// so the sender's next retry can claim the row without waiting for it to expire. Kept
+/// request headers are replaced only by another request's (a replay has none).
 ///
 /// Locks the one row; a concurrent claimer waits, then sees `failed` (and may win it) or
 /// `dead` (and never does).
 pub(crate) const FAIL: &str = "
 UPDATE webhook_events
 SET status = $4, last_error = $5, dead_reason = $6, payload = $7, content_type = $8,
-    request_headers = $9, locked_until = NULL, updated_at = now()
+    request_headers = COALESCE($9, request_headers), locked_until = NULL, updated_at = now()
 WHERE provider = $1 AND event_key = $2 AND attempts = $3 AND status = 'in_progress'";
 
 /// The columns of a whole row, for [`LOOKUP`] and [`DEAD_LETTERS`].

@@ -41,10 +41,12 @@ impl Reconnect {
     pub(crate) fn observe<T>(&self, result: &Result<T, StoreError>) {
         let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
         match result {
-            Err(StoreError::Unavailable(_)) => {
+            Err(e) if e.is_outage() => {
                 let backoff = state.map_or(FIRST_BACKOFF, |(_, b)| (b * 2).min(MAX_BACKOFF));
                 *state = Some((Instant::now() + backoff, backoff));
             }
+            // A busy pool never reached the database: it says nothing about it.
+            Err(StoreError::Busy(_)) => {}
             _ => *state = None,
         }
     }
@@ -69,6 +71,15 @@ mod tests {
         let r = Reconnect::default();
         r.observe::<()>(&Err(StoreError::Query("syntax".into())));
         assert!(r.check().is_ok());
+    }
+
+    #[test]
+    fn a_missed_deadline_opens_a_backoff_and_a_busy_pool_does_not() {
+        let r = Reconnect::default();
+        r.observe::<()>(&Err(StoreError::Busy("pool".into())));
+        assert!(r.check().is_ok());
+        r.observe::<()>(&Err(StoreError::TimedOut("frozen".into())));
+        assert!(r.check().is_err());
     }
 
     #[test]

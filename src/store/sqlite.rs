@@ -69,11 +69,13 @@ SET status = 'done', result_status = ?4, result_content_type = ?5, result_body =
     content_type = NULL, request_headers = NULL, updated_at = unixepoch('subsec')
 WHERE provider = ?1 AND event_key = ?2 AND attempts = ?3 AND status = 'in_progress'";
 
-/// Fail or dead-letter, fenced by the attempt; releases the lease at once.
+/// Fail or dead-letter, fenced by the attempt; releases the lease at once. Kept request
+/// headers are replaced only by another request's (a replay has none and keeps them).
 const FAIL: &str = "
 UPDATE webhook_events
 SET status = ?4, last_error = ?5, dead_reason = ?6, payload = ?7, content_type = ?8,
-    request_headers = ?9, locked_until = NULL, updated_at = unixepoch('subsec')
+    request_headers = COALESCE(?9, request_headers), locked_until = NULL,
+    updated_at = unixepoch('subsec')
 WHERE provider = ?1 AND event_key = ?2 AND attempts = ?3 AND status = 'in_progress'";
 
 /// Replay: reopen a dead letter as a new attempt. Under the write lock, of concurrent
@@ -108,8 +110,9 @@ pub struct SqliteStore {
 }
 
 impl SqliteStore {
-    /// Opens (creating it and its directory if needed) the database file at `path`.
-    pub fn open(path: &Path) -> Result<Self, StoreError> {
+    /// Opens (creating it and its directory if needed) the database file at `path`; every
+    /// operation answers within `deadline` (`store.statement_timeout`).
+    pub fn open(path: &Path, deadline: Duration) -> Result<Self, StoreError> {
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
             std::fs::create_dir_all(dir)
                 .map_err(|e| StoreError::Query(format!("creating {}: {e}", dir.display())))?;
@@ -121,7 +124,7 @@ impl SqliteStore {
         conn.pragma_update(None, "synchronous", "FULL")
             .map_err(sql_error)?;
         Ok(Self {
-            writer: Writer::start(conn)?,
+            writer: Writer::start(conn, deadline)?,
         })
     }
 
@@ -167,6 +170,11 @@ impl Store for SqliteStore {
             conn.query_row("SELECT 1", [], |_| Ok(()))
                 .map_err(sql_error)
         }))
+    }
+
+    fn durability_risks(&self) -> StoreFuture<'_, Vec<(String, String)>> {
+        // Opened with WAL and synchronous = FULL: every commit is on disk before it answers.
+        Box::pin(async { Ok(Vec::new()) })
     }
 
     fn claim<'a>(

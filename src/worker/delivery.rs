@@ -48,6 +48,9 @@ pub enum DeliveryOutcome {
     },
     /// No answer: timeout, connection refused, broken connection.
     Unreachable(String),
+    /// The delivery was not started: the lease no longer covered the target's timeout,
+    /// or the node was shutting down. The target never saw it.
+    NotStarted(String),
     /// The delivery code panicked; the worker was restarted. The attempt's outcome is
     /// unknown, so its row keeps its lease and is retaken after it expires.
     Crashed(String),

@@ -42,7 +42,14 @@ impl Supervised for Worker {
 /// Deliver one event; answered when the target answered (or the delivery crashed).
 #[derive(Message)]
 #[rtype(result = "DeliveryOutcome")]
-pub struct Deliver(pub DeliveryRequest);
+pub struct Deliver {
+    /// What to deliver.
+    pub request: DeliveryRequest,
+    /// The last moment the delivery may start and still end (at its timeout) inside its
+    /// lease. Later, the worker answers [`DeliveryOutcome::NotStarted`] without calling
+    /// the target: a delivery that could outlive its lease could run beside a retake.
+    pub start_by: std::time::Instant,
+}
 
 impl Handler<Deliver> for Worker {
     /// Atomic: the worker's next message waits until this delivery ends, so a worker runs
@@ -50,8 +57,17 @@ impl Handler<Deliver> for Worker {
     type Result = AtomicResponse<Self, DeliveryOutcome>;
 
     fn handle(&mut self, msg: Deliver, _ctx: &mut Context<Self>) -> Self::Result {
+        if std::time::Instant::now() > msg.start_by {
+            slog::warn!(self.log, "worker.not_started";
+                "idempotency_key" => &msg.request.idempotency_key,
+                "attempts" => msg.request.attempt);
+            let late = "not started: the lease no longer covers the target timeout";
+            return AtomicResponse::new(Box::pin(fut::ready(DeliveryOutcome::NotStarted(
+                late.into(),
+            ))));
+        }
         let delivery = Arc::clone(&self.delivery);
-        let attempt = AssertUnwindSafe(async move { delivery.deliver(msg.0).await });
+        let attempt = AssertUnwindSafe(async move { delivery.deliver(msg.request).await });
         AtomicResponse::new(Box::pin(attempt.catch_unwind().into_actor(self).map(
             |result, act, ctx| match result {
                 Ok(outcome) => outcome,
@@ -73,4 +89,70 @@ fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
         .map(|s| (*s).to_owned())
         .or_else(|| payload.downcast_ref::<String>().cloned())
         .unwrap_or_else(|| "panic with a non-text payload".into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::time::{Duration, Instant};
+
+    use futures_util::future::LocalBoxFuture;
+
+    /// Counts calls; never reaches a network.
+    struct Counting(Arc<AtomicUsize>);
+
+    impl Delivery for Counting {
+        fn deliver(&self, _: DeliveryRequest) -> LocalBoxFuture<'static, DeliveryOutcome> {
+            self.0.fetch_add(1, Ordering::SeqCst);
+            Box::pin(async { DeliveryOutcome::Unreachable("counted".into()) })
+        }
+    }
+
+    fn request() -> DeliveryRequest {
+        DeliveryRequest {
+            url: "http://127.0.0.1:9/".into(),
+            timeout: Duration::from_secs(1),
+            body: Default::default(),
+            content_type: None,
+            idempotency_key: "p:k".into(),
+            attempt: 1,
+        }
+    }
+
+    #[actix_rt::test]
+    async fn a_worker_refuses_an_attempt_whose_lease_no_longer_covers_the_timeout() {
+        let calls = Arc::new(AtomicUsize::new(0));
+        let delivery: Arc<dyn Delivery> = Arc::new(Counting(Arc::clone(&calls)));
+        let log = slog::Logger::root(slog::Discard, slog::o!());
+        let worker = Worker::new(delivery, log).start();
+        let late = Instant::now() - Duration::from_millis(1);
+        let outcome = worker
+            .send(Deliver {
+                request: request(),
+                start_by: late,
+            })
+            .await
+            .unwrap();
+        assert!(
+            matches!(outcome, DeliveryOutcome::NotStarted(_)),
+            "{outcome:?}"
+        );
+        assert_eq!(
+            calls.load(Ordering::SeqCst),
+            0,
+            "the target was never called"
+        );
+
+        let in_time = Instant::now() + Duration::from_secs(60);
+        let outcome = worker
+            .send(Deliver {
+                request: request(),
+                start_by: in_time,
+            })
+            .await
+            .unwrap();
+        assert!(matches!(outcome, DeliveryOutcome::Unreachable(_)));
+        assert_eq!(calls.load(Ordering::SeqCst), 1);
+    }
 }

@@ -104,9 +104,14 @@ async fn random_provider_names_never_grow_the_metrics() {
         assert_eq!(app.post(&name, &[], "{}".into()).await.status, 404);
     }
     let text = app.get("/metrics").await.body;
-    assert!(!text.contains("random"), "an unconfigured name became a label");
     assert!(
-        text.contains(r#"hookgate_rejected_total{provider="unknown",reason="unknown_provider"} 200"#),
+        !text.contains("random"),
+        "an unconfigured name became a label"
+    );
+    assert!(
+        text.contains(
+            r#"hookgate_rejected_total{provider="unknown",reason="unknown_provider"} 200"#
+        ),
         "{text}"
     );
     assert!(text.len() < before + 2048, "{} -> {}", before, text.len());

@@ -1,5 +1,6 @@
 //! What goes wrong: a worker that panics, a worker that finishes after its lease was
-//! retaken, a store that goes away and comes back, a node that is told to stop.
+//! retaken, a store that goes away and comes back, a full mailbox. (Shutdown: see
+//! `pressure.rs`.)
 
 use std::sync::Arc;
 
@@ -141,42 +142,6 @@ async fn a_store_outage_after_the_delivery_delays_the_answer_but_loses_no_comple
     );
     assert_eq!(app.deliver("evt_blip", "{}").await.path, "duplicate_done");
     assert_eq!(app.target.count(&TestApp::idem("evt_blip")), 1);
-}
-
-#[actix_web::test]
-async fn shutdown_releases_the_leases_of_unfinished_attempts() {
-    let mut app = spawn_app().await;
-    app.target.set(Behaviour::Hang);
-    app.fire("evt_sd", "{}");
-    app.target.wait_for(&TestApp::idem("evt_sd"), 1).await;
-    assert_eq!(
-        app.db.status(PROVIDER, "evt_sd").await.as_deref(),
-        Some("in_progress")
-    );
-
-    app.shutdown().await;
-    assert_eq!(
-        app.db.status(PROVIDER, "evt_sd").await.as_deref(),
-        Some("failed")
-    );
-    // The stopped node's pooled connections lived on its stopped threads: read afresh.
-    let row = app
-        .db
-        .store()
-        .await
-        .lookup(&EventId::new(PROVIDER, "evt_sd"))
-        .await
-        .unwrap()
-        .expect("row");
-    assert_eq!(row.last_error.as_deref(), Some("released at shutdown"));
-
-    // The sender's retry is claimed at once on another node: no wait for the lease.
-    app.target.set(Behaviour::Accept);
-    let next = app.second_node(|_| {}).await;
-    let retry = next.deliver("evt_sd", "{}").await;
-    assert_eq!(retry.path, "retry_after_failure");
-    assert_eq!(retry.status, 201);
-    app.target.release();
 }
 
 #[actix_web::test]

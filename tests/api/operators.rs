@@ -206,7 +206,7 @@ async fn metrics_count_the_requests_made() {
     for line in [
         r#"hookgate_attempts_total{provider="stripe",path="first_run"} 4"#,
         r#"hookgate_attempts_total{provider="stripe",path="duplicate_done"} 2"#,
-        r#"hookgate_rejected_total{provider="nobody",reason="unknown_provider"} 1"#,
+        r#"hookgate_rejected_total{provider="unknown",reason="unknown_provider"} 1"#,
         r#"hookgate_deliveries_total{provider="stripe",outcome="delivered"} 3"#,
         r#"hookgate_deliveries_total{provider="stripe",outcome="failed"} 1"#,
         r#"hookgate_delivery_seconds_count{provider="stripe"} 4"#,

@@ -254,6 +254,9 @@ pub struct RowLock {
 impl RowLock {
     /// Rolls the insert back: the blocked claim goes on and finds no row.
     pub async fn release(self) {
-        self.client.batch_execute("ROLLBACK").await.expect("rollback");
+        self.client
+            .batch_execute("ROLLBACK")
+            .await
+            .expect("rollback");
     }
 }

@@ -12,10 +12,9 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use actix_web::dev::ServerHandle;
 use futures_util::future::LocalBoxFuture;
 use hookgate::config::Config;
-use hookgate::startup::Application;
+use hookgate::startup::{Application, Stopper};
 use hookgate::store::Store;
 use hookgate::worker::{Delivery, DeliveryOutcome, DeliveryRequest, HttpDelivery};
 
@@ -82,7 +81,7 @@ pub struct TestApp {
     pub db: TestDb,
     pub target: TestTarget,
     pub store: Arc<dyn Store>,
-    handle: ServerHandle,
+    stopper: Stopper,
     stopped: Option<tokio::sync::oneshot::Receiver<anyhow::Result<()>>>,
     client: awc::Client,
 }
@@ -145,7 +144,7 @@ pub async fn start_node(
         .await
         .expect("build app");
     let address = format!("http://127.0.0.1:{}", app.port());
-    let handle = app.handle();
+    let stopper = app.stopper();
     let (tx, rx) = tokio::sync::oneshot::channel();
     actix_rt::spawn(async move {
         let _ = tx.send(app.run_until_stopped().await);
@@ -156,7 +155,7 @@ pub async fn start_node(
         db,
         target,
         store,
-        handle,
+        stopper,
         stopped: Some(rx),
         client: awc::Client::builder()
             .timeout(Duration::from_secs(60))
@@ -175,17 +174,6 @@ impl TestApp {
 
     pub fn idem(key: &str) -> String {
         format!("{PROVIDER}:{key}")
-    }
-
-    /// Sends a delivery in the background and forgets it (the node may stop under it).
-    pub fn fire(&self, key: &str, body: &str) {
-        let request = awc::Client::new()
-            .post(format!("{}/webhooks/{PROVIDER}", self.address))
-            .insert_header(("X-Idempotency-Key", key.to_owned()));
-        let body = body.to_owned();
-        actix_rt::spawn(async move {
-            let _ = request.send_body(body).await;
-        });
     }
 
     /// POSTs `body` to `/webhooks/stripe` with the key in `X-Idempotency-Key`.
@@ -268,9 +256,10 @@ impl TestApp {
         }
     }
 
-    /// Stops the node the way SIGTERM does and waits until it has released its leases.
+    /// Stops the node the way SIGTERM does and waits until everything in flight has
+    /// been recorded.
     pub async fn shutdown(&mut self) {
-        self.handle.stop(true).await;
+        self.stopper.stop().await;
         if let Some(stopped) = self.stopped.take() {
             stopped.await.expect("node task").expect("node stopped");
         }

@@ -75,11 +75,7 @@ impl StoreProxy {
                 });
             }
         });
-        Self {
-            port,
-            down,
-            frozen,
-        }
+        Self { port, down, frozen }
     }
 
     /// Stops forwarding bytes either way; every socket stays open.
