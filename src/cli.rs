@@ -98,7 +98,7 @@ pub enum EventsCommand {
 pub async fn run() -> anyhow::Result<()> {
     let cli = Cli::parse();
     if let Command::CheckConfig = cli.command {
-        return check_config(&Config::load_unchecked(&cli.config)?);
+        return check_config(&Config::load_unchecked(&cli.config)?).await;
     }
     let config = Config::load(&cli.config)?;
     match cli.command {
@@ -221,6 +221,30 @@ pub async fn replay(config: &Config, id: EventId) -> anyhow::Result<String> {
     })
 }
 
+/// The store durability line of `check-config`: a Postgres store is asked whether an
+/// acknowledged commit could be lost; the embedded store always syncs its commits.
+async fn durability(config: &Config) -> String {
+    const RULE: &str = "store keeps every acknowledged commit";
+    if store::sqlite::SqliteStore::path_of(&config.store.url).is_some() {
+        return format!("ok   {RULE}: embedded store, WAL with synchronous = FULL");
+    }
+    let asked = async {
+        let store = store::open(&config.store).await?;
+        store.durability_risks().await
+    };
+    match asked.await {
+        Ok(risks) if risks.is_empty() => format!("ok   {RULE}: synchronous_commit and fsync on"),
+        Ok(risks) => {
+            let found: Vec<String> = risks.iter().map(|(k, v)| format!("{k} = {v}")).collect();
+            format!(
+                "WARN {RULE}: {}: a done row could be lost and its event delivered again",
+                found.join(", ")
+            )
+        }
+        Err(e) => format!("skip {RULE}: the store did not answer ({e})"),
+    }
+}
+
 async fn serve(config: Config) -> anyhow::Result<()> {
     let (log, _guard) = crate::logging::init(&config.log)?;
     crate::logging::install_panic_hook(log.clone());
@@ -235,13 +259,14 @@ async fn serve(config: Config) -> anyhow::Result<()> {
 
 /// Prints the effective config and every rule; fails when a rule fails or a secret is
 /// missing.
-fn check_config(config: &Config) -> anyhow::Result<()> {
+async fn check_config(config: &Config) -> anyhow::Result<()> {
     println!("# effective configuration (secrets redacted)\n{config:#?}\n");
     println!("# rules checked");
     let rules = config.rules();
     for rule in &rules {
         println!("{rule}");
     }
+    println!("{}", durability(config).await);
     let mut resolved = config.clone();
     let secrets = resolved.resolve_secrets();
     match &secrets {

@@ -16,7 +16,6 @@ use actix_web::dev::{Server, ServerHandle};
 use actix_web::{web, App, HttpServer};
 use anyhow::Context as _;
 use slog::{info, Logger};
-use std::time::Duration;
 
 use crate::config::{cpus, Config};
 use crate::http::{routes, AppState};
@@ -54,22 +53,6 @@ impl Stopper {
         self.dispatcher.drain().await;
         self.server.stop(true).await;
     }
-}
-
-/// How long the HTTP server lets requests in flight finish after a stop: the configured
-/// grace, but never less than the longest target timeout plus the store's deadline, so
-/// a delivery that reached the target is recorded and answered.
-pub fn shutdown_limit(config: &Config) -> Duration {
-    let longest = config
-        .providers
-        .iter()
-        .map(|p| p.target.timeout)
-        .max()
-        .unwrap_or_default();
-    config
-        .shutdown
-        .grace
-        .max(longest + config.store.statement_timeout + Duration::from_secs(1))
 }
 
 impl Application {
@@ -138,7 +121,7 @@ impl Application {
             .disable_signals()
             .client_request_timeout(config.server.read_timeout)
             .max_connections(config.server.max_connections.div_ceil(http_workers))
-            .shutdown_timeout(shutdown_limit(config).as_secs().max(1))
+            .shutdown_timeout(config.shutdown_limit().as_secs().max(1))
             .run();
         info!(log, "hookgate.listening"; "port" => port, "shards" => shards);
         let stopper = Stopper {

@@ -441,6 +441,21 @@ impl Config {
         validate::rules(self)
     }
 
+    /// How long a stop may take: the HTTP server lets requests in flight finish for the
+    /// configured grace, but never less than the longest target timeout plus the store's
+    /// deadline, so a delivery that reached the target is recorded and answered.
+    pub fn shutdown_limit(&self) -> Duration {
+        let longest = self
+            .providers
+            .iter()
+            .map(|p| p.target.timeout)
+            .max()
+            .unwrap_or_default();
+        self.shutdown
+            .grace
+            .max(longest + self.store.statement_timeout + Duration::from_secs(1))
+    }
+
     /// The provider called `name`.
     pub fn provider(&self, name: &str) -> Option<&ProviderConfig> {
         self.providers.iter().find(|p| p.name == name)

@@ -109,6 +109,27 @@ pub(super) fn rules(config: &Config) -> Vec<Rule> {
             format!("pool_size = {}", config.store.pool_size),
         ),
         rule(
+            "10ms <= store.statement_timeout < lease.duration",
+            config.store.statement_timeout >= Duration::from_millis(10)
+                && config.store.statement_timeout < lease,
+            format!(
+                "statement_timeout {} vs lease {}: an outcome write must fit inside the lease",
+                show(config.store.statement_timeout),
+                show(lease)
+            ),
+        ),
+        rule(
+            "server.read_timeout >= 100ms",
+            config.server.read_timeout >= Duration::from_millis(100),
+            format!("read_timeout = {}", show(config.server.read_timeout)),
+        ),
+        rule(
+            "server.max_connections >= 1",
+            config.server.max_connections >= 1,
+            format!("max_connections = {}", config.server.max_connections),
+        ),
+        shutdown_rule(config),
+        rule(
             "lease.duration < retry.base",
             lease < base,
             format!(
@@ -253,6 +274,29 @@ pub(super) fn rules(config: &Config) -> Vec<Rule> {
     rules
 }
 
+/// What a shutdown can take: deliveries that reached the target run to their end, so the
+/// node may need the longest target timeout (plus a store deadline to record it) even
+/// when `shutdown.grace` is shorter. Warns then, with the number to give the process
+/// manager.
+fn shutdown_rule(config: &Config) -> Rule {
+    let grace = config.shutdown.grace;
+    let longest = config.providers.iter().map(|p| p.target.timeout).max();
+    let longest = longest.unwrap_or_default();
+    let limit = config.shutdown_limit();
+    advice(
+        "shutdown.grace >= the longest target.timeout",
+        grace >= longest,
+        format!(
+            "grace {} vs longest target timeout {}: a SIGTERM lets deliveries at the target \
+             finish, so stopping can take up to {}; give the process manager at least that \
+             (systemd TimeoutStopSec)",
+            show(grace),
+            show(longest),
+            show(limit)
+        ),
+    )
+}
+
 fn show(d: Duration) -> String {
     humantime::format_duration(d).to_string()
 }
@@ -286,6 +330,24 @@ mod tests {
         assert!(
             err.contains("providers.stripe.target.timeout < lease.duration"),
             "{err}"
+        );
+    }
+
+    #[test]
+    fn a_grace_shorter_than_a_target_timeout_warns_with_what_a_stop_can_take() {
+        let config =
+            Config::from_toml(&format!("[shutdown]\ngrace = \"1s\"\n{PROVIDER}")).expect("ok");
+        let rule = config
+            .rules()
+            .into_iter()
+            .find(|r| r.name.starts_with("shutdown.grace"))
+            .expect("the shutdown rule");
+        assert_eq!(rule.verdict, super::Verdict::Warn);
+        assert!(rule.detail.contains("10s"), "{}", rule.detail);
+        assert!(
+            rule.detail.contains("16s"),
+            "10s timeout + 5s deadline + 1s: {}",
+            rule.detail
         );
     }
 

@@ -405,8 +405,74 @@ async fn kept_headers_drop_credentials_and_a_failed_replay_keeps_them() {
     assert_eq!(after.as_deref(), Some(dead.as_str()));
 }
 
+/// Two events whose ids differ only past a float's precision are two events, and a key
+/// with non-ASCII characters reaches the target as unambiguous ASCII.
+async fn neighbouring_big_integer_ids_are_two_events(backend: Backend) {
+    let app = spawn_app_on(backend, |_| {}).await;
+    let hook = format!("/webhooks/{PROVIDER}");
+    let a = app
+        .post(&hook, &[], r#"{"id":18446744073709551616}"#.into())
+        .await;
+    let b = app
+        .post(&hook, &[], r#"{"id":18446744073709551617}"#.into())
+        .await;
+    assert_eq!(
+        (a.path.as_str(), b.path.as_str()),
+        ("first_run", "first_run")
+    );
+    assert_eq!(app.target.count(&TestApp::idem("18446744073709551616")), 1);
+    assert_eq!(app.target.count(&TestApp::idem("18446744073709551617")), 1);
+    let one = app.post(&hook, &[], r#"{"id":1.0}"#.into()).await;
+    let other = app.post(&hook, &[], r#"{"id":1}"#.into()).await;
+    assert_eq!(
+        (one.path.as_str(), other.path.as_str()),
+        ("first_run", "first_run")
+    );
+
+    let accented = app.post(&hook, &[], r#"{"id":"évt_1"}"#.into()).await;
+    assert_eq!(accented.status, 201);
+    assert_eq!(app.target.count(&TestApp::idem("%C3%A9vt_1")), 1);
+    assert_eq!(
+        app.db.status(PROVIDER, "évt_1").await.as_deref(),
+        Some("done")
+    );
+}
+
 on_both_stores!(
+    neighbouring_big_integer_ids_are_two_events,
     a_claim_is_made_only_when_a_worker_can_start_at_once,
     waiting_requests_claim_only_when_a_worker_frees_up,
     a_delivery_running_at_shutdown_finishes_and_is_answered,
 );
+
+#[test]
+fn check_config_warns_about_a_postgres_that_may_lose_commits_and_a_short_grace() {
+    let url = std::env::var("HOOKGATE_TEST_DATABASE_URL").expect("scripts/test.sh sets it");
+    let dir = std::env::temp_dir().join(format!("hookgate-dur-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("pg.toml");
+    std::fs::write(
+        &file,
+        format!(
+            "[store]\nurl = \"{url}\"\n[shutdown]\ngrace = \"1s\"\n[[providers]]\nname = \"s\"\n\
+             key = [{{ json = \"/id\" }}]\ntarget = {{ url = \"http://127.0.0.1:9/\", timeout = \"10s\" }}\n"
+        ),
+    )
+    .unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_hookgate"))
+        .args(["check-config", "--config"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "warnings do not fail: {stdout}");
+    assert!(
+        stdout.contains("WARN store keeps every acknowledged commit: synchronous_commit = off"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("WARN shutdown.grace >= the longest target.timeout"),
+        "{stdout}"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
