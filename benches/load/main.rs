@@ -8,7 +8,11 @@
 //! status, deliveries and duplicates at the target — and exits non-zero if any scenario saw
 //! a duplicate. Postgres runs need `HOOKGATE_BENCH_DATABASE_URL` (scripts/bench.sh starts a
 //! durable throwaway cluster). Loopback only; every run is bounded in time and count.
+//!
+//! `--scenario chaos` (Postgres only) runs the release binary as a child process and
+//! injects faults while real-sender-like clients deliver; see `chaos.rs`.
 
+mod chaos;
 mod driver;
 mod scenario;
 mod target;
@@ -27,7 +31,8 @@ use target::{Behaviour, Target};
 
 #[derive(Debug, Parser)]
 struct Args {
-    /// unique, duplicate, mixed, hot, hot_fail, slow_target, bare, or all.
+    /// unique, duplicate, mixed, hot, hot_fail, slow_target, bare, chaos, or all (chaos
+    /// is not part of all).
     #[arg(long, default_value = "all")]
     scenario: String,
     /// Concurrent client connections.
@@ -51,6 +56,9 @@ struct Args {
     /// Address the bench's target binds (give a fixed port with `--url`).
     #[arg(long, default_value = "127.0.0.1:0")]
     target_listen: String,
+    /// New events a second in the chaos scenario.
+    #[arg(long, default_value_t = 100)]
+    rate: u64,
     /// cargo bench passes --bench; accepted and ignored.
     #[arg(long, hide = true)]
     bench: bool,
@@ -58,6 +66,17 @@ struct Args {
 
 fn main() {
     let args = Args::parse();
+    if args.scenario == "chaos" {
+        let url = std::env::var("HOOKGATE_BENCH_DATABASE_URL")
+            .expect("--scenario chaos runs on Postgres: set HOOKGATE_BENCH_DATABASE_URL");
+        let violations =
+            actix_rt::System::new().block_on(chaos::run(url, args.duration, args.rate));
+        if violations > 0 {
+            eprintln!("FAILED: {violations} violation(s) of the delivery guarantee");
+            std::process::exit(1);
+        }
+        return;
+    }
     let scenarios: Vec<Scenario> = if args.scenario == "all" {
         Scenario::ALL.to_vec()
     } else {

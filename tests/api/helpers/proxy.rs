@@ -1,6 +1,7 @@
-//! A TCP proxy in front of Postgres whose network can be cut and restored, or frozen and
-//! thawed: the store goes away (or stops answering with its sockets open, as when a network
-//! drops packets) for real, without stopping the shared test cluster.
+//! A TCP proxy in front of Postgres (or any TCP peer) whose network can be cut and
+//! restored, or frozen and thawed: the store goes away (or stops answering with its sockets
+//! open, as when a network drops packets) for real, without stopping the shared test
+//! cluster. The load bench's chaos scenario uses this same file.
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -35,6 +36,7 @@ async fn pump(
 }
 
 impl StoreProxy {
+    /// A proxy in front of the Postgres server of `upstream_url`.
     pub async fn start(upstream_url: &str) -> Self {
         let config: tokio_postgres::Config = upstream_url.parse().unwrap();
         let host = match &config.get_hosts()[0] {
@@ -42,7 +44,11 @@ impl StoreProxy {
             #[allow(unreachable_patterns)]
             _ => panic!("the test database must be reached over TCP"),
         };
-        let upstream = format!("{host}:{}", config.get_ports()[0]);
+        Self::start_to(format!("{host}:{}", config.get_ports()[0])).await
+    }
+
+    /// A proxy in front of `upstream` (`host:port`).
+    pub async fn start_to(upstream: String) -> Self {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let port = listener.local_addr().unwrap().port();
         let (down, _) = watch::channel(false);
