@@ -279,9 +279,9 @@ target = {{ url = "http://127.0.0.1:{target_port}/effects", timeout = "2s" }}
     let took = started.elapsed();
     node.terminate().await;
 
-    let ends = ends.borrow();
-    let count = |e: End| ends.iter().filter(|&&x| x == e).count();
     let rows = row_counts(&database_url, &schema).await;
+    let ends = ends.borrow().clone();
+    let count = |e: End| ends.iter().filter(|&&x| x == e).count();
     let seen = target.seen.lock().unwrap();
     let deliveries: usize = seen.values().map(Vec::len).sum();
     let mut in_flight = vec![0usize; kills.len()];
