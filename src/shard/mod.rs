@@ -377,11 +377,7 @@ impl Shard {
                     worker,
                     lease_ends: sent + self.settings.lease,
                 };
-                if self.draining {
-                    self.release(attempt, reply, ctx);
-                } else {
-                    self.deliver(attempt, reply, ctx);
-                }
+                self.start(attempt, reply, ctx);
             }
             Ok(ClaimResult::Existing(row)) => {
                 let waiters = self.in_flight.forget(&event.id, token);
@@ -489,6 +485,16 @@ impl Shard {
             path,
             attempts,
             reply,
+        }
+    }
+
+    /// A won claim: delivered, or released without reaching the target once the node is
+    /// draining.
+    fn start(&mut self, attempt: Attempt, reply: oneshot::Sender<Answer>, ctx: &mut Context<Self>) {
+        if self.draining {
+            self.release(attempt, reply, ctx);
+        } else {
+            self.deliver(attempt, reply, ctx);
         }
     }
 

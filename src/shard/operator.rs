@@ -77,11 +77,7 @@ impl Handler<Replay> for Shard {
                         worker,
                         lease_ends: sent + act.settings.lease,
                     };
-                    if act.draining {
-                        act.release(attempt, reply, ctx);
-                    } else {
-                        act.deliver(attempt, reply, ctx);
-                    }
+                    act.start(attempt, reply, ctx);
                 }
                 Ok(None) => {
                     let waiters = act.in_flight.forget(&id, token);
