@@ -13,7 +13,6 @@ use crate::claim::Status;
 use crate::config::{Config, DEFAULT_PATH};
 use crate::key::EventId;
 use crate::outcome::{judge, Verdict};
-use crate::retry::RetryPolicy;
 use crate::shard::{write_verdict, Event, Target};
 use crate::startup::Application;
 use crate::store::{self, Fenced};
@@ -200,7 +199,7 @@ pub async fn replay(config: &Config, id: EventId) -> anyhow::Result<String> {
             attempt: attempts,
         })
         .await;
-    let verdict = judge(outcome, attempts, &RetryPolicy::new(&config.retry), true);
+    let verdict = judge(outcome, attempts, &config.retry.policy(), true);
     match write_verdict(&*store, &event, attempts, &verdict).await {
         Some(Ok(Fenced::Applied)) => {}
         Some(Ok(Fenced::Stale)) => anyhow::bail!("the replay's lease was lost; nothing written"),

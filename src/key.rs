@@ -10,7 +10,30 @@ use std::sync::Arc;
 use actix_web::http::header::HeaderMap;
 
 use crate::canonical::{fields_key, Body};
-use crate::config::KeySource;
+
+use serde::Deserialize;
+
+/// One source of the idempotency key.
+#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
+#[serde(untagged, deny_unknown_fields)]
+pub enum KeySource {
+    /// A request header, matched case-insensitively.
+    Header {
+        /// The header's name.
+        header: String,
+    },
+    /// An RFC 6901 JSON pointer into the body; string or number values.
+    Json {
+        /// The pointer, e.g. `/id`.
+        json: String,
+    },
+    /// A SHA-256 over the canonical JSON of these pointers' values, for senders with no
+    /// event id (never the whole body: some fields change between deliveries).
+    Fields {
+        /// The pointers, e.g. `["/data/object/id", "/type", "/created"]`.
+        fields: Vec<String>,
+    },
+}
 
 /// Longest accepted key, in bytes (it is a primary-key column and a log field).
 pub const MAX_KEY_BYTES: usize = 255;

@@ -38,6 +38,7 @@ pub mod outcome;
 pub mod provider;
 pub mod retention;
 pub mod retry;
+pub mod secret;
 pub mod shard;
 pub mod signature;
 pub mod startup;

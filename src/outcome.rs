@@ -1,10 +1,55 @@
 //! What one delivery's outcome means for the row and the sender: done, retry later, dead
-//! letter, or unknown (the worker crashed). Pure: the shard writes the row and answers.
+//! letter, released (never started), or unknown (the worker crashed). Owns the words for
+//! it — [`DeliveryOutcome`], [`DeadReason`], [`Verdict`] — and the pure rule ([`judge`]).
+//! Imports only the core: the attempt runner writes the row and answers.
 
 use crate::claim::StoredResult;
 use crate::retry::RetryPolicy;
-use crate::store::DeadReason;
-use crate::worker::DeliveryOutcome;
+
+/// What the target did with one delivery.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DeliveryOutcome {
+    /// A 2xx answer; the event is done.
+    Delivered(StoredResult),
+    /// A non-2xx answer.
+    Refused {
+        /// The target's status.
+        status: u16,
+        /// The target's `Retry-After`, in seconds, if it sent one.
+        retry_after: Option<u64>,
+    },
+    /// No answer: timeout, connection refused, broken connection.
+    Unreachable(String),
+    /// The delivery was not started: the lease no longer covered the target's timeout,
+    /// or the node was shutting down. The target never saw it.
+    NotStarted(String),
+    /// The delivery code panicked; the worker was restarted. The attempt's outcome is
+    /// unknown, so its row keeps its lease and is retaken after it expires.
+    Crashed(String),
+}
+
+/// Why an event became a dead letter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeadReason {
+    /// `retry.max_attempts` attempts failed.
+    AttemptsExhausted,
+    /// The target refused the event with a non-retryable 4xx.
+    NonRetryable,
+    /// An operator's replay failed; no sender will redeliver it, so it is dead again.
+    ReplayFailed,
+}
+
+impl DeadReason {
+    /// The text stored in `dead_reason`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DeadReason::AttemptsExhausted => "attempts_exhausted",
+            DeadReason::NonRetryable => "non_retryable",
+            DeadReason::ReplayFailed => "replay_failed",
+        }
+    }
+}
+
 
 /// The decision for one finished attempt.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -91,14 +136,16 @@ pub fn judge(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::RetryConfig;
+    use std::time::Duration;
 
     fn policy() -> RetryPolicy {
-        RetryPolicy::new(&RetryConfig {
-            jitter: 0.0,
-            max_attempts: 3,
-            ..RetryConfig::default()
-        })
+        RetryPolicy::new(
+            Duration::from_secs(45),
+            2.0,
+            Duration::from_secs(6 * 3600),
+            0.0,
+            3,
+        )
     }
 
     fn refused(status: u16, retry_after: Option<u64>) -> DeliveryOutcome {

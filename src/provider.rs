@@ -8,14 +8,27 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::canonical::Fingerprinter;
-use crate::config::{KeySource, Preset, ProviderConfig, Switch};
+use crate::config::provider::effective_key;
+use crate::config::{Preset, ProviderConfig, Switch};
+use crate::key::KeySource;
 use crate::key::KeyDeriver;
-use crate::shard::Target;
 use crate::signature::hmac::HmacSpec;
 use crate::signature::{Scheme, Verifier};
 
 /// The window most senders document for their signed timestamps.
 const DEFAULT_TOLERANCE: Duration = Duration::from_secs(300);
+
+/// Where a provider's events go.
+#[derive(Debug)]
+pub struct Target {
+    /// The URL events are POSTed to.
+    pub url: Arc<str>,
+    /// The delivery time limit.
+    pub timeout: Duration,
+    /// Request headers kept with a failed event although their names look like
+    /// credentials: the provider's own signature headers (lower case).
+    pub keep_headers: Vec<String>,
+}
 
 /// Everything a request to `POST /webhooks/{name}` needs.
 pub struct Provider {
@@ -29,28 +42,6 @@ pub struct Provider {
     pub fingerprint: Fingerprinter,
     /// Where its events go.
     pub target: Arc<Target>,
-}
-
-/// The key sources a preset implies.
-pub fn preset_key(preset: Preset) -> Vec<KeySource> {
-    let header = |h: &str| vec![KeySource::Header { header: h.into() }];
-    let json = |p: &str| vec![KeySource::Json { json: p.into() }];
-    match preset {
-        Preset::Stripe => json("/id"),
-        Preset::Github => header("X-GitHub-Delivery"),
-        Preset::StandardWebhooks => header("webhook-id"),
-        Preset::Slack => json("/event_id"),
-        Preset::Shopify => header("X-Shopify-Webhook-Id"),
-        Preset::Hmac | Preset::None => Vec::new(),
-    }
-}
-
-/// The key sources in force: the configured ones, else the preset's.
-pub fn effective_key(config: &ProviderConfig) -> Vec<KeySource> {
-    config
-        .key
-        .clone()
-        .unwrap_or_else(|| preset_key(config.preset))
 }
 
 /// The headers a scheme reads its signature from (lower case).

@@ -1,10 +1,10 @@
 //! The retry policy: how long a sender should wait after a failed attempt, and when an
-//! event has had enough attempts. Pure arithmetic; the randomness of the jitter is passed
-//! in, so every value is testable.
+//! event has had enough attempts. Pure arithmetic on plain numbers: [`RetryPolicy::delay`]
+//! and [`RetryPolicy::jittered`] take the randomness as a parameter and are exact; only
+//! [`RetryPolicy::retry_after_secs`] draws it. Imports nothing of hookgate (config builds
+//! the policy from `[retry]`).
 
 use std::time::Duration;
-
-use crate::config::RetryConfig;
 
 /// Exponential backoff with jitter and an attempt cap.
 #[derive(Debug, Clone)]
@@ -17,14 +17,15 @@ pub struct RetryPolicy {
 }
 
 impl RetryPolicy {
-    /// The policy described by `[retry]`.
-    pub fn new(config: &RetryConfig) -> Self {
+    /// `base · factor^(attempt-1)`, capped at `cap`, moved by up to ±`jitter` of itself; an
+    /// event has `max_attempts` attempts.
+    pub fn new(base: Duration, factor: f64, cap: Duration, jitter: f64, max_attempts: u32) -> Self {
         Self {
-            base: config.base,
-            factor: config.factor,
-            cap: config.cap,
-            jitter: config.jitter,
-            max_attempts: config.max_attempts,
+            base,
+            factor,
+            cap,
+            jitter,
+            max_attempts,
         }
     }
 
@@ -33,10 +34,10 @@ impl RetryPolicy {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use hookgate::config::RetryConfig;
     /// use hookgate::retry::RetryPolicy;
     ///
-    /// let policy = RetryPolicy::new(&RetryConfig::default()); // 45s, x2, capped at 6h
+    /// let secs = Duration::from_secs;
+    /// let policy = RetryPolicy::new(secs(45), 2.0, secs(6 * 3600), 0.2, 8);
     /// assert_eq!(policy.delay(1), Duration::from_secs(45));
     /// assert_eq!(policy.delay(3), Duration::from_secs(180));
     /// assert_eq!(policy.delay(20), Duration::from_secs(6 * 3600));
@@ -78,13 +79,13 @@ mod tests {
     use super::*;
 
     fn policy() -> RetryPolicy {
-        RetryPolicy::new(&RetryConfig {
-            base: Duration::from_secs(45),
-            factor: 2.0,
-            cap: Duration::from_secs(6 * 3600),
-            jitter: 0.2,
-            max_attempts: 8,
-        })
+        RetryPolicy::new(
+            Duration::from_secs(45),
+            2.0,
+            Duration::from_secs(6 * 3600),
+            0.2,
+            8,
+        )
     }
 
     #[test]

@@ -22,7 +22,6 @@ use crate::http::{routes, AppState};
 use crate::metrics::Metrics;
 use crate::provider::Provider;
 use crate::retention::Sweeper;
-use crate::retry::RetryPolicy;
 use crate::shard::{Dispatcher, ShardSettings};
 use crate::store::Store;
 use crate::worker::Delivery;
@@ -75,7 +74,7 @@ impl Application {
         let shards = config.server.shard_count();
         let settings = ShardSettings {
             lease: config.lease.duration,
-            retry: RetryPolicy::new(&config.retry),
+            retry: config.retry.policy(),
             cache_capacity: config.cache.capacity.div_ceil(shards),
             cache_bytes: config.cache.max_bytes / shards,
             mailbox_capacity: config.server.mailbox_capacity,

@@ -5,6 +5,9 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+use crate::key::KeySource;
+use crate::signature::SigningKey;
+
 /// One `[[providers]]` entry.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -31,9 +34,9 @@ pub struct ProviderConfig {
     pub fingerprint_exclude: Option<Vec<String>>,
     /// The application that receives the events.
     pub target: TargetConfig,
-    /// The secrets' values, read by [`super::Config::resolve_secrets`] (tests set them directly).
+    /// The secrets' values, read when the config is loaded (tests set them directly).
     #[serde(skip)]
-    pub signing_keys: Vec<crate::signature::SigningKey>,
+    pub signing_keys: Vec<SigningKey>,
 }
 
 /// The sender presets.
@@ -137,28 +140,6 @@ fn default_template() -> String {
     "{body}".into()
 }
 
-/// One source of the idempotency key.
-#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
-#[serde(untagged, deny_unknown_fields)]
-pub enum KeySource {
-    /// A request header, matched case-insensitively.
-    Header {
-        /// The header's name.
-        header: String,
-    },
-    /// An RFC 6901 JSON pointer into the body; string or number values.
-    Json {
-        /// The pointer, e.g. `/id`.
-        json: String,
-    },
-    /// A SHA-256 over the canonical JSON of these pointers' values, for senders with no
-    /// event id (never the whole body: some fields change between deliveries).
-    Fields {
-        /// The pointers, e.g. `["/data/object/id", "/type", "/created"]`.
-        fields: Vec<String>,
-    },
-}
-
 /// `target = { url = "...", timeout = "10s" }`
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -172,4 +153,26 @@ pub struct TargetConfig {
 
 fn default_target_timeout() -> Duration {
     Duration::from_secs(10)
+}
+
+/// The key sources a preset implies.
+pub fn preset_key(preset: Preset) -> Vec<KeySource> {
+    let header = |h: &str| vec![KeySource::Header { header: h.into() }];
+    let json = |p: &str| vec![KeySource::Json { json: p.into() }];
+    match preset {
+        Preset::Stripe => json("/id"),
+        Preset::Github => header("X-GitHub-Delivery"),
+        Preset::StandardWebhooks => header("webhook-id"),
+        Preset::Slack => json("/event_id"),
+        Preset::Shopify => header("X-Shopify-Webhook-Id"),
+        Preset::Hmac | Preset::None => Vec::new(),
+    }
+}
+
+/// The key sources in force: the configured ones, else the preset's.
+pub fn effective_key(config: &ProviderConfig) -> Vec<KeySource> {
+    config
+        .key
+        .clone()
+        .unwrap_or_else(|| preset_key(config.preset))
 }

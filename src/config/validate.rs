@@ -9,24 +9,9 @@ use std::collections::HashSet;
 use std::fmt;
 use std::time::Duration;
 
-use super::{Config, KeySource, Preset};
-
-/// Why a configuration could not be used.
-#[derive(Debug, thiserror::Error)]
-pub enum ConfigError {
-    /// The named file does not exist.
-    #[error("config file {0} not found (pass --config FILE)")]
-    Missing(String),
-    /// The file or an environment override could not be parsed.
-    #[error("config could not be parsed: {0}")]
-    Parse(String),
-    /// One or more rules are broken; each line names the keys to change.
-    #[error("config breaks these rules:\n{0}")]
-    Invalid(String),
-    /// An environment variable named for a secret is unset or empty.
-    #[error("environment variable {0} (named in the config for a secret) is not set")]
-    MissingSecret(String),
-}
+use super::provider::{effective_key, Preset};
+use super::settings::Config;
+use crate::key::KeySource;
 
 /// A rule's verdict.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -224,7 +209,7 @@ pub(super) fn rules(config: &Config) -> Vec<Rule> {
             p.target.url.starts_with("http://"),
             format!("url = {}", p.target.url),
         ));
-        let key = crate::provider::effective_key(p);
+        let key = effective_key(p);
         let pointer_ok = |ptr: &String| ptr.is_empty() || ptr.starts_with('/');
         let pointers_ok = key.iter().all(|k| match k {
             KeySource::Header { header } => !header.is_empty(),
@@ -303,7 +288,7 @@ fn show(d: Duration) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::super::Config;
+    use crate::config::Config;
 
     const PROVIDER: &str = r#"
         [[providers]]
@@ -388,7 +373,7 @@ mod tests {
 
 #[cfg(test)]
 mod provider_rules {
-    use super::super::Config;
+    use crate::config::Config;
 
     #[test]
     fn a_signing_preset_without_secrets_is_refused() {

@@ -1,24 +1,12 @@
 //! One received delivery on its way through a shard, and where its provider delivers.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use actix_web::http::header::HeaderMap;
 use actix_web::web::Bytes;
 
 use crate::key::EventId;
-
-/// Where a provider's events go.
-#[derive(Debug)]
-pub struct Target {
-    /// The URL events are POSTed to.
-    pub url: Arc<str>,
-    /// The delivery time limit.
-    pub timeout: Duration,
-    /// Request headers kept with a failed event although their names look like
-    /// credentials: the provider's own signature headers (lower case).
-    pub keep_headers: Vec<String>,
-}
+use crate::provider::Target;
 
 /// One received, verified, keyed delivery.
 #[derive(Debug)]

@@ -20,7 +20,7 @@ use std::time::{Duration, SystemTime};
 
 use actix_web::http::header::HeaderMap;
 
-use crate::config::Secret;
+use crate::secret::Secret;
 
 /// Signatures one header may list. Senders list one per live secret (two while they roll
 /// one); a header with more is refused as malformed before anything is hashed.

@@ -9,29 +9,10 @@
 //! [`sqlite::SqliteStore`] (embedded, the zero-setup default). Both pass the one
 //! conformance suite in `tests/api/store_conformance.rs`.
 
-/// The claim's state rules in Postgres, shared by the single-row and the batched claim
-/// (`e` is the existing row): a `failed` row, or an `in_progress` row whose lease has run out
-/// by the database's clock, is taken over — set back to `in_progress` with attempts + 1 —
-/// when its fingerprint matches; `done` and `dead` never match.
-macro_rules! pg_claim_conflict {
-    () => {
-        "ON CONFLICT (provider, event_key) DO UPDATE
-    SET status = 'in_progress',
-        attempts = e.attempts + 1,
-        last_path = CASE WHEN e.status = 'failed'
-                         THEN 'retry_after_failure' ELSE 'lease_retake' END,
-        locked_until = EXCLUDED.locked_until,
-        updated_at = now()
-    WHERE (e.status = 'failed'
-           OR (e.status = 'in_progress' AND e.locked_until <= now()))
-      AND (e.fingerprint IS NULL OR EXCLUDED.fingerprint IS NULL
-           OR e.fingerprint = EXCLUDED.fingerprint)"
-    };
-}
-
 mod batcher;
 pub mod postgres;
 mod postgres_batch;
+mod postgres_pool;
 mod postgres_rows;
 mod postgres_sql;
 mod reconnect;
@@ -46,6 +27,7 @@ use futures_util::future::BoxFuture;
 
 use crate::claim::{ClaimResult, Path, Status, StoredResult};
 use crate::config::StoreConfig;
+pub use crate::outcome::DeadReason;
 use crate::key::EventId;
 
 /// Why a store operation failed. Outcomes (a duplicate, a held key) are not errors.
@@ -110,28 +92,6 @@ pub enum Fenced {
     Applied,
     /// Another attempt had retaken the row; nothing changed (path `stale_completion`).
     Stale,
-}
-
-/// Why an event became a dead letter.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum DeadReason {
-    /// `retry.max_attempts` attempts failed.
-    AttemptsExhausted,
-    /// The target refused the event with a non-retryable 4xx.
-    NonRetryable,
-    /// An operator's replay failed; no sender will redeliver it, so it is dead again.
-    ReplayFailed,
-}
-
-impl DeadReason {
-    /// The text stored in `dead_reason`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            DeadReason::AttemptsExhausted => "attempts_exhausted",
-            DeadReason::NonRetryable => "non_retryable",
-            DeadReason::ReplayFailed => "replay_failed",
-        }
-    }
 }
 
 /// A dead letter reopened by [`Store::replay`]: deliver it, then complete or fail it with

@@ -10,7 +10,9 @@ use std::sync::Arc;
 
 use tokio_postgres::error::SqlState;
 
-use super::postgres::{claim_result, db_error, get, Inner};
+use super::postgres_pool::Inner;
+use super::postgres_rows::{claim_result, db_error, get};
+use super::postgres_sql::pg_claim_conflict;
 use super::{Fenced, StoreError};
 use crate::claim::{ClaimResult, StoredResult};
 use crate::key::EventId;

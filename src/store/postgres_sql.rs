@@ -2,6 +2,27 @@
 //! autocommit, and says which row it locks and what a concurrent caller sees. `now()` is
 //! the only clock used for leases.
 
+/// The claim's state rules in Postgres, shared by the single-row and the batched claim
+/// (`e` is the existing row): a `failed` row, or an `in_progress` row whose lease has run out
+/// by the database's clock, is taken over — set back to `in_progress` with attempts + 1 —
+/// when its fingerprint matches; `done` and `dead` never match.
+macro_rules! pg_claim_conflict {
+    () => {
+        "ON CONFLICT (provider, event_key) DO UPDATE
+    SET status = 'in_progress',
+        attempts = e.attempts + 1,
+        last_path = CASE WHEN e.status = 'failed'
+                         THEN 'retry_after_failure' ELSE 'lease_retake' END,
+        locked_until = EXCLUDED.locked_until,
+        updated_at = now()
+    WHERE (e.status = 'failed'
+           OR (e.status = 'in_progress' AND e.locked_until <= now()))
+      AND (e.fingerprint IS NULL OR EXCLUDED.fingerprint IS NULL
+           OR e.fingerprint = EXCLUDED.fingerprint)"
+    };
+}
+pub(crate) use pg_claim_conflict;
+
 /// Claim, in one statement: insert the key, or take over a `failed` row or an expired
 /// lease; otherwise report the row as it stands.
 ///

@@ -11,6 +11,7 @@ use actix_web::web::Bytes;
 use futures_util::future::LocalBoxFuture;
 
 use crate::claim::StoredResult;
+pub use crate::outcome::DeliveryOutcome;
 
 /// Largest target body cached as the replayable result. A larger body is not kept: the
 /// result keeps its status and content type and replays an empty body. Webhook handlers
@@ -32,28 +33,6 @@ pub struct DeliveryRequest {
     pub idempotency_key: String,
     /// The attempt number, sent as `Hookgate-Attempt`.
     pub attempt: i32,
-}
-
-/// What the target did with one delivery.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum DeliveryOutcome {
-    /// A 2xx answer; the event is done.
-    Delivered(StoredResult),
-    /// A non-2xx answer.
-    Refused {
-        /// The target's status.
-        status: u16,
-        /// The target's `Retry-After`, in seconds, if it sent one.
-        retry_after: Option<u64>,
-    },
-    /// No answer: timeout, connection refused, broken connection.
-    Unreachable(String),
-    /// The delivery was not started: the lease no longer covered the target's timeout,
-    /// or the node was shutting down. The target never saw it.
-    NotStarted(String),
-    /// The delivery code panicked; the worker was restarted. The attempt's outcome is
-    /// unknown, so its row keeps its lease and is retaken after it expires.
-    Crashed(String),
 }
 
 /// The delivery seam.

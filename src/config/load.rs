@@ -1,0 +1,177 @@
+//! Loading a configuration: the TOML file, then `HOOKGATE_<SECTION>__<KEY>` environment
+//! overrides, then the rules (`validate`), then the secrets from the environment
+//! variables the file names. It never opens a socket or a database.
+
+use std::path::Path;
+
+use figment::providers::{Env, Format, Toml};
+use figment::Figment;
+
+use super::settings::Config;
+use super::validate::{self, Rule, Verdict};
+use crate::secret::Secret;
+use crate::signature::SigningKey;
+
+/// Why a configuration could not be used.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The named file does not exist.
+    #[error("config file {0} not found (pass --config FILE)")]
+    Missing(String),
+    /// The file or an environment override could not be parsed.
+    #[error("config could not be parsed: {0}")]
+    Parse(String),
+    /// One or more rules are broken; each line names the keys to change.
+    #[error("config breaks these rules:\n{0}")]
+    Invalid(String),
+    /// An environment variable named for a secret is unset or empty.
+    #[error("environment variable {0} (named in the config for a secret) is not set")]
+    MissingSecret(String),
+}
+
+/// Reads environment variable `var` as a secret; unset or empty is an error naming it.
+pub fn secret_from_env(var: &str) -> Result<Secret, ConfigError> {
+    match std::env::var(var) {
+        Ok(value) if !value.is_empty() => Ok(Secret::new(value)),
+        _ => Err(ConfigError::MissingSecret(var.to_owned())),
+    }
+}
+
+impl Config {
+    /// Loads `path`, applies `HOOKGATE_<SECTION>__<KEY>` overrides from the environment,
+    /// and validates the result.
+    pub fn load(path: &Path) -> Result<Self, ConfigError> {
+        let mut config = Self::load_unchecked(path)?;
+        config.validate()?;
+        config.resolve_secrets()?;
+        Ok(config)
+    }
+
+    /// Loads like [`load`](Self::load) but neither validates nor reads secrets
+    /// (`check-config` reports every rule itself).
+    pub fn load_unchecked(path: &Path) -> Result<Self, ConfigError> {
+        if !path.exists() {
+            return Err(ConfigError::Missing(path.display().to_string()));
+        }
+        Figment::new()
+            .merge(Toml::file(path))
+            .merge(
+                // Only `SECTION__KEY` names: a variable such as HOOKGATE_TEST_DATABASE_URL
+                // is not a config key and must not trip `deny_unknown_fields`.
+                Env::prefixed("HOOKGATE_")
+                    .filter(|key| key.as_str().contains("__"))
+                    .split("__"),
+            )
+            .extract()
+            .map_err(|e| ConfigError::Parse(e.to_string()))
+    }
+
+    /// Reads every secret from the environment variables the config names. A named
+    /// variable that is unset or empty is an error naming it.
+    pub fn resolve_secrets(&mut self) -> Result<(), ConfigError> {
+        if let Some(var) = &self.admin.token_env {
+            self.admin.token = Some(secret_from_env(var)?);
+        }
+        for provider in &mut self.providers {
+            provider.signing_keys = provider
+                .secrets
+                .iter()
+                .map(|s| {
+                    Ok(SigningKey {
+                        secret: secret_from_env(&s.env)?,
+                        not_after: s.not_after().map_err(ConfigError::Parse)?,
+                    })
+                })
+                .collect::<Result<_, ConfigError>>()?;
+        }
+        Ok(())
+    }
+
+    /// Parses TOML text without the environment layer (tests, examples).
+    pub fn from_toml(text: &str) -> Result<Self, ConfigError> {
+        let config: Config = Figment::new()
+            .merge(Toml::string(text))
+            .extract()
+            .map_err(|e| ConfigError::Parse(e.to_string()))?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// Checks every rule; the violated ones, together, are the error (warnings are not).
+    pub fn validate(&self) -> Result<Vec<Rule>, ConfigError> {
+        let rules = self.rules();
+        let broken: Vec<String> = rules
+            .iter()
+            .filter(|r| r.verdict == Verdict::Fail)
+            .map(|r| r.to_string())
+            .collect();
+        if broken.is_empty() {
+            Ok(rules)
+        } else {
+            Err(ConfigError::Invalid(broken.join("\n")))
+        }
+    }
+
+    /// Every rule with its verdict, in the order `check-config` prints them.
+    pub fn rules(&self) -> Vec<Rule> {
+        validate::rules(self)
+    }
+}
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::key::KeySource;
+    use std::time::Duration;
+
+    #[test]
+    fn the_issue_example_parses_with_durations_and_key_sources() {
+        let config = Config::from_toml(
+            r#"
+            [server]
+            listen = "127.0.0.1:8080"
+            shards = 8
+            max_body_bytes = 1048576
+            [store]
+            url = "postgres://postgres:postgres@127.0.0.1:5432/hookgate"
+            [lease]
+            duration = "30s"
+            [retry]
+            base = "45s"
+            max_attempts = 8
+            [log]
+            format = "json"
+            level = "info"
+            [[providers]]
+            name = "stripe"
+            key = [{ header = "X-Idempotency-Key" }, { json = "/id" }]
+            target = { url = "http://127.0.0.1:9000/effects", timeout = "10s" }
+            "#,
+        )
+        .expect("valid config");
+        assert_eq!(config.server.shard_count(), 8);
+        assert_eq!(config.lease.duration, Duration::from_secs(30));
+        let stripe = config.provider("stripe").expect("provider");
+        assert_eq!(
+            stripe.key.clone().expect("key"),
+            vec![
+                KeySource::Header {
+                    header: "X-Idempotency-Key".into()
+                },
+                KeySource::Json { json: "/id".into() }
+            ]
+        );
+        assert_eq!(stripe.target.timeout, Duration::from_secs(10));
+    }
+
+    #[test]
+    fn an_unknown_key_is_an_error_naming_it() {
+        let err = Config::from_toml("[server]\nlisen = \"x\"").unwrap_err();
+        assert!(err.to_string().contains("lisen"), "{err}");
+    }
+
+    #[test]
+    fn a_missing_secret_variable_is_an_error_naming_it() {
+        let err = secret_from_env("HOOKGATE_TEST_SURELY_UNSET_VAR").unwrap_err();
+        assert!(err.to_string().contains("HOOKGATE_TEST_SURELY_UNSET_VAR"));
+    }
+}

@@ -1,0 +1,288 @@
+//! The settings of one hookgate node, section by section, with their defaults: plain
+//! structs deserialized from the config file. Every key and its default is documented in
+//! `config/hookgate.toml`. Loading and checking them live beside (`load`, `validate`).
+
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use super::provider::ProviderConfig;
+use super::store::StoreConfig;
+use crate::retry::RetryPolicy;
+use crate::secret::Secret;
+
+/// The whole configuration of one hookgate node.
+#[derive(Debug, Clone, Deserialize, Default)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    /// HTTP listener, sharding and request limits.
+    pub server: ServerConfig,
+    /// Where the event rows live.
+    pub store: StoreConfig,
+    /// The claim lease.
+    pub lease: LeaseConfig,
+    /// Backoff and the attempt cap.
+    pub retry: RetryConfig,
+    /// The shards' done caches.
+    pub cache: CacheConfig,
+    /// Log format and level.
+    pub log: LogConfig,
+    /// Graceful shutdown.
+    pub shutdown: ShutdownConfig,
+    /// How long finished rows are kept.
+    pub retention: RetentionConfig,
+    /// The operator's HTTP API under `/admin/`.
+    pub admin: AdminConfig,
+    /// The senders hookgate accepts, one `POST /webhooks/{name}` each.
+    pub providers: Vec<ProviderConfig>,
+}
+
+/// `[server]`
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ServerConfig {
+    /// Address the HTTP server binds, `host:port`.
+    pub listen: String,
+    /// Number of shard actors; `None` means two per CPU.
+    pub shards: Option<usize>,
+    /// Supervised delivery workers per shard; each runs one delivery at a time.
+    pub workers_per_shard: usize,
+    /// Requests per shard that may wait for a free worker *before* claiming; more are
+    /// answered 503 `overloaded` at once. `None` means `workers_per_shard`.
+    pub admission_queue: Option<usize>,
+    /// Longest wait for a free worker before a request is answered 503 `overloaded`.
+    #[serde(with = "humantime_serde")]
+    pub admission_wait: Duration,
+    /// Deadline for reading a request's head and body; a sender that stalls longer gets
+    /// 408 and its connection is closed.
+    #[serde(with = "humantime_serde")]
+    pub read_timeout: Duration,
+    /// Open connections the node accepts at once (over all HTTP workers).
+    pub max_connections: usize,
+    /// Messages a shard's mailbox holds before new requests are refused with 503.
+    pub mailbox_capacity: usize,
+    /// Largest accepted request body; larger bodies are refused with 413.
+    pub max_body_bytes: usize,
+    /// HTTP worker threads; `None` means one per CPU.
+    pub http_workers: Option<usize>,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        Self {
+            listen: "127.0.0.1:8080".into(),
+            shards: None,
+            workers_per_shard: 16,
+            admission_queue: None,
+            admission_wait: Duration::from_secs(1),
+            read_timeout: Duration::from_secs(10),
+            max_connections: 10_000,
+            mailbox_capacity: 1024,
+            max_body_bytes: 1024 * 1024,
+            http_workers: None,
+        }
+    }
+}
+
+impl ServerConfig {
+    /// The effective shard count: the configured one, or two per CPU.
+    pub fn shard_count(&self) -> usize {
+        self.shards.unwrap_or_else(|| 2 * cpus())
+    }
+}
+
+/// Number of CPUs this process may use (at least 1).
+pub fn cpus() -> usize {
+    std::thread::available_parallelism().map_or(1, usize::from)
+}
+
+/// `[lease]`
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LeaseConfig {
+    /// How long a won claim holds its key before another attempt may retake it.
+    #[serde(with = "humantime_serde")]
+    pub duration: Duration,
+}
+
+impl Default for LeaseConfig {
+    fn default() -> Self {
+        Self {
+            duration: Duration::from_secs(30),
+        }
+    }
+}
+
+/// `[retry]`
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RetryConfig {
+    /// The first backoff; must exceed the lease.
+    #[serde(with = "humantime_serde")]
+    pub base: Duration,
+    /// Growth per attempt.
+    pub factor: f64,
+    /// Largest backoff.
+    #[serde(with = "humantime_serde")]
+    pub cap: Duration,
+    /// Fraction of the delay added or removed at random, `0.0..1.0`.
+    pub jitter: f64,
+    /// Won claims an event may use before it becomes a dead letter.
+    pub max_attempts: u32,
+}
+
+impl RetryConfig {
+    /// The core's retry policy for these settings.
+    pub fn policy(&self) -> RetryPolicy {
+        RetryPolicy::new(
+            self.base,
+            self.factor,
+            self.cap,
+            self.jitter,
+            self.max_attempts,
+        )
+    }
+}
+
+impl Default for RetryConfig {
+    fn default() -> Self {
+        Self {
+            base: Duration::from_secs(45),
+            factor: 2.0,
+            cap: Duration::from_secs(6 * 3600),
+            jitter: 0.2,
+            max_attempts: 8,
+        }
+    }
+}
+
+/// `[cache]`
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct CacheConfig {
+    /// Done results kept in memory across all shards; 0 turns the cache off.
+    pub capacity: usize,
+    /// Bytes of cached answers kept across all shards (bodies, keys, fingerprints).
+    pub max_bytes: usize,
+}
+
+impl Default for CacheConfig {
+    fn default() -> Self {
+        Self {
+            capacity: 100_000,
+            max_bytes: 64 * 1024 * 1024,
+        }
+    }
+}
+
+/// `[log]`
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LogConfig {
+    /// `json` (one object a line) or `term` (human-readable).
+    pub format: LogFormat,
+    /// `trace`, `debug`, `info`, `warning`, `error` or `critical`.
+    pub level: String,
+}
+
+impl Default for LogConfig {
+    fn default() -> Self {
+        Self {
+            format: LogFormat::Json,
+            level: "info".into(),
+        }
+    }
+}
+
+/// The log line format.
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    /// One JSON object a line on stdout.
+    Json,
+    /// Human-readable lines on stdout.
+    Term,
+}
+
+/// `[shutdown]`
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ShutdownConfig {
+    /// How long in-flight requests may run after SIGTERM before their leases are released.
+    #[serde(with = "humantime_serde")]
+    pub grace: Duration,
+}
+
+impl Default for ShutdownConfig {
+    fn default() -> Self {
+        Self {
+            grace: Duration::from_secs(15),
+        }
+    }
+}
+
+/// `[retention]`
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RetentionConfig {
+    /// Done rows older than this are deleted; must cover the senders' retry horizon.
+    #[serde(with = "humantime_serde")]
+    pub done: Duration,
+    /// Dead letters older than this are deleted.
+    #[serde(with = "humantime_serde")]
+    pub dead: Duration,
+    /// How often the sweeper runs.
+    #[serde(with = "humantime_serde")]
+    pub sweep_interval: Duration,
+    /// Rows deleted per statement, so no sweep holds many row locks at once.
+    pub sweep_batch: u32,
+}
+
+impl Default for RetentionConfig {
+    fn default() -> Self {
+        Self {
+            done: Duration::from_secs(7 * 24 * 3600),
+            dead: Duration::from_secs(30 * 24 * 3600),
+            sweep_interval: Duration::from_secs(60),
+            sweep_batch: 1000,
+        }
+    }
+}
+
+/// `[admin]`
+#[derive(Debug, Clone, Deserialize, Default)]
+#[serde(deny_unknown_fields, default)]
+pub struct AdminConfig {
+    /// Name of the environment variable holding the bearer token; unset disables `/admin/`.
+    pub token_env: Option<String>,
+    /// The token itself, read from `token_env` by [`Config::resolve_secrets`] (tests set
+    /// it directly). Never read from the file.
+    #[serde(skip)]
+    pub token: Option<Secret>,
+}
+
+/// The config file used when none is named.
+pub const DEFAULT_PATH: &str = "config/hookgate.toml";
+
+impl Config {
+    /// How long a stop may take: the HTTP server lets requests in flight finish for the
+    /// configured grace, but never less than the longest target timeout plus the store's
+    /// deadline, so a delivery that reached the target is recorded and answered.
+    pub fn shutdown_limit(&self) -> Duration {
+        let longest = self
+            .providers
+            .iter()
+            .map(|p| p.target.timeout)
+            .max()
+            .unwrap_or_default();
+        self.shutdown
+            .grace
+            .max(longest + self.store.statement_timeout + Duration::from_secs(1))
+    }
+
+    /// The provider called `name`.
+    pub fn provider(&self, name: &str) -> Option<&ProviderConfig> {
+        self.providers.iter().find(|p| p.name == name)
+    }
+}
+

@@ -1,0 +1,131 @@
+//! The Postgres pool as both the store and its group-commit batches use it: every
+//! operation under the statement deadline ([`Inner::run`]: past it the connection is
+//! taken out of the pool and dropped, since an unanswered statement may still be queued on
+//! it), the reconnect backoff, and the single-row claim and completion that a batch falls
+//! back to.
+
+use std::time::Duration;
+
+use deadpool_postgres::{Client, Object, Pool};
+
+use super::millis;
+use super::postgres_rows::{claim_result, db_error, pool_error};
+use super::postgres_sql::{CLAIM, COMPLETE};
+use super::reconnect::Reconnect;
+use super::{Fenced, StoreError};
+use crate::claim::{ClaimResult, StoredResult};
+use crate::key::EventId;
+
+/// The pool and the reconnect state, shared with the batching tasks.
+pub(crate) struct Inner {
+    pub(crate) pool: Pool,
+    pub(crate) schema: String,
+    /// `store.statement_timeout`: the client-side deadline of every operation.
+    pub(crate) deadline: Duration,
+    pub(crate) reconnect: Reconnect,
+}
+
+impl Inner {
+    /// A pooled connection for work outside the statement deadline (migrations).
+    pub(crate) async fn client(&self) -> Result<Object, StoreError> {
+        self.pool.get().await.map_err(pool_error)
+    }
+
+    /// Runs `op` on a pooled connection within the statement deadline. Waiting for the
+    /// connection is bounded by `pool_timeout` (`Busy`); past the deadline the caller gets
+    /// `TimedOut` and the connection is discarded instead of going back to the pool.
+    pub(crate) async fn run<T>(
+        &self,
+        op: impl AsyncFnOnce(&Client) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        let until = tokio::time::Instant::now() + self.deadline;
+        let client = self.client().await?;
+        match tokio::time::timeout_at(until, op(&client)).await {
+            Ok(result) => result,
+            Err(_) => {
+                drop(Object::take(client));
+                Err(StoreError::TimedOut(format!(
+                    "no answer within the {} ms deadline; connection dropped",
+                    millis(self.deadline)
+                )))
+            }
+        }
+    }
+
+    /// The single-row claim, retried while a concurrent insert hides the row from the
+    /// statement's snapshot.
+    pub(crate) async fn claim(
+        &self,
+        id: &EventId,
+        fingerprint: Option<&str>,
+        lease_ms: i64,
+    ) -> Result<ClaimResult, StoreError> {
+        // An empty answer means a concurrent insert committed after our snapshot; the
+        // next statement's snapshot sees it. Two more tries are plenty.
+        for _ in 0..3 {
+            if let Some(result) = self.claim_once(id, fingerprint, lease_ms).await? {
+                return Ok(result);
+            }
+        }
+        Err(StoreError::Corrupt(format!(
+            "claim of {id} reported no row"
+        )))
+    }
+
+    /// The single-row completion.
+    pub(crate) async fn complete(
+        &self,
+        id: &EventId,
+        attempts: i32,
+        result: &StoredResult,
+    ) -> Result<Fenced, StoreError> {
+        let status = i16::try_from(result.status).unwrap_or(i16::MAX);
+        self.fenced(
+            COMPLETE,
+            &[
+                &&*id.provider,
+                &&*id.key,
+                &attempts,
+                &status,
+                &result.content_type,
+                &result.body,
+            ],
+        )
+        .await
+    }
+
+    pub(crate) async fn claim_once(
+        &self,
+        id: &EventId,
+        fingerprint: Option<&str>,
+        lease_ms: i64,
+    ) -> Result<Option<ClaimResult>, StoreError> {
+        self.run(async |client| {
+            let stmt = client.prepare_cached(CLAIM).await.map_err(db_error)?;
+            let row = client
+                .query_opt(&stmt, &[&&*id.provider, &&*id.key, &fingerprint, &lease_ms])
+                .await
+                .map_err(db_error)?;
+            row.map(|row| claim_result(&row)).transpose()
+        })
+        .await
+    }
+
+    pub(crate) async fn fenced(
+        &self,
+        sql: &str,
+        params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
+    ) -> Result<Fenced, StoreError> {
+        self.run(async |client| {
+            let stmt = client.prepare_cached(sql).await.map_err(db_error)?;
+            let changed = client.execute(&stmt, params).await.map_err(db_error)?;
+            Ok(if changed == 1 {
+                Fenced::Applied
+            } else {
+                Fenced::Stale
+            })
+        })
+        .await
+    }
+}
+
