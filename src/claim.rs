@@ -163,6 +163,12 @@ pub enum ClaimResult {
     Existing(RowState),
 }
 
+/// The mismatch rule: two payloads under one key differ when both have a fingerprint and
+/// the fingerprints differ (a missing fingerprint — fingerprints off — matches anything).
+pub fn fingerprints_differ(stored: Option<&str>, incoming: Option<&str>) -> bool {
+    matches!((stored, incoming), (Some(stored), Some(incoming)) if stored != incoming)
+}
+
 /// The path for a row the claim did not win, given the incoming payload's fingerprint.
 ///
 /// A fingerprint mismatch wins over every status: the same key with another body is a
@@ -170,10 +176,8 @@ pub enum ClaimResult {
 /// A `failed` row that was not won can only be seen in a race with another node that
 /// failed it between our statement's snapshot and its lock; the key is busy right now.
 pub fn classify(row: &RowState, incoming_fingerprint: Option<&str>) -> Path {
-    if let (Some(stored), Some(incoming)) = (row.fingerprint.as_deref(), incoming_fingerprint) {
-        if stored != incoming {
-            return Path::PayloadMismatch;
-        }
+    if fingerprints_differ(row.fingerprint.as_deref(), incoming_fingerprint) {
+        return Path::PayloadMismatch;
     }
     match row.status {
         Status::Done => Path::DuplicateDone,

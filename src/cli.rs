@@ -5,18 +5,21 @@
 
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Instant;
 
 use anyhow::Context as _;
 use clap::{Parser, Subcommand};
 
-use crate::claim::Status;
+use crate::claim::{Path, Status};
 use crate::config::{Config, DEFAULT_PATH};
+use crate::http::event_json;
 use crate::key::EventId;
-use crate::outcome::{judge, Verdict};
-use crate::shard::{write_verdict, Event, Target};
+use crate::metrics::Metrics;
+use crate::provider::Provider;
+use crate::shard::{Attempt, Event, Reply};
 use crate::startup::Application;
-use crate::store::{self, Fenced};
-use crate::worker::{Delivery, DeliveryRequest, HttpDelivery};
+use crate::store;
+use crate::worker::{Delivery, HttpDelivery};
 
 /// hookgate: claim before work, one record, every attempt labelled.
 #[derive(Debug, Parser)]
@@ -123,7 +126,7 @@ async fn show(config: &Config, id: EventId, dead_only: bool) -> anyhow::Result<(
             anyhow::bail!("{id} is {}, not a dead letter", record.status.as_str())
         }
         Some(record) => {
-            println!("{}", serde_json::to_string_pretty(&record.to_json())?);
+            println!("{}", serde_json::to_string_pretty(&event_json(&record))?);
             Ok(())
         }
         None => anyhow::bail!("no event {id}"),
@@ -160,14 +163,17 @@ async fn dead(config: &Config, command: DeadCommand) -> anyhow::Result<()> {
 }
 
 /// Replays a dead letter from this process: reopen (of concurrent replays the store lets
-/// one win), deliver once, write the verdict fenced: the steps a shard takes.
+/// one win), then run it as one [`Attempt`] — the same delivery, judgement and fenced
+/// write, with the same retries through store trouble, as a shard's.
 pub async fn replay(config: &Config, id: EventId) -> anyhow::Result<String> {
-    let target = &config
+    let provider = config
         .provider(&id.provider)
-        .with_context(|| format!("no provider {:?} in the config", id.provider))?
-        .target;
+        .with_context(|| format!("no provider {:?} in the config", id.provider))?;
+    let runtime = Provider::from_config(provider).map_err(anyhow::Error::msg)?;
     let store = store::open(&config.store).await?;
-    let Some(reopened) = store.replay(&id, config.lease.duration).await? else {
+    let lease = config.lease.duration;
+    let sent = Instant::now();
+    let Some(reopened) = store.replay(&id, lease).await? else {
         match store.lookup(&id).await? {
             Some(r) => anyhow::bail!(
                 "{id} is {}, not dead; only dead letters can be replayed",
@@ -176,47 +182,42 @@ pub async fn replay(config: &Config, id: EventId) -> anyhow::Result<String> {
             None => anyhow::bail!("no event {id}"),
         }
     };
-    let attempts = reopened.attempts;
-    let event = Event {
-        id: id.clone(),
-        body: reopened.payload,
-        content_type: reopened.content_type,
-        fingerprint: reopened.fingerprint,
-        target: Arc::new(Target {
-            url: target.url.as_str().into(),
-            timeout: target.timeout,
-            keep_headers: Vec::new(),
+    let attempt = Attempt {
+        event: Arc::new(Event {
+            id: id.clone(),
+            body: reopened.payload,
+            content_type: reopened.content_type,
+            fingerprint: reopened.fingerprint,
+            target: runtime.target,
+            headers: Default::default(),
         }),
-        headers: Default::default(),
+        attempts: reopened.attempts,
+        path: Path::Replay,
+        lease_ends: sent + lease,
     };
-    let outcome = HttpDelivery
-        .deliver(DeliveryRequest {
-            url: Arc::clone(&event.target.url),
-            timeout: event.target.timeout,
-            body: event.body.clone(),
-            content_type: event.content_type.clone(),
-            idempotency_key: id.header_value(),
-            attempt: attempts,
-        })
+    let log = slog::Logger::root(slog::Discard, slog::o!());
+    let delivery = HttpDelivery.deliver(attempt.request());
+    let recorded = attempt
+        .run(delivery, &*store, &config.retry.policy(), &log)
         .await;
-    let verdict = judge(outcome, attempts, &config.retry.policy(), true);
-    match write_verdict(&*store, &event, attempts, &verdict).await {
-        Some(Ok(Fenced::Applied)) => {}
-        Some(Ok(Fenced::Stale)) => anyhow::bail!("the replay's lease was lost; nothing written"),
-        Some(Err(e)) => return Err(e).context("recording the replay"),
-        None => anyhow::bail!("the delivery crashed; the row is retaken after its lease"),
-    }
-    Ok(match verdict {
-        Verdict::Done(result) => format!(
+    let attempts = attempt.attempts;
+    let answer = attempt.answer(recorded, lease, &Metrics::new(), &log);
+    Ok(match answer.reply {
+        Reply::Result(result) => format!(
             "replayed {id} (attempt {attempts}): target answered {}; done",
             result.status
         ),
-        Verdict::Dead { error, .. }
-        | Verdict::Retry { error, .. }
-        | Verdict::Release { error }
-        | Verdict::Unknown { error } => {
+        Reply::DeadLettered => {
+            let row = store.lookup(&id).await?;
+            let error = row.and_then(|r| r.last_error).unwrap_or_default();
             format!("replayed {id} (attempt {attempts}): {error}; dead again")
         }
+        Reply::RetryLater { reason, .. } => anyhow::bail!(
+            "replayed {id} (attempt {attempts}): {}; the row is retaken after its lease \
+             or can be replayed again",
+            reason.as_str()
+        ),
+        other => anyhow::bail!("replayed {id} (attempt {attempts}): unexpected {other:?}"),
     })
 }
 

@@ -50,7 +50,6 @@ impl DeadReason {
     }
 }
 
-
 /// The decision for one finished attempt.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Verdict {

@@ -10,8 +10,8 @@ use std::time::Duration;
 use crate::canonical::Fingerprinter;
 use crate::config::provider::effective_key;
 use crate::config::{Preset, ProviderConfig, Switch};
-use crate::key::KeySource;
 use crate::key::KeyDeriver;
+use crate::key::KeySource;
 use crate::signature::hmac::HmacSpec;
 use crate::signature::{Scheme, Verifier};
 

@@ -285,4 +285,3 @@ impl Config {
         self.providers.iter().find(|p| p.name == name)
     }
 }
-

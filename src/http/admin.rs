@@ -12,6 +12,7 @@ use serde::Deserialize;
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
+use super::event_json::event_json;
 use super::{ApiError, AppState};
 use crate::claim::Path;
 use crate::key::EventId;
@@ -60,7 +61,7 @@ async fn show_event(
     let (provider, key) = path.into_inner();
     let id = EventId::new(provider, key);
     match state.store.lookup(&id).await? {
-        Some(record) => Ok(HttpResponse::Ok().json(record.to_json())),
+        Some(record) => Ok(HttpResponse::Ok().json(event_json(&record))),
         None => Err(ApiError::NoSuchEvent(id.to_string())),
     }
 }
@@ -82,7 +83,7 @@ async fn list_dead(
         .store
         .dead_letters(query.provider.as_deref(), limit)
         .await?;
-    let items: Vec<_> = dead.iter().map(|r| r.to_json()).collect();
+    let items: Vec<_> = dead.iter().map(|r| event_json(r)).collect();
     Ok(HttpResponse::Ok().json(serde_json::json!({ "dead": items })))
 }
 
@@ -104,7 +105,7 @@ async fn replay(
         .await;
     if let Reply::RetryLater { reason, .. } = answer.reply {
         if answer.path != Path::Replay {
-            return Err(ApiError::Unavailable(reason));
+            return Err(ApiError::Unavailable(reason.as_str()));
         }
     }
     // The row says how the replay ended (done, or dead again), or why there was none.
@@ -116,7 +117,7 @@ async fn replay(
     if let Reply::NotReplayable = answer.reply {
         return Err(ApiError::NotDead(record.status.as_str()));
     }
-    let mut body = record.to_json();
+    let mut body = event_json(&record);
     body["path"] = Path::Replay.as_str().into();
     Ok(HttpResponse::Ok().json(body))
 }

@@ -7,6 +7,7 @@ use actix_web::http::StatusCode;
 use actix_web::{HttpResponse, ResponseError};
 
 use crate::key::KeyError;
+use crate::shard::STORE_RETRY_AFTER_SECS;
 use crate::signature::SignatureError;
 use crate::store::StoreError;
 
@@ -99,7 +100,7 @@ impl ResponseError for ApiError {
                 response.insert_header(("WWW-Authenticate", "Bearer"));
             }
             ApiError::Unavailable(_) | ApiError::Store(_) => {
-                response.insert_header(("Retry-After", "5"));
+                response.insert_header(("Retry-After", STORE_RETRY_AFTER_SECS.to_string()));
             }
             // The rest of a stalled body may never come: end the connection.
             ApiError::SlowBody(_) => {

@@ -151,7 +151,7 @@ fn render(answer: Answer) -> HttpResponse {
         } => (
             StatusCode::SERVICE_UNAVAILABLE,
             Some(retry_after),
-            json!({"status": "retry_later", "reason": reason, "retry_after_s": retry_after}),
+            json!({"status": "retry_later", "reason": reason.as_str(), "retry_after_s": retry_after}),
         ),
         Reply::DeadLettered => (StatusCode::OK, None, json!({"status": "dead_lettered"})),
         Reply::NotReplayable => (StatusCode::CONFLICT, None, json!({"error": "not_dead"})),

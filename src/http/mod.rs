@@ -4,6 +4,7 @@
 
 mod admin;
 mod error;
+mod event_json;
 mod health;
 mod ingest;
 
@@ -13,6 +14,7 @@ use std::sync::Arc;
 use actix_web::web;
 
 pub use error::ApiError;
+pub use event_json::event_json;
 
 use crate::config::Secret;
 use crate::metrics::Metrics;

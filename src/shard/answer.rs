@@ -1,6 +1,10 @@
 //! What a shard tells the HTTP layer: the attempt's path and the answer for the sender.
-//! The HTTP layer only renders it (`http/ingest.rs`); every decision was made here or in
-//! the shard, from the row.
+//! The HTTP layer only renders it (`http/ingest.rs`); every decision was made in the
+//! shard or the attempt, from the row.
+//!
+//! Every "come back later" answer carries a [`RetryReason`]; an answer with nothing
+//! claimed behind it is built by one constructor, [`Answer::refused`], which also fixes its
+//! path and `Retry-After`.
 
 use std::sync::Arc;
 
@@ -35,8 +39,8 @@ pub enum Reply {
     RetryLater {
         /// Seconds for `Retry-After`.
         retry_after: u64,
-        /// A short machine-readable reason for the body.
-        reason: &'static str,
+        /// Why, for the body.
+        reason: RetryReason,
     },
     /// 200 `{"status":"dead_lettered"}`: stop retrying, people will look at it.
     DeadLettered,
@@ -46,13 +50,74 @@ pub enum Reply {
     NotReplayable,
 }
 
+/// `Retry-After` while the store is unreachable: about the longest reconnect backoff, so
+/// a sender does not hammer a node that cannot answer yet.
+pub const STORE_RETRY_AFTER_SECS: u64 = 5;
+
+/// `Retry-After` when this node is too busy right now: a worker frees up within a target's
+/// answer time, so a second is plenty.
+pub const BUSY_RETRY_AFTER_SECS: u64 = 1;
+
+/// Why a sender is told to come back later (503).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RetryReason {
+    /// Nothing claimed: every worker of the shard busy and its admission queue full, or
+    /// the wait ran out, or the shard's mailbox full.
+    Overloaded,
+    /// Nothing claimed: the node is shutting down.
+    ShuttingDown,
+    /// Nothing claimed: no pooled store connection freed up in time.
+    StoreBusy,
+    /// Nothing claimed (or the outcome not recorded): the store did not answer.
+    StoreUnavailable,
+    /// Nothing claimed: the shard dropped the request.
+    ShardUnavailable,
+    /// A done row without its stored result.
+    ResultMissing,
+    /// The target failed this attempt; the row is `failed`.
+    DeliveryFailed,
+    /// The delivery code crashed; the row keeps its lease.
+    WorkerCrashed,
+    /// Another attempt took the row over; this one's outcome was not written.
+    LeaseLost,
+    /// The attempt never reached the target; the row is `failed`.
+    NotStarted,
+}
+
+impl RetryReason {
+    /// The machine-readable reason in the body.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RetryReason::Overloaded => "overloaded",
+            RetryReason::ShuttingDown => "shutting_down",
+            RetryReason::StoreBusy => "store_busy",
+            RetryReason::StoreUnavailable => "store_unavailable",
+            RetryReason::ShardUnavailable => "shard_unavailable",
+            RetryReason::ResultMissing => "result_missing",
+            RetryReason::DeliveryFailed => "delivery_failed",
+            RetryReason::WorkerCrashed => "worker_crashed",
+            RetryReason::LeaseLost => "lease_lost",
+            RetryReason::NotStarted => "not_started",
+        }
+    }
+}
+
 impl Answer {
-    /// An answer with no claim behind it.
-    pub fn unclaimed(path: Path, reply: Reply) -> Self {
+    /// The one constructor of "nothing claimed, retry later": the path is
+    /// `store_unavailable` when the store did not answer, else `overloaded`; `Retry-After`
+    /// is [`STORE_RETRY_AFTER_SECS`] or [`BUSY_RETRY_AFTER_SECS`] to match.
+    pub fn refused(reason: RetryReason) -> Self {
+        let (path, retry_after) = match reason {
+            RetryReason::StoreUnavailable => (Path::StoreUnavailable, STORE_RETRY_AFTER_SECS),
+            _ => (Path::Overloaded, BUSY_RETRY_AFTER_SECS),
+        };
         Self {
             path,
             attempts: None,
-            reply,
+            reply: Reply::RetryLater {
+                retry_after,
+                reason,
+            },
         }
     }
 }
@@ -84,17 +149,17 @@ pub fn cached_answer(
 
 /// Logs why a request was answered 503 with nothing claimed (`webhook.unavailable`): the
 /// sender sees only the reason; the operator finds the cause here.
-pub(crate) fn log_refusal(
-    log: &Logger,
-    id: &EventId,
-    path: Path,
-    reason: &str,
-    retry_after: u64,
-    cause: &str,
-) {
-    warn!(log, "webhook.unavailable";
-        "provider" => &*id.provider, "event_key" => &*id.key, "path" => path.as_str(),
-        "reason" => reason, "retry_after_s" => retry_after, "error" => cause);
+pub(crate) fn log_refusal(log: &Logger, id: &EventId, answer: &Answer, cause: &str) {
+    if let Reply::RetryLater {
+        retry_after,
+        reason,
+    } = answer.reply
+    {
+        warn!(log, "webhook.unavailable";
+            "provider" => &*id.provider, "event_key" => &*id.key,
+            "path" => answer.path.as_str(), "reason" => reason.as_str(),
+            "retry_after_s" => retry_after, "error" => cause);
+    }
 }
 
 /// Logs a payload mismatch with both fingerprints (never the payloads).

@@ -20,7 +20,7 @@ use std::sync::Arc;
 use dashmap::DashMap;
 use prometheus_client::metrics::gauge::Gauge;
 
-use crate::claim::StoredResult;
+use crate::claim::{fingerprints_differ, StoredResult};
 use crate::key::EventId;
 
 /// One cached done event.
@@ -91,21 +91,19 @@ impl DoneCache {
     /// What the cache says about `id` arriving with payload fingerprint `incoming`.
     pub fn lookup(&self, id: &EventId, incoming: Option<&str>) -> Option<Hit> {
         let entry = self.map.get(id)?;
-        let mismatch = matches!(
-            (entry.fingerprint.as_deref(), incoming),
-            (Some(stored), Some(incoming)) if stored != incoming
-        );
-        Some(if mismatch {
-            Hit::Mismatch {
-                attempts: entry.attempts,
-                stored: entry.fingerprint.clone(),
-            }
-        } else {
-            Hit::Done {
-                attempts: entry.attempts,
-                result: Arc::clone(&entry.result),
-            }
-        })
+        Some(
+            if fingerprints_differ(entry.fingerprint.as_deref(), incoming) {
+                Hit::Mismatch {
+                    attempts: entry.attempts,
+                    stored: entry.fingerprint.clone(),
+                }
+            } else {
+                Hit::Done {
+                    attempts: entry.attempts,
+                    result: Arc::clone(&entry.result),
+                }
+            },
+        )
     }
 
     /// Entries held now, over all shards.

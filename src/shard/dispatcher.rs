@@ -12,15 +12,14 @@ use actix::prelude::*;
 use futures_util::future::join_all;
 use tokio::sync::oneshot;
 
-use super::answer::log_refusal;
+use super::actor::{Shard, ShardSettings};
+use super::answer::{cached_answer, log_refusal, Answer, RetryReason};
 use super::cache::DoneCache;
-use super::{
-    cached_answer, Answer, Drain, Drained, Event, Ingest, Replay, Reply, Shard, ShardSettings,
-    Target, OVERLOADED_RETRY_AFTER_SECS,
-};
-use crate::claim::Path;
+use super::event::Event;
+use super::messages::{Drain, Drained, Ingest, Replay};
 use crate::key::EventId;
 use crate::metrics::Metrics;
+use crate::provider::Target;
 use crate::store::Store;
 use crate::worker::{Delivery, Worker};
 
@@ -111,34 +110,23 @@ impl Dispatcher {
             reply,
         };
         let refused = |reason, cause: &str| {
-            log_refusal(
-                &self.log,
-                &id,
-                Path::Overloaded,
-                reason,
-                OVERLOADED_RETRY_AFTER_SECS,
-                cause,
-            );
-            self.metrics.attempt(&id.provider, Path::Overloaded);
-            Answer::unclaimed(
-                Path::Overloaded,
-                Reply::RetryLater {
-                    retry_after: OVERLOADED_RETRY_AFTER_SECS,
-                    reason,
-                },
-            )
+            let answer = Answer::refused(reason);
+            log_refusal(&self.log, &id, &answer, cause);
+            self.metrics.attempt(&id.provider, answer.path);
+            answer
         };
         if self.shards[index].try_send(msg).is_ok() {
             self.metrics.mailbox(index, 1);
         } else {
-            return refused("overloaded", &format!("shard {index}'s mailbox is full"));
+            let cause = format!("shard {index}'s mailbox is full");
+            return refused(RetryReason::Overloaded, &cause);
         }
         match answer.await {
             Ok(answer) => answer,
-            Err(_) => refused(
-                "shard_unavailable",
-                &format!("shard {index} dropped the request"),
-            ),
+            Err(_) => {
+                let cause = format!("shard {index} dropped the request");
+                refused(RetryReason::ShardUnavailable, &cause)
+            }
         }
     }
 
@@ -146,15 +134,7 @@ impl Dispatcher {
     pub async fn replay(&self, id: EventId, target: Arc<Target>) -> Answer {
         let shard = &self.shards[shard_for(&id, self.shards.len())];
         let (reply, answer) = oneshot::channel();
-        let unavailable = || {
-            Answer::unclaimed(
-                Path::Overloaded,
-                Reply::RetryLater {
-                    retry_after: 1,
-                    reason: "overloaded",
-                },
-            )
-        };
+        let unavailable = || Answer::refused(RetryReason::Overloaded);
         if shard.try_send(Replay { id, target, reply }).is_err() {
             return unavailable();
         }

@@ -10,7 +10,8 @@ use std::time::Instant;
 
 use tokio::sync::oneshot;
 
-use super::{Answer, Event};
+use super::answer::Answer;
+use super::event::Event;
 use crate::key::EventId;
 
 /// A key this shard is working on now.

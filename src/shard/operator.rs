@@ -1,45 +1,58 @@
 //! The shard's operator-facing messages: replaying a dead letter, and the two steps of a
-//! graceful shutdown. A replay goes through the same worker reservation, delivery and
-//! fenced write as a sender's delivery.
+//! graceful shutdown. A replay takes a worker before it reopens the row, and runs as an
+//! [`Attempt`] like a sender's delivery.
 
 use std::sync::Arc;
+use std::time::Instant;
 
 use actix::prelude::*;
-use actix_web::http::header::HeaderMap;
 use tokio::sync::oneshot;
 
-use super::{Answer, Attempt, Drain, Drained, Event, Replay, Reply, Shard};
+use super::actor::Shard;
+use super::answer::{Answer, Reply, RetryReason};
+use super::attempt::Attempt;
+use super::event::Event;
+use super::messages::{Drain, Drained, Replay};
+use super::running::Running;
 use crate::claim::Path;
+use crate::key::EventId;
+use crate::provider::Target;
+use crate::store::{Reopened, StoreError};
+
+/// The answer to a replay of a row that is not a dead letter (or is being replayed).
+fn not_replayable() -> Answer {
+    Answer {
+        path: Path::Replay,
+        attempts: None,
+        reply: Reply::NotReplayable,
+    }
+}
+
+/// A replay on its way to the store.
+struct Reopening {
+    id: EventId,
+    target: Arc<Target>,
+    reply: oneshot::Sender<Answer>,
+    token: u64,
+    worker: usize,
+    sent: Instant,
+}
 
 impl Handler<Replay> for Shard {
     type Result = ();
 
     fn handle(&mut self, msg: Replay, ctx: &mut Context<Self>) {
         let Replay { id, target, reply } = msg;
-        let refused = || Answer {
-            path: Path::Replay,
-            attempts: None,
-            reply: Reply::NotReplayable,
-        };
         if self.in_flight.contains(&id) {
-            let _ = reply.send(refused());
+            let _ = reply.send(not_replayable());
             return;
         }
-        let busy = |reason| {
-            Answer::unclaimed(
-                Path::Overloaded,
-                Reply::RetryLater {
-                    retry_after: super::OVERLOADED_RETRY_AFTER_SECS,
-                    reason,
-                },
-            )
-        };
         if self.draining {
-            let _ = reply.send(busy("shutting_down"));
+            let _ = reply.send(Answer::refused(RetryReason::ShuttingDown));
             return;
         }
         let Some(worker) = self.idle.pop() else {
-            let _ = reply.send(busy("overloaded"));
+            let _ = reply.send(Answer::refused(RetryReason::Overloaded));
             return;
         };
         // In flight from now on: a concurrent replay of the key is refused at once, and a
@@ -52,57 +65,74 @@ impl Handler<Replay> for Shard {
         let store = Arc::clone(&self.store);
         let lease = self.settings.lease;
         let key = id.clone();
-        let sent = std::time::Instant::now();
+        let reopening = Reopening {
+            id,
+            target,
+            reply,
+            token,
+            worker,
+            sent: Instant::now(),
+        };
         let reopen = async move { store.replay(&key, lease).await };
         ctx.spawn(reopen.into_actor(self).map(move |reopened, act, ctx| {
             act.claiming -= 1;
-            match reopened {
-                Ok(Some(reopened)) => {
-                    let event = Arc::new(Event {
-                        id,
-                        body: reopened.payload,
-                        content_type: reopened.content_type,
-                        fingerprint: reopened.fingerprint,
-                        target,
-                        headers: HeaderMap::new(),
-                    });
-                    let waiters = act.in_flight.won(&event.id, token, reopened.attempts);
-                    act.log_claim(&event.id, Path::Replay, Some(reopened.attempts));
-                    act.answer_waiters_of_won(&event, reopened.attempts, waiters);
-                    let attempt = Attempt {
-                        event,
-                        token,
-                        attempts: reopened.attempts,
-                        path: Path::Replay,
-                        worker,
-                        lease_ends: sent + act.settings.lease,
-                    };
-                    act.start(attempt, reply, ctx);
-                }
-                Ok(None) => {
-                    let waiters = act.in_flight.forget(&id, token);
-                    act.free_worker(worker, ctx);
-                    let _ = reply.send(refused());
-                    // Senders' deliveries that waited on this replay ask again shortly.
-                    let cause = "waited on a replay that found no dead letter";
-                    act.refuse(waiters, Path::Overloaded, "overloaded", cause);
-                }
-                Err(e) => {
-                    let waiters = act.in_flight.forget(&id, token);
-                    act.free_worker(worker, ctx);
-                    act.metrics.store_error(e.kind());
-                    let event = Arc::new(Event::bare(id, target));
-                    let requests = std::iter::once((event, reply)).chain(waiters).collect();
-                    act.refuse(
-                        requests,
-                        Path::StoreUnavailable,
-                        "store_unavailable",
-                        &e.to_string(),
-                    );
-                }
-            }
+            act.reopened(reopening, reopened, ctx);
             act.notify_drained();
         }));
+    }
+}
+
+impl Shard {
+    /// The store answered a replay: run it as an attempt, or say why there is none.
+    fn reopened(
+        &mut self,
+        r: Reopening,
+        reopened: Result<Option<Reopened>, StoreError>,
+        ctx: &mut Context<Self>,
+    ) {
+        match reopened {
+            Ok(Some(row)) => {
+                let event = Arc::new(Event {
+                    id: r.id,
+                    body: row.payload,
+                    content_type: row.content_type,
+                    fingerprint: row.fingerprint,
+                    target: r.target,
+                    headers: Default::default(),
+                });
+                let waiters = self.in_flight.won(&event.id, r.token, row.attempts);
+                self.log_claim(&event.id, Path::Replay, Some(row.attempts));
+                self.answer_waiters_of_won(&event, row.attempts, waiters);
+                let attempt = Attempt {
+                    event,
+                    attempts: row.attempts,
+                    path: Path::Replay,
+                    lease_ends: r.sent + self.settings.lease,
+                };
+                let running = Running {
+                    attempt,
+                    token: r.token,
+                    worker: r.worker,
+                };
+                self.start(running, r.reply, ctx);
+            }
+            Ok(None) => {
+                let waiters = self.in_flight.forget(&r.id, r.token);
+                self.free_worker(r.worker, ctx);
+                let _ = r.reply.send(not_replayable());
+                // Senders' deliveries that waited on this replay ask again shortly.
+                let cause = "waited on a replay that found no dead letter";
+                self.refuse(waiters, RetryReason::Overloaded, cause);
+            }
+            Err(e) => {
+                let waiters = self.in_flight.forget(&r.id, r.token);
+                self.free_worker(r.worker, ctx);
+                self.metrics.store_error(e.kind());
+                let event = Arc::new(Event::bare(r.id, r.target));
+                let requests = std::iter::once((event, r.reply)).chain(waiters).collect();
+                self.refuse(requests, RetryReason::StoreUnavailable, &e.to_string());
+            }
+        }
     }
 }
 
@@ -117,8 +147,7 @@ impl Handler<Drain> for Shard {
             let requests = std::iter::once((w.event, w.reply)).chain(waiters).collect();
             self.refuse(
                 requests,
-                Path::Overloaded,
-                "shutting_down",
+                RetryReason::ShuttingDown,
                 "the node is shutting down",
             );
         }

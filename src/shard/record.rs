@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use actix_web::http::header::HeaderMap;
 use slog::{warn, Logger};
 
-use super::Event;
+use super::event::Event;
 use crate::claim::Status;
 use crate::outcome::Verdict;
 use crate::store::{DeadReason, Failure, Fenced, Store, StoreError};

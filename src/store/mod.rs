@@ -27,8 +27,8 @@ use futures_util::future::BoxFuture;
 
 use crate::claim::{ClaimResult, Path, Status, StoredResult};
 use crate::config::StoreConfig;
-pub use crate::outcome::DeadReason;
 use crate::key::EventId;
+pub use crate::outcome::DeadReason;
 
 /// Why a store operation failed. Outcomes (a duplicate, a held key) are not errors.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -218,47 +218,9 @@ pub trait Store: Send + Sync + 'static {
     fn sweep(&self, status: Status, older_than: Duration, batch: u32) -> StoreFuture<'_, u64>;
 }
 
-impl EventRecord {
-    /// The row as JSON for operators (CLI and admin API); the payload as text when it is
-    /// UTF-8, else its size.
-    pub fn to_json(&self) -> serde_json::Value {
-        let time = |secs: f64| {
-            humantime::format_rfc3339_millis(
-                std::time::UNIX_EPOCH + Duration::from_secs_f64(secs.max(0.0)),
-            )
-            .to_string()
-        };
-        let payload = self.payload.as_ref().map(|p| match std::str::from_utf8(p) {
-            Ok(text) => serde_json::Value::String(text.to_owned()),
-            Err(_) => serde_json::json!({ "bytes": p.len() }),
-        });
-        let headers = self
-            .request_headers
-            .as_deref()
-            .and_then(|h| serde_json::from_str::<serde_json::Value>(h).ok());
-        serde_json::json!({
-            "provider": &*self.id.provider,
-            "event_key": &*self.id.key,
-            "status": self.status.as_str(),
-            "attempts": self.attempts,
-            "last_path": self.last_path.map(|p| p.as_str()),
-            "fingerprint": self.fingerprint,
-            "result_status": self.result.as_ref().map(|r| r.status),
-            "last_error": self.last_error,
-            "dead_reason": self.dead_reason,
-            "lease_left_s": self.lease_left.as_secs_f64(),
-            "content_type": self.content_type,
-            "request_headers": headers,
-            "payload": payload,
-            "created_at": time(self.created_at),
-            "updated_at": time(self.updated_at),
-        })
-    }
-}
-
 /// Runs `op` under `deadline`: past it the caller gets [`StoreError::TimedOut`] and the
 /// operation's future is dropped (a Postgres connection it held is discarded, see
-/// `postgres_conn`).
+/// `postgres_pool`).
 pub(crate) async fn within<T>(
     deadline: Duration,
     op: impl std::future::Future<Output = Result<T, StoreError>>,

@@ -128,4 +128,3 @@ impl Inner {
         .await
     }
 }
-

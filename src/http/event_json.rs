@@ -1,0 +1,45 @@
+//! An event's row as JSON, for operators: `GET /admin/events/...`, `/admin/dead`, and the
+//! command line's `events show` and `dead show`. Shapes only; reads nothing.
+
+use std::time::Duration;
+
+use crate::store::EventRecord;
+
+/// The row as JSON for operators (CLI and admin API); the payload as text when it is
+/// UTF-8, else its size.
+pub fn event_json(record: &EventRecord) -> serde_json::Value {
+    let time = |secs: f64| {
+        humantime::format_rfc3339_millis(
+            std::time::UNIX_EPOCH + Duration::from_secs_f64(secs.max(0.0)),
+        )
+        .to_string()
+    };
+    let payload = record
+        .payload
+        .as_ref()
+        .map(|p| match std::str::from_utf8(p) {
+            Ok(text) => serde_json::Value::String(text.to_owned()),
+            Err(_) => serde_json::json!({ "bytes": p.len() }),
+        });
+    let headers = record
+        .request_headers
+        .as_deref()
+        .and_then(|h| serde_json::from_str::<serde_json::Value>(h).ok());
+    serde_json::json!({
+        "provider": &*record.id.provider,
+        "event_key": &*record.id.key,
+        "status": record.status.as_str(),
+        "attempts": record.attempts,
+        "last_path": record.last_path.map(|p| p.as_str()),
+        "fingerprint": record.fingerprint,
+        "result_status": record.result.as_ref().map(|r| r.status),
+        "last_error": record.last_error,
+        "dead_reason": record.dead_reason,
+        "lease_left_s": record.lease_left.as_secs_f64(),
+        "content_type": record.content_type,
+        "request_headers": headers,
+        "payload": payload,
+        "created_at": time(record.created_at),
+        "updated_at": time(record.updated_at),
+    })
+}

@@ -1,0 +1,339 @@
+//! The shard actor: owns a slice of the key space and serializes the claims for its keys.
+//!
+//! Every key hashes to exactly one shard (`dispatcher`), and a shard's state is touched
+//! only by its own handlers, one at a time, so no lock guards it. Per key, a shard
+//! answers from memory when it can — a key in its in-flight set is `in_progress_elsewhere`,
+//! a key in its done cache is `duplicate_done` — and otherwise admits the request: a worker
+//! is reserved *before* the claim is sent (or the request waits for one, bounded, with
+//! nothing claimed, or is refused), so a won claim never waits while its lease runs.
+//!
+//! Claims for different keys run concurrently (their futures are spawned, not awaited in
+//! the mailbox); two requests for the same key never reach the store together from this
+//! node, because the first one's in-flight entry holds the second. What happens once the
+//! store answers is in `claimed.rs`; a won claim's attempt in `running.rs`.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use actix::prelude::*;
+use slog::{info, Logger};
+use tokio::sync::oneshot;
+
+use super::answer::{cached_answer, log_mismatch, log_refusal, Answer, Reply, RetryReason};
+use super::attempt::ceil_secs;
+use super::cache::{DoneCache, DoneWriter};
+use super::event::Event;
+use super::in_flight::InFlightSet;
+use super::messages::Ingest;
+use crate::claim::{fingerprints_differ, Path};
+use crate::key::EventId;
+use crate::metrics::Metrics;
+use crate::retry::RetryPolicy;
+use crate::store::Store;
+use crate::worker::Worker;
+
+/// Requests for one key that may wait on its pending claim; more are answered 409 at once.
+/// Bounds a shard's memory under a flood of one key while the store is slow.
+const MAX_WAITERS: usize = 1024;
+
+/// Settings shared by every shard of a node.
+#[derive(Debug, Clone)]
+pub struct ShardSettings {
+    /// The claim lease.
+    pub lease: Duration,
+    /// Backoff and attempt cap.
+    pub retry: RetryPolicy,
+    /// Done results each shard caches.
+    pub cache_capacity: usize,
+    /// Bytes of done results each shard caches.
+    pub cache_bytes: usize,
+    /// Messages each shard's mailbox holds.
+    pub mailbox_capacity: usize,
+    /// Requests each shard lets wait for a free worker before claiming.
+    pub admission_queue: usize,
+    /// Longest such wait.
+    pub admission_wait: Duration,
+}
+
+/// A request admitted to wait for a free worker; nothing is claimed for it yet.
+pub(super) struct Waiting {
+    pub(super) event: Arc<Event>,
+    pub(super) reply: oneshot::Sender<Answer>,
+    pub(super) token: u64,
+}
+
+/// A claim on its way to the store, with what is needed when the answer comes back.
+pub(super) struct Claiming {
+    /// The request that made it.
+    pub(super) event: Arc<Event>,
+    /// Where its answer goes.
+    pub(super) reply: oneshot::Sender<Answer>,
+    /// Its in-flight entry's token.
+    pub(super) token: u64,
+    /// The worker reserved for its attempt.
+    pub(super) worker: usize,
+    /// Taken just before the claim left: the store's lease starts no earlier.
+    pub(super) sent: Instant,
+}
+
+/// One shard.
+pub struct Shard {
+    pub(super) index: usize,
+    pub(super) store: Arc<dyn Store>,
+    pub(super) metrics: Arc<Metrics>,
+    pub(super) settings: Arc<ShardSettings>,
+    pub(super) workers: Vec<Addr<Worker>>,
+    /// Workers that can start a delivery now. A worker is taken from here *before* its
+    /// claim is made and given back when the attempt has been recorded, so a won claim
+    /// never waits for a worker while its lease runs.
+    pub(super) idle: Vec<usize>,
+    /// Requests waiting for a worker, oldest first; bounded by `admission_queue`.
+    pub(super) waiting: VecDeque<Waiting>,
+    pub(super) in_flight: InFlightSet,
+    pub(super) done: DoneWriter,
+    /// Claims sent to the store and not answered yet.
+    pub(super) claiming: usize,
+    /// Attempts between a won claim and their recorded outcome.
+    pub(super) running: usize,
+    /// Set by [`Drain`]: nothing more is claimed.
+    pub(super) draining: bool,
+    /// [`Drained`] callers, answered when `claiming` and `running` reach zero.
+    pub(super) drained: Vec<oneshot::Sender<()>>,
+    pub(super) log: Logger,
+}
+
+impl Shard {
+    /// Shard number `index`, delivering through `workers` and filling its part of
+    /// `done`; `log` carries the number.
+    pub fn new(
+        index: usize,
+        store: Arc<dyn Store>,
+        settings: Arc<ShardSettings>,
+        workers: Vec<Addr<Worker>>,
+        done: &DoneCache,
+        metrics: Arc<Metrics>,
+        log: Logger,
+    ) -> Self {
+        Self {
+            index,
+            store,
+            metrics,
+            idle: (0..workers.len()).rev().collect(),
+            workers,
+            waiting: VecDeque::new(),
+            in_flight: InFlightSet::default(),
+            done: done.writer(settings.cache_capacity, settings.cache_bytes),
+            claiming: 0,
+            running: 0,
+            draining: false,
+            drained: Vec::new(),
+            settings,
+            log,
+        }
+    }
+
+    /// Answers from the in-flight set or the done cache, without the store.
+    fn answer_from_memory(&self, event: &Event) -> Option<Answer> {
+        let mismatch = |stored| fingerprints_differ(stored, event.fingerprint.as_deref());
+        if let Some(entry) = self.in_flight.get(&event.id) {
+            let held = entry.since.elapsed();
+            // An entry older than the lease is not trusted: the store decides.
+            if held < self.settings.lease {
+                let attempts = entry.attempts;
+                return Some(if mismatch(entry.event.fingerprint.as_deref()) {
+                    log_mismatch(
+                        &self.log,
+                        &event.id,
+                        event.fingerprint.as_deref(),
+                        entry.event.fingerprint.as_deref(),
+                    );
+                    Answer {
+                        path: Path::PayloadMismatch,
+                        attempts,
+                        reply: Reply::Mismatch,
+                    }
+                } else {
+                    Answer {
+                        path: Path::InProgressElsewhere,
+                        attempts,
+                        reply: Reply::Busy {
+                            retry_after: ceil_secs(self.settings.lease - held),
+                        },
+                    }
+                });
+            }
+        }
+        // The HTTP handler already asked the cache; ask again, as the key may have
+        // finished while this request waited in the mailbox.
+        cached_answer(
+            self.done.cache(),
+            &event.id,
+            event.fingerprint.as_deref(),
+            &self.log,
+        )
+    }
+
+    /// Labels one request with its path: the `webhook.claim` line and the metric.
+    pub(super) fn log_claim(&self, id: &EventId, path: Path, attempts: Option<i32>) {
+        self.metrics.attempt(&id.provider, path);
+        info!(self.log, "webhook.claim";
+            "provider" => &*id.provider, "event_key" => &*id.key, "path" => path.as_str(),
+            "attempts" => attempts);
+    }
+
+    /// Answers the requests (one, and those that waited on the same key) with a refusal
+    /// that claimed nothing, and logs its cause (an operator who sees a 503 finds why).
+    pub(super) fn refuse(
+        &self,
+        requests: Vec<(Arc<Event>, oneshot::Sender<Answer>)>,
+        reason: RetryReason,
+        cause: &str,
+    ) {
+        for (event, reply) in requests {
+            let answer = Answer::refused(reason);
+            log_refusal(&self.log, &event.id, &answer, cause);
+            self.log_claim(&event.id, answer.path, None);
+            let _ = reply.send(answer);
+        }
+    }
+
+    /// A new request that memory could not answer: claim at once if a worker is idle,
+    /// else wait (bounded) for one without claiming, else refuse.
+    fn admit(
+        &mut self,
+        event: Arc<Event>,
+        reply: oneshot::Sender<Answer>,
+        ctx: &mut Context<Self>,
+    ) {
+        if self.draining {
+            let cause = "the node is shutting down";
+            self.refuse(vec![(event, reply)], RetryReason::ShuttingDown, cause);
+            return;
+        }
+        let token = self.in_flight.begin(&event, None);
+        if let Some(worker) = self.idle.pop() {
+            self.claim(event, reply, token, worker, ctx);
+        } else if self.waiting.len() < self.settings.admission_queue {
+            self.waiting.push_back(Waiting {
+                event,
+                reply,
+                token,
+            });
+            self.metrics.admission_waiting(self.index, 1);
+            ctx.run_later(self.settings.admission_wait, move |act, _ctx| {
+                act.give_up_waiting(token);
+            });
+        } else {
+            let waiters = self.in_flight.forget(&event.id, token);
+            let cause = format!(
+                "all {} workers busy and {} requests waiting",
+                self.workers.len(),
+                self.waiting.len()
+            );
+            let requests = std::iter::once((event, reply)).chain(waiters).collect();
+            self.refuse(requests, RetryReason::Overloaded, &cause);
+        }
+    }
+
+    /// A waiting request's `admission_wait` ran out before a worker freed up.
+    fn give_up_waiting(&mut self, token: u64) {
+        let Some(at) = self.waiting.iter().position(|w| w.token == token) else {
+            return;
+        };
+        let Some(w) = self.waiting.remove(at) else {
+            return;
+        };
+        self.metrics.admission_waiting(self.index, -1);
+        let waiters = self.in_flight.forget(&w.event.id, token);
+        let cause = format!(
+            "no worker freed up within {} ms",
+            self.settings.admission_wait.as_millis()
+        );
+        let requests = std::iter::once((w.event, w.reply)).chain(waiters).collect();
+        self.refuse(requests, RetryReason::Overloaded, &cause);
+    }
+
+    /// Sends the claim for `event`, whose attempt `worker` will run if it is won.
+    fn claim(
+        &mut self,
+        event: Arc<Event>,
+        reply: oneshot::Sender<Answer>,
+        token: u64,
+        worker: usize,
+        ctx: &mut Context<Self>,
+    ) {
+        self.claiming += 1;
+        let store = Arc::clone(&self.store);
+        let lease = self.settings.lease;
+        let ev = Arc::clone(&event);
+        // Taken before the claim leaves: the store's lease starts no earlier, so
+        // `sent + lease` never overstates the time the lease has left.
+        let sent = Instant::now();
+        let claim = async move { store.claim(&ev.id, ev.fingerprint.as_deref(), lease).await };
+        let claiming = Claiming {
+            event,
+            reply,
+            token,
+            worker,
+            sent,
+        };
+        ctx.spawn(claim.into_actor(self).map(move |result, act, ctx| {
+            act.claiming -= 1;
+            act.claimed(claiming, result, ctx);
+            act.notify_drained();
+        }));
+    }
+
+    /// Gives `worker` to the oldest waiting request, or back to the idle set.
+    pub(super) fn free_worker(&mut self, worker: usize, ctx: &mut Context<Self>) {
+        match self.waiting.pop_front() {
+            Some(w) if !self.draining => {
+                self.metrics.admission_waiting(self.index, -1);
+                self.claim(w.event, w.reply, w.token, worker, ctx);
+            }
+            _ => self.idle.push(worker),
+        }
+    }
+
+    /// The store answered the claim: answer it and every request that waited on it.
+
+    /// Answers [`Drained`] callers once nothing is claiming or running.
+    pub(super) fn notify_drained(&mut self) {
+        if self.draining && self.claiming == 0 && self.running == 0 {
+            for done in self.drained.drain(..) {
+                let _ = done.send(());
+            }
+        }
+    }
+}
+
+impl Actor for Shard {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Context<Self>) {
+        ctx.set_mailbox_capacity(self.settings.mailbox_capacity);
+    }
+}
+
+impl Handler<Ingest> for Shard {
+    type Result = ();
+
+    fn handle(&mut self, msg: Ingest, ctx: &mut Context<Self>) {
+        self.metrics.mailbox(self.index, -1);
+        let Ingest { event, reply } = msg;
+        if let Some(entry) = self.in_flight.get_mut(&event.id) {
+            let pending = entry.attempts.is_none() && entry.since.elapsed() < self.settings.lease;
+            if pending && entry.waiters.len() < MAX_WAITERS {
+                entry.waiters.push((event, reply));
+                return;
+            }
+        }
+        if let Some(answer) = self.answer_from_memory(&event) {
+            self.log_claim(&event.id, answer.path, answer.attempts);
+            let _ = reply.send(answer);
+            return;
+        }
+        self.admit(event, reply, ctx);
+    }
+}

@@ -1,0 +1,228 @@
+//! One attempt of one event — the one home of the steps after a won claim: deliver →
+//! judge → record (fenced, retried through store trouble within the lease) → answer.
+//!
+//! The shard runs every sender's attempt and every admin replay through here; the command
+//! line's `dead replay` does too, and queue mode will. Nothing else builds a delivery
+//! request or writes a verdict. What is not here is the shard's own bookkeeping (its
+//! workers, in-flight set and done cache: `running.rs`).
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use slog::{error, info, warn, Logger};
+
+use super::answer::{Answer, Reply, RetryReason, STORE_RETRY_AFTER_SECS};
+use super::event::Event;
+use super::record::write_verdict_retrying;
+use crate::claim::Path;
+use crate::metrics::Metrics;
+use crate::outcome::{judge, DeliveryOutcome, Verdict};
+use crate::retry::RetryPolicy;
+use crate::store::{Fenced, Store, StoreError};
+use crate::worker::DeliveryRequest;
+
+/// A won claim, on its way to the target and its recorded outcome.
+#[derive(Debug, Clone)]
+pub struct Attempt {
+    /// The event.
+    pub event: Arc<Event>,
+    /// The fencing token: the row's `attempts` after the claim.
+    pub attempts: i32,
+    /// `first_run`, `retry_after_failure`, `lease_retake` or `replay`.
+    pub path: Path,
+    /// When the lease ends at the latest by this node's clock: counted from just before
+    /// the claim was sent, so it never overstates the time left.
+    pub lease_ends: Instant,
+}
+
+/// What running an attempt did.
+#[derive(Debug)]
+pub struct Recorded {
+    /// The decision for the row.
+    pub verdict: Verdict,
+    /// What the fenced write did (`None`: nothing written, a crash keeps its lease).
+    pub written: Option<Result<Fenced, StoreError>>,
+    /// From the delivery's start to the recorded outcome.
+    pub took: Duration,
+}
+
+impl Attempt {
+    /// What the target is sent: the original body and content type, the key as ASCII and
+    /// the attempt number.
+    pub fn request(&self) -> DeliveryRequest {
+        let event = &self.event;
+        DeliveryRequest {
+            url: Arc::clone(&event.target.url),
+            timeout: event.target.timeout,
+            body: event.body.clone(),
+            content_type: event.content_type.clone(),
+            idempotency_key: event.id.header_value(),
+            attempt: self.attempts,
+        }
+    }
+
+    /// The last moment the delivery may start and still end (at its timeout) inside the
+    /// lease; a worker that gets it later refuses to start it.
+    pub fn start_by(&self) -> Instant {
+        self.lease_ends
+            .checked_sub(self.event.target.timeout)
+            .unwrap_or_else(Instant::now)
+    }
+
+    /// Awaits `outcome` (the delivery, or the reason it did not start), judges it, and
+    /// writes the verdict fenced by the attempt, retried on transient store failures until
+    /// the lease ends (past it another attempt may hold the row and the write would be
+    /// stale anyway).
+    pub async fn run(
+        &self,
+        outcome: impl Future<Output = DeliveryOutcome>,
+        store: &dyn Store,
+        retry: &RetryPolicy,
+        log: &Logger,
+    ) -> Recorded {
+        let started = Instant::now();
+        let outcome = outcome.await;
+        let verdict = judge(outcome, self.attempts, retry, self.path == Path::Replay);
+        let written = write_verdict_retrying(
+            store,
+            &self.event,
+            self.attempts,
+            &verdict,
+            self.lease_ends,
+            log,
+        )
+        .await;
+        Recorded {
+            verdict,
+            written,
+            took: started.elapsed(),
+        }
+    }
+
+    /// Logs and counts the finished attempt, and builds the sender's answer from what the
+    /// fenced write did to the row. `lease` is the `Retry-After` after a crash.
+    pub fn answer(
+        &self,
+        recorded: Recorded,
+        lease: Duration,
+        metrics: &Metrics,
+        log: &Logger,
+    ) -> Answer {
+        let Recorded {
+            verdict,
+            written,
+            took,
+        } = recorded;
+        metrics.delivery(
+            &self.event.id.provider,
+            outcome_label(&verdict),
+            took.as_secs_f64(),
+        );
+        let reply = match written {
+            Some(Ok(Fenced::Applied)) | None => self.reply(verdict, took, lease, log),
+            Some(Ok(Fenced::Stale)) => self.stale(log),
+            Some(Err(e)) => self.unrecorded(&e, metrics, log),
+        };
+        Answer {
+            path: self.path,
+            attempts: Some(self.attempts),
+            reply,
+        }
+    }
+
+    /// Another attempt took the row over: nothing was written (`stale_completion`).
+    fn stale(&self, log: &Logger) -> Reply {
+        let id = &self.event.id;
+        warn!(log, "webhook.stale";
+            "provider" => &*id.provider, "event_key" => &*id.key,
+            "path" => Path::StaleCompletion.as_str(), "attempts" => self.attempts);
+        Reply::RetryLater {
+            retry_after: 1,
+            reason: RetryReason::LeaseLost,
+        }
+    }
+
+    /// The outcome could not be written within the lease.
+    fn unrecorded(&self, e: &StoreError, metrics: &Metrics, log: &Logger) -> Reply {
+        let id = &self.event.id;
+        metrics.store_error(e.kind());
+        error!(log, "webhook.failed";
+            "provider" => &*id.provider, "event_key" => &*id.key,
+            "error" => format!("recording the outcome: {e}"), "attempts" => self.attempts,
+            "retry_after_s" => STORE_RETRY_AFTER_SECS);
+        Reply::RetryLater {
+            retry_after: STORE_RETRY_AFTER_SECS,
+            reason: RetryReason::StoreUnavailable,
+        }
+    }
+
+    /// The reply for a verdict the row now holds (or, after a crash, did not need).
+    fn reply(&self, verdict: Verdict, took: Duration, lease: Duration, log: &Logger) -> Reply {
+        let id = &self.event.id;
+        let duration_ms = u64::try_from(took.as_millis()).unwrap_or(u64::MAX);
+        let (provider, key, attempts) = (&*id.provider, &*id.key, self.attempts);
+        match verdict {
+            Verdict::Done(result) => {
+                info!(log, "webhook.done";
+                    "provider" => provider, "event_key" => key, "outcome" => "delivered",
+                    "status" => result.status, "attempts" => attempts,
+                    "duration_ms" => duration_ms);
+                Reply::Result(Arc::new(result))
+            }
+            Verdict::Retry { error, retry_after } => {
+                warn!(log, "webhook.failed";
+                    "provider" => provider, "event_key" => key, "error" => &error,
+                    "attempts" => attempts, "retry_after_s" => retry_after,
+                    "duration_ms" => duration_ms);
+                Reply::RetryLater {
+                    retry_after,
+                    reason: RetryReason::DeliveryFailed,
+                }
+            }
+            Verdict::Dead { error, reason } => {
+                warn!(log, "webhook.dead";
+                    "provider" => provider, "event_key" => key, "error" => &error,
+                    "reason" => reason.as_str(), "attempts" => attempts,
+                    "duration_ms" => duration_ms);
+                Reply::DeadLettered
+            }
+            Verdict::Release { error } => {
+                warn!(log, "webhook.failed";
+                    "provider" => provider, "event_key" => key, "error" => &error,
+                    "attempts" => attempts, "retry_after_s" => 1u64);
+                Reply::RetryLater {
+                    retry_after: 1,
+                    reason: RetryReason::NotStarted,
+                }
+            }
+            Verdict::Unknown { error } => {
+                let retry_after = ceil_secs(lease);
+                error!(log, "webhook.failed";
+                    "provider" => provider, "event_key" => key,
+                    "error" => format!("worker crashed: {error}"), "attempts" => attempts,
+                    "retry_after_s" => retry_after, "duration_ms" => duration_ms);
+                Reply::RetryLater {
+                    retry_after,
+                    reason: RetryReason::WorkerCrashed,
+                }
+            }
+        }
+    }
+}
+
+/// The `outcome` label of `hookgate_deliveries_total` for a verdict.
+fn outcome_label(verdict: &Verdict) -> &'static str {
+    match verdict {
+        Verdict::Done(_) => "delivered",
+        Verdict::Retry { .. } => "failed",
+        Verdict::Dead { .. } => "dead",
+        Verdict::Release { .. } => "not_started",
+        Verdict::Unknown { .. } => "crashed",
+    }
+}
+
+/// Whole seconds, rounded up, at least 1 (for `Retry-After`).
+pub(super) fn ceil_secs(d: Duration) -> u64 {
+    d.as_secs_f64().ceil().max(1.0) as u64
+}

@@ -1,0 +1,51 @@
+//! The messages a shard takes: a sender's delivery, an operator's replay, and the two
+//! steps of a graceful shutdown.
+
+use std::sync::Arc;
+
+use actix::prelude::*;
+use tokio::sync::oneshot;
+
+use super::answer::Answer;
+use super::event::Event;
+use crate::key::EventId;
+use crate::provider::Target;
+
+/// Handle one delivery; the answer comes back on `reply`.
+///
+/// The reply travels in the message (rather than as the handler's result) so that the
+/// HTTP layer can use `try_send` and refuse at once when the mailbox is full.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct Ingest {
+    /// The delivery.
+    pub event: Arc<Event>,
+    /// Where the answer goes.
+    pub reply: oneshot::Sender<Answer>,
+}
+
+/// Replay a dead letter once (an operator's request); the answer says how it ended, or
+/// [`Reply::NotReplayable`] when the row was not dead.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct Replay {
+    /// The dead letter's key.
+    pub id: EventId,
+    /// Where its provider delivers now.
+    pub target: Arc<Target>,
+    /// Where the answer goes.
+    pub reply: oneshot::Sender<Answer>,
+}
+
+/// Shutdown, first step: claim nothing more. Requests waiting for a worker are refused;
+/// a claim still on its way that is won is released (`failed`, fenced) without reaching
+/// the target; deliveries already running go on.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct Drain;
+
+/// Shutdown, second step: answered once every claim on its way has come back and every
+/// running delivery has ended and been recorded.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct Drained;

@@ -1,0 +1,89 @@
+//! A shard's running attempts: the won claim goes to the worker reserved for it before the
+//! claim (or, once the node is draining, is released without reaching the target); its
+//! outcome is recorded through [`Attempt`]; then the shard gives the worker back, forgets
+//! the key, caches a done result and answers.
+
+use std::future::Future;
+use std::sync::Arc;
+
+use actix::prelude::*;
+use tokio::sync::oneshot;
+
+use super::actor::Shard;
+use super::answer::{Answer, Reply};
+use super::attempt::Attempt;
+use super::cache::CachedDone;
+use crate::outcome::DeliveryOutcome;
+use crate::worker::Deliver;
+
+/// An attempt with the shard's bookkeeping: its in-flight entry and its worker.
+pub(super) struct Running {
+    /// The attempt itself.
+    pub(super) attempt: Attempt,
+    /// The in-flight entry's token.
+    pub(super) token: u64,
+    /// The worker reserved for it before the claim.
+    pub(super) worker: usize,
+}
+
+impl Shard {
+    /// A won claim: delivered, or released without reaching the target once the node is
+    /// draining.
+    pub(super) fn start(
+        &mut self,
+        running: Running,
+        reply: oneshot::Sender<Answer>,
+        ctx: &mut Context<Self>,
+    ) {
+        if self.draining {
+            let released = async { DeliveryOutcome::NotStarted("released at shutdown".into()) };
+            self.record(running, reply, ctx, released);
+        } else {
+            let deliver = Deliver {
+                request: running.attempt.request(),
+                start_by: running.attempt.start_by(),
+            };
+            let sent = self.workers[running.worker].send(deliver);
+            self.record(running, reply, ctx, async move {
+                sent.await.unwrap_or_else(|e| {
+                    DeliveryOutcome::Crashed(format!("worker unreachable: {e}"))
+                })
+            });
+        }
+    }
+
+    /// Runs the attempt on `outcome`, then frees its worker and key and answers.
+    fn record(
+        &mut self,
+        running: Running,
+        reply: oneshot::Sender<Answer>,
+        ctx: &mut Context<Self>,
+        outcome: impl Future<Output = DeliveryOutcome> + 'static,
+    ) {
+        self.running += 1;
+        let store = Arc::clone(&self.store);
+        let settings = Arc::clone(&self.settings);
+        let log = self.log.clone();
+        let attempt = running.attempt.clone();
+        let work = async move { attempt.run(outcome, &*store, &settings.retry, &log).await };
+        ctx.spawn(work.into_actor(self).map(move |recorded, act, ctx| {
+            act.running -= 1;
+            let attempt = running.attempt;
+            act.in_flight.forget(&attempt.event.id, running.token);
+            act.free_worker(running.worker, ctx);
+            let answer = attempt.answer(recorded, act.settings.lease, &act.metrics, &act.log);
+            if let Reply::Result(result) = &answer.reply {
+                act.done.insert(
+                    attempt.event.id.clone(),
+                    CachedDone {
+                        attempts: attempt.attempts,
+                        fingerprint: attempt.event.fingerprint.clone(),
+                        result: Arc::clone(result),
+                    },
+                );
+            }
+            let _ = reply.send(answer);
+            act.notify_drained();
+        }));
+    }
+}
