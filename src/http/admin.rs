@@ -83,7 +83,7 @@ async fn list_dead(
         .store
         .dead_letters(query.provider.as_deref(), limit)
         .await?;
-    let items: Vec<_> = dead.iter().map(|r| event_json(r)).collect();
+    let items: Vec<_> = dead.iter().map(event_json).collect();
     Ok(HttpResponse::Ok().json(serde_json::json!({ "dead": items })))
 }
 

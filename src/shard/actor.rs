@@ -296,9 +296,7 @@ impl Shard {
         }
     }
 
-    /// The store answered the claim: answer it and every request that waited on it.
-
-    /// Answers [`Drained`] callers once nothing is claiming or running.
+    /// Answers `Drained` callers once nothing is claiming or running.
     pub(super) fn notify_drained(&mut self) {
         if self.draining && self.claiming == 0 && self.running == 0 {
             for done in self.drained.drain(..) {

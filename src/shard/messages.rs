@@ -25,7 +25,7 @@ pub struct Ingest {
 }
 
 /// Replay a dead letter once (an operator's request); the answer says how it ended, or
-/// [`Reply::NotReplayable`] when the row was not dead.
+/// [`Reply::NotReplayable`](super::answer::Reply::NotReplayable) when the row was not dead.
 #[derive(Message)]
 #[rtype(result = "()")]
 pub struct Replay {

@@ -6,7 +6,7 @@
 //! held open across a delivery. Each says which rows it locks and what a concurrent caller
 //! sees. `now()` is the only clock used for leases.
 //!
-//! Every operation runs under `store.statement_timeout` ([`Inner::run`]): past it the
+//! Every operation runs under `store.statement_timeout` (`postgres_pool`): past it the
 //! caller gets `TimedOut` and the connection is taken out of the pool and dropped, since
 //! an unanswered statement may still be queued on it. The server gets the same
 //! `statement_timeout`, so it gives up on its side too.
