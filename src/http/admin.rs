@@ -12,8 +12,9 @@ use serde::Deserialize;
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
+use super::error::ApiError;
 use super::event_json::event_json;
-use super::{ApiError, AppState};
+use super::state::AppState;
 use crate::claim::Path;
 use crate::key::EventId;
 use crate::shard::Reply;

@@ -4,7 +4,7 @@
 use actix_web::{web, HttpResponse};
 use serde_json::json;
 
-use super::AppState;
+use super::state::AppState;
 
 /// 200 while the process serves HTTP.
 pub async fn healthz() -> HttpResponse {

@@ -17,7 +17,8 @@ use actix_web::{HttpRequest, HttpResponse, HttpResponseBuilder};
 use futures_util::StreamExt;
 use serde_json::json;
 
-use super::{ApiError, AppState};
+use super::error::ApiError;
+use super::state::AppState;
 use crate::canonical::Body;
 use crate::key::EventId;
 use crate::shard::{Answer, Event, Reply, Target};

@@ -12,7 +12,9 @@ use hmac::{Hmac, KeyInit, Mac};
 use sha2::{Sha256, Sha512};
 use subtle::ConstantTimeEq;
 
-use super::{header, SignatureError, Window};
+use super::error::SignatureError;
+use super::header::header;
+use super::window::Window;
 
 /// The hash under the HMAC.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize)]

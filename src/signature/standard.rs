@@ -6,10 +6,12 @@
 use actix_web::http::header::HeaderMap;
 use base64::Engine;
 
-use super::hmac::{any_sha256_matches, SHA256_LEN};
+use super::error::SignatureError;
 #[cfg(test)]
-use super::MAX_CANDIDATES;
-use super::{candidates, header, SignatureError, Window};
+use super::header::MAX_CANDIDATES;
+use super::header::{candidates, header};
+use super::hmac::{any_sha256_matches, SHA256_LEN};
+use super::window::Window;
 
 /// Length of a 32-byte MAC in padded standard base64.
 const BASE64_MAC_LEN: usize = 44;

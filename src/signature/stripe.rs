@@ -4,10 +4,12 @@
 
 use actix_web::http::header::HeaderMap;
 
-use super::hmac::{any_sha256_matches, SHA256_LEN};
+use super::error::SignatureError;
 #[cfg(test)]
-use super::MAX_CANDIDATES;
-use super::{candidates, header, SignatureError, Window};
+use super::header::MAX_CANDIDATES;
+use super::header::{candidates, header};
+use super::hmac::{any_sha256_matches, SHA256_LEN};
+use super::window::Window;
 
 const HEADER: &str = "stripe-signature";
 

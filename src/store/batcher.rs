@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use tokio::sync::{mpsc, oneshot, Semaphore};
 
-use super::{within, StoreError};
+use super::api::{within, StoreError};
 
 /// Calls waiting for a batch, at most; beyond it callers wait to enqueue (backpressure).
 const QUEUE: usize = 8192;

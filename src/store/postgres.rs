@@ -18,14 +18,14 @@ use actix_web::web::Bytes;
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
 use tokio_postgres::NoTls;
 
+use super::api::millis;
+use super::api::{EventRecord, Failure, Fenced, Reopened, Store, StoreError, StoreFuture};
 use super::batcher::Batcher;
-use super::millis;
 use super::postgres_batch::{self, ClaimCall, CompleteCall};
 use super::postgres_pool::Inner;
 use super::postgres_rows::{db_error, get, record};
 use super::postgres_sql::{DEAD_LETTERS, FAIL, LOOKUP, REPLAY, SWEEP};
 use super::reconnect::Reconnect;
-use super::{EventRecord, Failure, Fenced, Reopened, Store, StoreError, StoreFuture};
 use crate::claim::{ClaimResult, Status, StoredResult};
 use crate::config::StoreConfig;
 use crate::key::EventId;

@@ -10,10 +10,10 @@ use std::sync::Arc;
 
 use tokio_postgres::error::SqlState;
 
+use super::api::{Fenced, StoreError};
 use super::postgres_pool::Inner;
 use super::postgres_rows::{claim_result, db_error, get};
 use super::postgres_sql::pg_claim_conflict;
-use super::{Fenced, StoreError};
 use crate::claim::{ClaimResult, StoredResult};
 use crate::key::EventId;
 

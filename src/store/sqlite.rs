@@ -17,8 +17,8 @@ use std::time::Duration;
 use actix_web::web::Bytes;
 use rusqlite::{params, Connection, OptionalExtension, Row};
 
+use super::api::{millis, EventRecord, Failure, Fenced, Reopened, Store, StoreError, StoreFuture};
 use super::sqlite_writer::{sql_error, Writer};
-use super::{millis, EventRecord, Failure, Fenced, Reopened, Store, StoreError, StoreFuture};
 use crate::claim::{ClaimResult, Path as ClaimPath, RowState, Status, StoredResult};
 use crate::key::EventId;
 

@@ -1,0 +1,31 @@
+//! The state every HTTP handler sees: providers, the shards, the store, limits, the
+//! logger, the metrics, the admin token.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use crate::metrics::Metrics;
+use crate::provider::Provider;
+use crate::secret::Secret;
+use crate::shard::Dispatcher;
+use crate::store::Store;
+
+/// State shared by every handler.
+pub struct AppState {
+    /// Providers by name.
+    pub providers: HashMap<String, Provider>,
+    /// The shards.
+    pub dispatcher: Dispatcher,
+    /// The store (for `/readyz`).
+    pub store: Arc<dyn Store>,
+    /// `server.max_body_bytes`.
+    pub max_body_bytes: usize,
+    /// `server.read_timeout`: the deadline for reading a request's body.
+    pub read_timeout: std::time::Duration,
+    /// Request-path logger.
+    pub log: slog::Logger,
+    /// The node's metrics.
+    pub metrics: Arc<Metrics>,
+    /// The admin bearer token; `None` disables `/admin/`.
+    pub admin_token: Option<Secret>,
+}

@@ -1,0 +1,227 @@
+//! The store's interface: the [`Store`] trait every backend implements, its error kinds
+//! and row types, and the two helpers backends share (the deadline, milliseconds).
+//!
+//! Each operation is one atomic statement (or one statement over a batch of rows). The
+//! claim wins or reports; complete and fail are *fenced* by the attempt number the claim
+//! returned, so a worker whose lease was retaken cannot overwrite the newer attempt's
+//! outcome. Lease times always come from the store's own clock, never from a node's.
+
+use std::time::Duration;
+
+use actix_web::web::Bytes;
+use futures_util::future::BoxFuture;
+
+use crate::claim::{ClaimResult, Path, Status, StoredResult};
+use crate::key::EventId;
+use crate::outcome::DeadReason;
+
+/// Why a store operation failed. Outcomes (a duplicate, a held key) are not errors.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum StoreError {
+    /// The database could not be reached; nothing was changed.
+    #[error("store unavailable: {0}")]
+    Unavailable(String),
+    /// No answer within `store.statement_timeout`; the connection was dropped. Whether
+    /// the statement took effect is unknown.
+    #[error("store deadline passed: {0}")]
+    TimedOut(String),
+    /// Every pooled connection stayed busy for `store.pool_timeout`: this node is
+    /// overloaded; the database is not at fault.
+    #[error("no free store connection: {0}")]
+    Busy(String),
+    /// The database refused for now and the same statement may succeed soon:
+    /// serialization failure, deadlock, read-only after a failover, a cancelled statement.
+    #[error("store refused for now: {0}")]
+    Transient(String),
+    /// The database answered with an error.
+    #[error("store query failed: {0}")]
+    Query(String),
+    /// The database answered with something hookgate did not write.
+    #[error("store returned unexpected data: {0}")]
+    Corrupt(String),
+}
+
+impl StoreError {
+    /// A short label for metrics.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            StoreError::Unavailable(_) => "unavailable",
+            StoreError::TimedOut(_) => "timed_out",
+            StoreError::Busy(_) => "busy",
+            StoreError::Transient(_) => "transient",
+            StoreError::Query(_) => "query",
+            StoreError::Corrupt(_) => "corrupt",
+        }
+    }
+
+    /// Whether the same operation may succeed if tried again soon (an outcome write after
+    /// a delivery is retried within its lease on these).
+    pub fn is_transient(&self) -> bool {
+        !matches!(self, StoreError::Query(_) | StoreError::Corrupt(_))
+    }
+
+    /// Whether the database itself seems gone (opens the reconnect backoff). A busy pool
+    /// or a refused statement is not an outage.
+    pub fn is_outage(&self) -> bool {
+        matches!(self, StoreError::Unavailable(_) | StoreError::TimedOut(_))
+    }
+}
+
+/// A future returned by a [`Store`] operation.
+pub type StoreFuture<'a, T> = BoxFuture<'a, Result<T, StoreError>>;
+
+/// Whether a fenced write took effect.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fenced {
+    /// The row still belonged to this attempt and now holds its outcome.
+    Applied,
+    /// Another attempt had retaken the row; nothing changed (path `stale_completion`).
+    Stale,
+}
+
+/// A dead letter reopened by [`Store::replay`]: deliver it, then complete or fail it with
+/// `attempts` like any won claim.
+#[derive(Debug, Clone)]
+pub struct Reopened {
+    /// The fencing token of the replay attempt.
+    pub attempts: i32,
+    /// The kept payload.
+    pub payload: Bytes,
+    /// The kept content type.
+    pub content_type: Option<String>,
+    /// The payload's fingerprint, as first claimed.
+    pub fingerprint: Option<String>,
+}
+
+/// The outcome of a failed attempt, written by [`Store::fail`].
+#[derive(Debug, Clone)]
+pub struct Failure {
+    /// What went wrong, for people.
+    pub error: String,
+    /// `Some` makes the row a dead letter instead of `failed`.
+    pub dead: Option<DeadReason>,
+    /// The payload, kept so the event can be read and replayed.
+    pub payload: Bytes,
+    /// The payload's content type.
+    pub content_type: Option<String>,
+    /// The request's headers as a JSON object, credentials left out.
+    pub headers: Option<String>,
+}
+
+/// A whole row, for operators (`hookgate events show`).
+#[derive(Debug, Clone)]
+pub struct EventRecord {
+    /// Provider and key.
+    pub id: EventId,
+    /// The row's status.
+    pub status: Status,
+    /// Won claims so far.
+    pub attempts: i32,
+    /// The path of the last won claim.
+    pub last_path: Option<Path>,
+    /// Fingerprint of the payload.
+    pub fingerprint: Option<String>,
+    /// The cached result of a done row.
+    pub result: Option<StoredResult>,
+    /// The kept payload of a failed or dead row.
+    pub payload: Option<Vec<u8>>,
+    /// The last failure.
+    pub last_error: Option<String>,
+    /// Why the row is dead.
+    pub dead_reason: Option<String>,
+    /// The kept payload's content type.
+    pub content_type: Option<String>,
+    /// The kept request headers (JSON object text).
+    pub request_headers: Option<String>,
+    /// Time left on the lease (zero when none is live).
+    pub lease_left: Duration,
+    /// Row creation, seconds since the Unix epoch (store clock).
+    pub created_at: f64,
+    /// Last change, seconds since the Unix epoch (store clock).
+    pub updated_at: f64,
+}
+
+/// The operations hookgate needs from a database.
+pub trait Store: Send + Sync + 'static {
+    /// Creates or upgrades the schema; safe to run concurrently from several nodes.
+    fn migrate(&self) -> StoreFuture<'_, ()>;
+
+    /// Checks that the store answers (for `/readyz`); a success also ends any reconnect
+    /// backoff.
+    fn ping(&self) -> StoreFuture<'_, ()>;
+
+    /// Settings of the database under which an acknowledged commit could be lost
+    /// (`synchronous_commit = off`, `fsync = off`), as `(setting, value)` pairs; empty
+    /// when every commit is durable. A `done` row lost that way lets a redelivery run the
+    /// target twice.
+    fn durability_risks(&self) -> StoreFuture<'_, Vec<(String, String)>>;
+
+    /// Wins the key for one attempt holding a lease of `lease`, or reports the row.
+    ///
+    /// Won when the key is new, `failed`, or `in_progress` with an expired lease — and the
+    /// stored fingerprint (if any) equals `fingerprint`. `done` and `dead` are never won.
+    fn claim<'a>(
+        &'a self,
+        id: &'a EventId,
+        fingerprint: Option<&'a str>,
+        lease: Duration,
+    ) -> StoreFuture<'a, ClaimResult>;
+
+    /// Marks attempt `attempts` done with `result`, if the row is still that attempt's.
+    fn complete<'a>(
+        &'a self,
+        id: &'a EventId,
+        attempts: i32,
+        result: &'a StoredResult,
+    ) -> StoreFuture<'a, Fenced>;
+
+    /// Marks attempt `attempts` failed (or dead), if the row is still that attempt's.
+    fn fail<'a>(
+        &'a self,
+        id: &'a EventId,
+        attempts: i32,
+        failure: &'a Failure,
+    ) -> StoreFuture<'a, Fenced>;
+
+    /// The whole row, if the key is known.
+    fn lookup<'a>(&'a self, id: &'a EventId) -> StoreFuture<'a, Option<EventRecord>>;
+
+    /// Reopens a dead letter for one more attempt holding a lease of `lease` (path
+    /// `replay`); `None` when the row is not dead (or unknown). Of concurrent replays of
+    /// one key, exactly one reopens it.
+    fn replay<'a>(&'a self, id: &'a EventId, lease: Duration) -> StoreFuture<'a, Option<Reopened>>;
+
+    /// Dead letters, newest first, optionally of one provider.
+    fn dead_letters<'a>(
+        &'a self,
+        provider: Option<&'a str>,
+        limit: u32,
+    ) -> StoreFuture<'a, Vec<EventRecord>>;
+
+    /// Deletes at most `batch` rows of `status` not changed for `older_than`; answers how
+    /// many. Callers loop while a full batch was deleted.
+    fn sweep(&self, status: Status, older_than: Duration, batch: u32) -> StoreFuture<'_, u64>;
+}
+
+/// Runs `op` under `deadline`: past it the caller gets [`StoreError::TimedOut`] and the
+/// operation's future is dropped (a Postgres connection it held is discarded, see
+/// `postgres_pool`).
+pub(crate) async fn within<T>(
+    deadline: Duration,
+    op: impl std::future::Future<Output = Result<T, StoreError>>,
+) -> Result<T, StoreError> {
+    tokio::time::timeout(deadline, op)
+        .await
+        .unwrap_or_else(|_| {
+            Err(StoreError::TimedOut(format!(
+                "no answer within the {} ms deadline",
+                millis(deadline)
+            )))
+        })
+}
+
+/// A duration in whole milliseconds for SQL parameters (saturating; leases and ages are
+/// far below the limit).
+pub(crate) fn millis(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}
