@@ -54,33 +54,38 @@ fn signature_headers(scheme: &Scheme) -> Vec<String> {
     }
 }
 
+/// The signature scheme a provider's preset (or its `signature` table) names.
+fn scheme(config: &ProviderConfig) -> Result<Scheme, String> {
+    Ok(match config.preset {
+        Preset::None => Scheme::None,
+        Preset::Stripe => Scheme::Stripe,
+        Preset::StandardWebhooks => Scheme::Standard,
+        Preset::Github => Scheme::Hmac(HmacSpec::github()),
+        Preset::Slack => Scheme::Hmac(HmacSpec::slack()),
+        Preset::Shopify => Scheme::Hmac(HmacSpec::shopify()),
+        Preset::Hmac => {
+            let s = config.signature.as_ref().ok_or_else(|| {
+                format!(
+                    "providers.{}: preset hmac needs signature = {{ … }}",
+                    config.name
+                )
+            })?;
+            Scheme::Hmac(HmacSpec {
+                header: s.header.to_ascii_lowercase(),
+                algorithm: s.algorithm,
+                encoding: s.encoding,
+                prefix: s.prefix.clone(),
+                timestamp_header: s.timestamp_header.as_ref().map(|h| h.to_ascii_lowercase()),
+                template: s.template.clone(),
+            })
+        }
+    })
+}
+
 impl Provider {
     /// Resolves a validated `[[providers]]` entry (with its secrets read).
     pub fn from_config(config: &ProviderConfig) -> Result<Self, String> {
-        let scheme = match config.preset {
-            Preset::None => Scheme::None,
-            Preset::Stripe => Scheme::Stripe,
-            Preset::StandardWebhooks => Scheme::Standard,
-            Preset::Github => Scheme::Hmac(HmacSpec::github()),
-            Preset::Slack => Scheme::Hmac(HmacSpec::slack()),
-            Preset::Shopify => Scheme::Hmac(HmacSpec::shopify()),
-            Preset::Hmac => {
-                let s = config.signature.as_ref().ok_or_else(|| {
-                    format!(
-                        "providers.{}: preset hmac needs signature = {{ … }}",
-                        config.name
-                    )
-                })?;
-                Scheme::Hmac(HmacSpec {
-                    header: s.header.to_ascii_lowercase(),
-                    algorithm: s.algorithm,
-                    encoding: s.encoding,
-                    prefix: s.prefix.clone(),
-                    timestamp_header: s.timestamp_header.as_ref().map(|h| h.to_ascii_lowercase()),
-                    template: s.template.clone(),
-                })
-            }
-        };
+        let scheme = scheme(config)?;
         if !matches!(scheme, Scheme::None) && config.signing_keys.is_empty() {
             return Err(format!(
                 "providers.{}: preset {} needs at least one secret",

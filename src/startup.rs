@@ -72,18 +72,7 @@ impl Application {
             .with_context(|| format!("binding {}", config.server.listen))?;
         let port = listener.local_addr()?.port();
         let shards = config.server.shard_count();
-        let settings = ShardSettings {
-            lease: config.lease.duration,
-            retry: config.retry.policy(),
-            cache_capacity: config.cache.capacity.div_ceil(shards),
-            cache_bytes: config.cache.max_bytes / shards,
-            mailbox_capacity: config.server.mailbox_capacity,
-            admission_queue: config
-                .server
-                .admission_queue
-                .unwrap_or(config.server.workers_per_shard),
-            admission_wait: config.server.admission_wait,
-        };
+        let settings = shard_settings(config, shards);
         let metrics = Arc::new(Metrics::new());
         let dispatcher = Dispatcher::start(
             shards,
@@ -112,16 +101,7 @@ impl Application {
             metrics,
             admin_token: config.admin.token.clone(),
         });
-        let http_workers = config.server.http_workers.unwrap_or_else(cpus).max(1);
-        let server = HttpServer::new(move || App::new().app_data(state.clone()).configure(routes))
-            .listen(listener)?
-            .workers(http_workers)
-            // Signals are ours: the shards must stop claiming before the server stops.
-            .disable_signals()
-            .client_request_timeout(config.server.read_timeout)
-            .max_connections(config.server.max_connections.div_ceil(http_workers))
-            .shutdown_timeout(config.shutdown_limit().as_secs().max(1))
-            .run();
+        let server = http_server(config, listener, state)?;
         info!(log, "hookgate.listening"; "port" => port, "shards" => shards);
         let stopper = Stopper {
             server: server.handle(),
@@ -159,6 +139,42 @@ impl Application {
         self.stopper.dispatcher.stop();
         Ok(())
     }
+}
+
+/// What every shard of a node is configured with (`shards` of them share the cache).
+fn shard_settings(config: &Config, shards: usize) -> ShardSettings {
+    ShardSettings {
+        lease: config.lease.duration,
+        retry: config.retry.policy(),
+        cache_capacity: config.cache.capacity.div_ceil(shards),
+        cache_bytes: config.cache.max_bytes / shards,
+        mailbox_capacity: config.server.mailbox_capacity,
+        admission_queue: config
+            .server
+            .admission_queue
+            .unwrap_or(config.server.workers_per_shard),
+        admission_wait: config.server.admission_wait,
+    }
+}
+
+/// The HTTP server on `listener`, with the node's limits and shutdown timeout.
+fn http_server(
+    config: &Config,
+    listener: TcpListener,
+    state: web::Data<AppState>,
+) -> anyhow::Result<Server> {
+    let http_workers = config.server.http_workers.unwrap_or_else(cpus).max(1);
+    Ok(
+        HttpServer::new(move || App::new().app_data(state.clone()).configure(routes))
+            .listen(listener)?
+            .workers(http_workers)
+            // Signals are ours: the shards must stop claiming before the server stops.
+            .disable_signals()
+            .client_request_timeout(config.server.read_timeout)
+            .max_connections(config.server.max_connections.div_ceil(http_workers))
+            .shutdown_timeout(config.shutdown_limit().as_secs().max(1))
+            .run(),
+    )
 }
 
 /// Starts the graceful shutdown on the first SIGTERM or SIGINT.

@@ -5,10 +5,13 @@
 //! policy, secrets); it never opens a socket or a database.
 //!
 //! The files import one another one way only: `settings` → `store`, `provider`;
-//! `validate` → `settings`; `load` → `settings`, `validate`. This file only re-exports.
+//! `validate` → `provider_rules` → `rule`, `settings`; `load` → `settings`, `validate`.
+//! This file only re-exports.
 
 pub mod load;
 pub mod provider;
+mod provider_rules;
+mod rule;
 pub mod settings;
 pub mod store;
 pub mod validate;

@@ -5,62 +5,13 @@
 //! attempt is never mistaken for a dead one, and a sender's retry never lands while the
 //! previous attempt may still be running.
 
-use std::collections::HashSet;
-use std::fmt;
 use std::time::Duration;
 
-use super::provider::{effective_key, Preset};
+use super::provider_rules::provider_rules;
+use super::rule::{advice, rule, show};
 use super::settings::Config;
-use crate::key::KeySource;
 
-/// A rule's verdict.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Verdict {
-    /// The rule holds.
-    Ok,
-    /// Allowed, but probably not what you want.
-    Warn,
-    /// hookgate refuses to start.
-    Fail,
-}
-
-/// One checked rule and its verdict.
-#[derive(Debug, Clone)]
-pub struct Rule {
-    /// What was checked, naming the config keys.
-    pub name: String,
-    /// The numbers compared.
-    pub detail: String,
-    /// Whether the rule holds.
-    pub verdict: Verdict,
-}
-
-impl fmt::Display for Rule {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let verdict = match self.verdict {
-            Verdict::Ok => "ok  ",
-            Verdict::Warn => "WARN",
-            Verdict::Fail => "FAIL",
-        };
-        write!(f, "{verdict} {}: {}", self.name, self.detail)
-    }
-}
-
-fn rule(name: impl Into<String>, ok: bool, detail: impl Into<String>) -> Rule {
-    Rule {
-        name: name.into(),
-        verdict: if ok { Verdict::Ok } else { Verdict::Fail },
-        detail: detail.into(),
-    }
-}
-
-/// A rule that only warns when it does not hold.
-fn advice(name: impl Into<String>, ok: bool, detail: impl Into<String>) -> Rule {
-    Rule {
-        verdict: if ok { Verdict::Ok } else { Verdict::Warn },
-        ..rule(name, true, detail)
-    }
-}
+pub use super::rule::{Rule, Verdict};
 
 /// Stripe retries for three days: a done result must outlive that, or a late retry
 /// would run the target again.
@@ -70,9 +21,17 @@ const ADVISED_RETENTION: Duration = Duration::from_secs(75 * 3600);
 
 /// Every rule, in the order `check-config` prints them.
 pub(super) fn rules(config: &Config) -> Vec<Rule> {
+    let mut rules = node_rules(config);
+    rules.extend(retry_rules(config));
+    rules.extend(retention_rules(config));
+    rules.extend(provider_rules(config));
+    rules
+}
+
+/// Sizes, limits, deadlines and what a shutdown can take.
+fn node_rules(config: &Config) -> Vec<Rule> {
     let lease = config.lease.duration;
-    let base = config.retry.base;
-    let mut rules = vec![
+    vec![
         rule(
             "server.shards >= 1",
             config.server.shard_count() >= 1,
@@ -114,6 +73,14 @@ pub(super) fn rules(config: &Config) -> Vec<Rule> {
             format!("max_connections = {}", config.server.max_connections),
         ),
         shutdown_rule(config),
+    ]
+}
+
+/// The lease against the backoff, and the backoff's own numbers.
+fn retry_rules(config: &Config) -> Vec<Rule> {
+    let lease = config.lease.duration;
+    let base = config.retry.base;
+    vec![
         rule(
             "lease.duration < retry.base",
             lease < base,
@@ -143,6 +110,12 @@ pub(super) fn rules(config: &Config) -> Vec<Rule> {
             (0.0..1.0).contains(&config.retry.jitter),
             format!("jitter = {}", config.retry.jitter),
         ),
+    ]
+}
+
+/// How long rows are kept and swept.
+fn retention_rules(config: &Config) -> Vec<Rule> {
+    vec![
         rule(
             "retention.done >= 72h",
             config.retention.done >= MIN_RETENTION,
@@ -169,94 +142,7 @@ pub(super) fn rules(config: &Config) -> Vec<Rule> {
             config.retention.sweep_interval >= Duration::from_secs(1),
             format!("sweep_interval = {}", show(config.retention.sweep_interval)),
         ),
-        rule(
-            "admin.token_env names a variable",
-            config.admin.token_env.as_deref() != Some(""),
-            match &config.admin.token_env {
-                Some(var) => format!("token from ${var}"),
-                None => "admin API disabled".into(),
-            },
-        ),
-        rule(
-            "at least one [[providers]] entry",
-            !config.providers.is_empty(),
-            format!("{} providers", config.providers.len()),
-        ),
-    ];
-    let mut seen = HashSet::new();
-    for p in &config.providers {
-        let name = &p.name;
-        rules.push(rule(
-            format!("providers.{name}: name is unique and URL-safe"),
-            seen.insert(name.as_str())
-                && !name.is_empty()
-                && name
-                    .bytes()
-                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_'),
-            "letters, digits, '-' and '_' only",
-        ));
-        rules.push(rule(
-            format!("providers.{name}.target.timeout < lease.duration"),
-            p.target.timeout < lease,
-            format!(
-                "timeout {} vs lease {}: lower the timeout or raise lease.duration",
-                show(p.target.timeout),
-                show(lease)
-            ),
-        ));
-        rules.push(rule(
-            format!("providers.{name}.target.url is http://"),
-            p.target.url.starts_with("http://"),
-            format!("url = {}", p.target.url),
-        ));
-        let key = effective_key(p);
-        let pointer_ok = |ptr: &String| ptr.is_empty() || ptr.starts_with('/');
-        let pointers_ok = key.iter().all(|k| match k {
-            KeySource::Header { header } => !header.is_empty(),
-            KeySource::Json { json } => pointer_ok(json),
-            KeySource::Fields { fields } => !fields.is_empty() && fields.iter().all(pointer_ok),
-        });
-        rules.push(rule(
-            format!("providers.{name}.key has sources"),
-            !key.is_empty() && pointers_ok,
-            format!(
-                "{} source(s), explicit or from preset {}; JSON pointers start with '/'",
-                key.len(),
-                p.preset.as_str()
-            ),
-        ));
-        let signed = p.preset != Preset::None;
-        rules.push(advice(
-            format!("providers.{name}: signatures are verified"),
-            signed,
-            format!("preset {}", p.preset.as_str()),
-        ));
-        rules.push(rule(
-            format!("providers.{name}.secrets when signatures are verified"),
-            !signed || !p.secrets.is_empty(),
-            format!("{} secret(s) named", p.secrets.len()),
-        ));
-        rules.push(rule(
-            format!("providers.{name}.signature set exactly for preset hmac"),
-            (p.preset == Preset::Hmac) == p.signature.is_some(),
-            format!("preset {}", p.preset.as_str()),
-        ));
-        let bad_dates: Vec<String> = p
-            .secrets
-            .iter()
-            .filter_map(|s| s.not_after().err())
-            .collect();
-        rules.push(rule(
-            format!("providers.{name}.secrets not_after are RFC 3339"),
-            bad_dates.is_empty(),
-            if bad_dates.is_empty() {
-                "ok".into()
-            } else {
-                bad_dates.join("; ")
-            },
-        ));
-    }
-    rules
+    ]
 }
 
 /// What a shutdown can take: deliveries that reached the target run to their end, so the
@@ -280,10 +166,6 @@ fn shutdown_rule(config: &Config) -> Rule {
             show(limit)
         ),
     )
-}
-
-fn show(d: Duration) -> String {
-    humantime::format_duration(d).to_string()
 }
 
 #[cfg(test)]
@@ -368,62 +250,5 @@ mod tests {
             .filter(|r| r.verdict == super::Verdict::Warn)
             .collect();
         assert!(warned.iter().any(|r| r.name.contains("75h")), "{warned:?}");
-    }
-}
-
-#[cfg(test)]
-mod provider_rules {
-    use crate::config::Config;
-
-    #[test]
-    fn a_signing_preset_without_secrets_is_refused() {
-        let err = Config::from_toml(
-            r#"
-            [[providers]]
-            name = "gh"
-            preset = "github"
-            target = { url = "http://127.0.0.1:9000/" }
-            "#,
-        )
-        .unwrap_err()
-        .to_string();
-        assert!(err.contains("providers.gh.secrets"), "{err}");
-    }
-
-    #[test]
-    fn presets_supply_the_key_and_bad_dates_are_named() {
-        let err = Config::from_toml(
-            r#"
-            [[providers]]
-            name = "st"
-            preset = "stripe"
-            secrets = [{ env = "X", not_after = "tomorrow" }]
-            target = { url = "http://127.0.0.1:9000/" }
-            "#,
-        )
-        .unwrap_err()
-        .to_string();
-        assert!(!err.contains("key has sources"), "{err}");
-        assert!(err.contains("not_after"), "{err}");
-    }
-
-    #[test]
-    fn preset_hmac_needs_its_signature_table() {
-        let err = Config::from_toml(
-            r#"
-            [[providers]]
-            name = "h"
-            preset = "hmac"
-            key = [{ header = "X-Id" }]
-            secrets = [{ env = "X" }]
-            target = { url = "http://127.0.0.1:9000/" }
-            "#,
-        )
-        .unwrap_err()
-        .to_string();
-        assert!(
-            err.contains("signature set exactly for preset hmac"),
-            "{err}"
-        );
     }
 }

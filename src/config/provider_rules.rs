@@ -1,0 +1,169 @@
+//! The rules of the admin token and of every `[[providers]]` entry: unique URL-safe
+//! names, a target timeout shorter than the lease, key sources, signatures and secrets.
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use super::provider::{effective_key, Preset, ProviderConfig};
+use super::rule::{advice, rule, show, Rule};
+use super::settings::Config;
+use crate::key::KeySource;
+
+/// The admin token and every `[[providers]]` entry.
+pub(super) fn provider_rules(config: &Config) -> Vec<Rule> {
+    let lease = config.lease.duration;
+    let mut rules = vec![
+        rule(
+            "admin.token_env names a variable",
+            config.admin.token_env.as_deref() != Some(""),
+            match &config.admin.token_env {
+                Some(var) => format!("token from ${var}"),
+                None => "admin API disabled".into(),
+            },
+        ),
+        rule(
+            "at least one [[providers]] entry",
+            !config.providers.is_empty(),
+            format!("{} providers", config.providers.len()),
+        ),
+    ];
+    let mut seen = HashSet::new();
+    for p in &config.providers {
+        let unique = seen.insert(p.name.as_str());
+        rules.extend(one_provider_rules(p, unique, lease));
+    }
+    rules
+}
+
+/// The rules of one `[[providers]]` entry; `unique` says no earlier entry has its name.
+fn one_provider_rules(p: &ProviderConfig, unique: bool, lease: Duration) -> Vec<Rule> {
+    let mut rules = Vec::new();
+    let name = &p.name;
+    rules.push(rule(
+        format!("providers.{name}: name is unique and URL-safe"),
+        unique
+            && !name.is_empty()
+            && name
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_'),
+        "letters, digits, '-' and '_' only",
+    ));
+    rules.push(rule(
+        format!("providers.{name}.target.timeout < lease.duration"),
+        p.target.timeout < lease,
+        format!(
+            "timeout {} vs lease {}: lower the timeout or raise lease.duration",
+            show(p.target.timeout),
+            show(lease)
+        ),
+    ));
+    rules.push(rule(
+        format!("providers.{name}.target.url is http://"),
+        p.target.url.starts_with("http://"),
+        format!("url = {}", p.target.url),
+    ));
+    let key = effective_key(p);
+    let pointer_ok = |ptr: &String| ptr.is_empty() || ptr.starts_with('/');
+    let pointers_ok = key.iter().all(|k| match k {
+        KeySource::Header { header } => !header.is_empty(),
+        KeySource::Json { json } => pointer_ok(json),
+        KeySource::Fields { fields } => !fields.is_empty() && fields.iter().all(pointer_ok),
+    });
+    rules.push(rule(
+        format!("providers.{name}.key has sources"),
+        !key.is_empty() && pointers_ok,
+        format!(
+            "{} source(s), explicit or from preset {}; JSON pointers start with '/'",
+            key.len(),
+            p.preset.as_str()
+        ),
+    ));
+    let signed = p.preset != Preset::None;
+    rules.push(advice(
+        format!("providers.{name}: signatures are verified"),
+        signed,
+        format!("preset {}", p.preset.as_str()),
+    ));
+    rules.push(rule(
+        format!("providers.{name}.secrets when signatures are verified"),
+        !signed || !p.secrets.is_empty(),
+        format!("{} secret(s) named", p.secrets.len()),
+    ));
+    rules.push(rule(
+        format!("providers.{name}.signature set exactly for preset hmac"),
+        (p.preset == Preset::Hmac) == p.signature.is_some(),
+        format!("preset {}", p.preset.as_str()),
+    ));
+    let bad_dates: Vec<String> = p
+        .secrets
+        .iter()
+        .filter_map(|s| s.not_after().err())
+        .collect();
+    rules.push(rule(
+        format!("providers.{name}.secrets not_after are RFC 3339"),
+        bad_dates.is_empty(),
+        if bad_dates.is_empty() {
+            "ok".into()
+        } else {
+            bad_dates.join("; ")
+        },
+    ));
+    rules
+}
+
+#[cfg(test)]
+mod provider_rules {
+    use crate::config::Config;
+
+    #[test]
+    fn a_signing_preset_without_secrets_is_refused() {
+        let err = Config::from_toml(
+            r#"
+            [[providers]]
+            name = "gh"
+            preset = "github"
+            target = { url = "http://127.0.0.1:9000/" }
+            "#,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("providers.gh.secrets"), "{err}");
+    }
+
+    #[test]
+    fn presets_supply_the_key_and_bad_dates_are_named() {
+        let err = Config::from_toml(
+            r#"
+            [[providers]]
+            name = "st"
+            preset = "stripe"
+            secrets = [{ env = "X", not_after = "tomorrow" }]
+            target = { url = "http://127.0.0.1:9000/" }
+            "#,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(!err.contains("key has sources"), "{err}");
+        assert!(err.contains("not_after"), "{err}");
+    }
+
+    #[test]
+    fn preset_hmac_needs_its_signature_table() {
+        let err = Config::from_toml(
+            r#"
+            [[providers]]
+            name = "h"
+            preset = "hmac"
+            key = [{ header = "X-Id" }]
+            secrets = [{ env = "X" }]
+            target = { url = "http://127.0.0.1:9000/" }
+            "#,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            err.contains("signature set exactly for preset hmac"),
+            "{err}"
+        );
+    }
+}
