@@ -112,7 +112,7 @@ fn one_provider_rules(p: &ProviderConfig, unique: bool, lease: Duration) -> Vec<
 }
 
 #[cfg(test)]
-mod provider_rules {
+mod tests {
     use crate::config::Config;
 
     #[test]
