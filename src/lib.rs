@@ -4,25 +4,30 @@
 //!
 //! # Layout
 //!
+//! Imports go one way, down this list of layers; no module imports one above it:
+//! core → config, provider, metrics, logging → store → actors (shard, worker, retention)
+//! → http → startup → cli.
+//!
 //! | pattern | where |
 //! |---|---|
-//! | config file + env layering, validation rules | [`config`] |
-//! | the idempotency key: header, JSON pointer, fields hash (pure) | [`key`] |
-//! | canonical JSON, payload fingerprints (pure) | [`canonical`] |
-//! | signature schemes: generic HMAC, Stripe, Standard Webhooks | [`signature`] |
+//! | row states, named paths, the not-won and mismatch rules (core) | [`claim`] |
+//! | the idempotency key and its sources (core) | [`key`] |
+//! | canonical JSON, payload fingerprints (core) | [`canonical`] |
+//! | signature schemes, bounded header parsing (core) | [`signature`] |
+//! | backoff with jitter and the attempt cap (core) | [`retry`] |
+//! | what a delivery's outcome means for the row (core) | [`outcome`] |
+//! | a secret that never prints (core) | [`secret`] |
+//! | settings, env layering, rules, loading | [`config`] |
 //! | presets resolved into a provider's runtime | [`provider`] |
-//! | row states, named paths, the not-won rule (pure) | [`claim`] |
-//! | backoff with jitter and the attempt cap (pure) | [`retry`] |
-//! | what a delivery's outcome means for the row (pure) | [`outcome`] |
-//! | the store trait; atomic claim, fenced complete/fail | [`store`] |
+//! | Prometheus metrics, one registry per node; JSON logs | [`metrics`], [`logging`] |
+//! | the store interface; atomic claim, fenced complete/fail | [`store::api`] |
 //! | Postgres (group commit) and the embedded SQLite store | [`store::postgres`], [`store::sqlite`] |
-//! | shard actors: in-flight set, claim → deliver → record | [`shard`] |
+//! | shard actors: memory answers, admission, claims | [`shard`] |
+//! | one attempt: deliver → judge → record → answer | [`shard::attempt`] |
 //! | the done cache read by HTTP handlers; routing | [`shard::cache`], [`shard::dispatcher`] |
 //! | supervised workers, the delivery seam | [`worker`], [`worker::delivery`] |
-//! | HTTP routes, ingest, the one error type | [`http`] |
-//! | JSON logs through an async drain | [`logging`] |
-//! | Prometheus metrics, one registry per node | [`metrics`] |
 //! | the retention sweeper (`run_once`) | [`retention`] |
+//! | HTTP routes, ingest, the one error type | [`http`] |
 //! | building and stopping a node | [`startup`] |
 //! | the command line | [`cli`] |
 
