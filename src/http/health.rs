@@ -5,6 +5,7 @@ use actix_web::{web, HttpResponse};
 use serde_json::json;
 
 use super::state::AppState;
+use crate::shard::STORE_RETRY_AFTER_SECS;
 
 /// 200 while the process serves HTTP.
 pub async fn healthz() -> HttpResponse {
@@ -18,7 +19,7 @@ pub async fn readyz(state: web::Data<AppState>) -> HttpResponse {
         Err(e) => {
             slog::warn!(state.log, "readyz.store_unavailable"; "error" => %e);
             HttpResponse::ServiceUnavailable()
-                .insert_header(("Retry-After", "5"))
+                .insert_header(("Retry-After", STORE_RETRY_AFTER_SECS.to_string()))
                 .json(json!({"status": "store_unavailable"}))
         }
     }

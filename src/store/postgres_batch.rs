@@ -1,6 +1,6 @@
 //! The Postgres store's group commit: many claims, or many completions, in one statement.
 //!
-//! The statements keep the single-row rules exactly (see `postgres.rs`); `unnest` turns the
+//! The statements keep the single-row rules exactly (see `postgres_sql.rs`); `unnest` turns the
 //! batch's arrays into rows. Rows are locked in (provider, event_key) order so two batches
 //! on different nodes cannot deadlock on claims; if Postgres still reports a deadlock or a
 //! key the batch could not report, those calls fall back to the single-row statements.
