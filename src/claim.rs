@@ -11,6 +11,8 @@ use std::time::Duration;
 /// A row's state, as stored in `webhook_events.status`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Status {
+    /// Queue mode: written with its payload, first attempt not claimed yet.
+    Queued,
     /// A claim holds the key until `locked_until`.
     InProgress,
     /// The target accepted the event; terminal.
@@ -25,6 +27,7 @@ impl Status {
     /// The text stored in the database.
     pub fn as_str(self) -> &'static str {
         match self {
+            Status::Queued => "queued",
             Status::InProgress => "in_progress",
             Status::Done => "done",
             Status::Failed => "failed",
@@ -35,6 +38,7 @@ impl Status {
     /// Parses the stored text.
     pub fn parse(text: &str) -> Option<Self> {
         Some(match text {
+            "queued" => Status::Queued,
             "in_progress" => Status::InProgress,
             "done" => Status::Done,
             "failed" => Status::Failed,
@@ -63,8 +67,12 @@ pub enum Path {
     PayloadMismatch,
     /// The store could not be reached; nothing ran.
     StoreUnavailable,
-    /// The shard's mailbox was full; nothing ran.
+    /// The node could not start a delivery now; nothing was claimed.
     Overloaded,
+    /// Queue mode: key never seen; the row with its payload is durable.
+    Queued,
+    /// Queue mode: key queued, failed or in progress; nothing changes.
+    DuplicateQueued,
     /// An operator reopened a dead letter.
     Replay,
     /// A worker finished after its lease was retaken; its write changed nothing.
@@ -84,6 +92,8 @@ impl Path {
             Path::PayloadMismatch => "payload_mismatch",
             Path::StoreUnavailable => "store_unavailable",
             Path::Overloaded => "overloaded",
+            Path::Queued => "queued",
+            Path::DuplicateQueued => "duplicate_queued",
             Path::Replay => "replay",
             Path::StaleCompletion => "stale_completion",
         }
@@ -101,6 +111,8 @@ impl Path {
             Path::PayloadMismatch,
             Path::StoreUnavailable,
             Path::Overloaded,
+            Path::Queued,
+            Path::DuplicateQueued,
             Path::Replay,
             Path::StaleCompletion,
         ]
@@ -182,7 +194,7 @@ pub fn classify(row: &RowState, incoming_fingerprint: Option<&str>) -> Path {
     match row.status {
         Status::Done => Path::DuplicateDone,
         Status::Dead => Path::DuplicateDead,
-        Status::InProgress | Status::Failed => Path::InProgressElsewhere,
+        Status::Queued | Status::InProgress | Status::Failed => Path::InProgressElsewhere,
     }
 }
 

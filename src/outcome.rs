@@ -37,6 +37,8 @@ pub enum DeadReason {
     NonRetryable,
     /// An operator's replay failed; no sender will redeliver it, so it is dead again.
     ReplayFailed,
+    /// A sync-mode event nobody delivered for longer than its sender retries.
+    SenderGaveUp,
 }
 
 impl DeadReason {
@@ -46,6 +48,7 @@ impl DeadReason {
             DeadReason::AttemptsExhausted => "attempts_exhausted",
             DeadReason::NonRetryable => "non_retryable",
             DeadReason::ReplayFailed => "replay_failed",
+            DeadReason::SenderGaveUp => "sender_gave_up",
         }
     }
 }

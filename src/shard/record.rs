@@ -108,6 +108,7 @@ pub(crate) fn failure(event: &Event, error: &str, dead: Option<DeadReason>) -> F
         payload: event.body.clone(),
         content_type: event.content_type.clone(),
         headers: headers_json(&event.headers, &event.target.keep_headers),
+        retry_in: None,
     }
 }
 

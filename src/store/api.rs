@@ -11,7 +11,7 @@ use std::time::Duration;
 use actix_web::web::Bytes;
 use futures_util::future::BoxFuture;
 
-use crate::claim::{ClaimResult, Path, Status, StoredResult};
+use crate::claim::{ClaimResult, Path, RowState, Status, StoredResult};
 use crate::key::EventId;
 use crate::outcome::DeadReason;
 
@@ -106,6 +106,60 @@ pub struct Failure {
     pub content_type: Option<String>,
     /// The request's headers as a JSON object, credentials left out.
     pub headers: Option<String>,
+    /// Queue mode: when the scheduler may take the row again (a `failed` row's backoff);
+    /// `None` for sync rows, whose sender redelivers.
+    pub retry_in: Option<Duration>,
+}
+
+/// A queue-mode event to write before its sender is answered.
+#[derive(Debug, Clone)]
+pub struct Enqueue {
+    /// Provider and key.
+    pub id: EventId,
+    /// The payload's fingerprint (`None` when fingerprints are off).
+    pub fingerprint: Option<String>,
+    /// The payload, byte for byte.
+    pub payload: Bytes,
+    /// Its content type.
+    pub content_type: Option<String>,
+    /// The request's headers worth keeping, as a JSON object.
+    pub headers: Option<String>,
+}
+
+/// What [`Store::enqueue`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Enqueued {
+    /// A new row, durable, due now.
+    Inserted,
+    /// The key was known; the row as it stands.
+    Existing(RowState),
+}
+
+/// A queue row taken for one attempt by [`Store::take`]: deliver it, then complete or
+/// fail it with `attempts` like any won claim.
+#[derive(Debug, Clone)]
+pub struct Taken {
+    /// The fencing token of this attempt.
+    pub attempts: i32,
+    /// `first_run`, `retry_after_failure` or `lease_retake`.
+    pub path: Path,
+    /// The kept payload.
+    pub payload: Bytes,
+    /// The kept content type.
+    pub content_type: Option<String>,
+    /// The payload's fingerprint.
+    pub fingerprint: Option<String>,
+}
+
+/// One provider's queue, for metrics.
+#[derive(Debug, Clone, PartialEq)]
+pub struct QueueDepth {
+    /// The provider.
+    pub provider: String,
+    /// Queue rows not finished: queued, failed (waiting for their backoff) or in progress.
+    pub rows: u64,
+    /// How long the oldest due row has been due (zero when none is).
+    pub oldest_due: Duration,
 }
 
 /// A whole row, for operators (`hookgate events show`).
@@ -135,6 +189,8 @@ pub struct EventRecord {
     pub request_headers: Option<String>,
     /// Time left on the lease (zero when none is live).
     pub lease_left: Duration,
+    /// `sync` or `queue`.
+    pub mode: String,
     /// Row creation, seconds since the Unix epoch (store clock).
     pub created_at: f64,
     /// Last change, seconds since the Unix epoch (store clock).
@@ -201,6 +257,51 @@ pub trait Store: Send + Sync + 'static {
     /// Deletes at most `batch` rows of `status` not changed for `older_than`; answers how
     /// many. Callers loop while a full batch was deleted.
     fn sweep(&self, status: Status, older_than: Duration, batch: u32) -> StoreFuture<'_, u64>;
+
+    /// Queue mode: writes the event with its payload (status `queued`, due now) unless its
+    /// key is known, in which case the row is reported as it stands. Answers only once the
+    /// row is durable.
+    fn enqueue<'a>(&'a self, item: &'a Enqueue) -> StoreFuture<'a, Enqueued>;
+
+    /// Queue mode: takes a due row for one attempt holding a lease of `lease` — the claim's
+    /// rule on an existing row: `queued` (path `first_run`), `failed` whose backoff has
+    /// passed (`retry_after_failure`), `in_progress` whose lease expired
+    /// (`lease_retake`). `None` when the row is not due, or another taker has it.
+    fn take<'a>(&'a self, id: &'a EventId, lease: Duration) -> StoreFuture<'a, Option<Taken>>;
+
+    /// Queue mode: keys of `provider` due for an attempt, longest due first, at most
+    /// `limit`; rows another node is taking right now are skipped.
+    fn due<'a>(&'a self, provider: &'a str, limit: u32) -> StoreFuture<'a, Vec<EventId>>;
+
+    /// Queue mode: extends attempt `attempts`'s lease to `lease` from now, if the row is
+    /// still that attempt's.
+    fn renew<'a>(
+        &'a self,
+        id: &'a EventId,
+        attempts: i32,
+        lease: Duration,
+    ) -> StoreFuture<'a, Fenced>;
+
+    /// Sync mode: makes at most `batch` rows of `provider` that no delivery touched for
+    /// `horizon` — `failed`, or `in_progress` with an expired lease — dead letters with
+    /// reason `sender_gave_up`; answers how many.
+    fn abandon<'a>(
+        &'a self,
+        provider: &'a str,
+        horizon: Duration,
+        batch: u32,
+    ) -> StoreFuture<'a, u64>;
+
+    /// Rows, oldest first, optionally of one provider and one status.
+    fn list<'a>(
+        &'a self,
+        provider: Option<&'a str>,
+        status: Option<Status>,
+        limit: u32,
+    ) -> StoreFuture<'a, Vec<EventRecord>>;
+
+    /// Unfinished queue rows per provider, and the age of the oldest due one.
+    fn queue_depth(&self) -> StoreFuture<'_, Vec<QueueDepth>>;
 }
 
 /// Runs `op` under `deadline`: past it the caller gets [`StoreError::TimedOut`] and the

@@ -14,12 +14,18 @@ mod open;
 pub mod postgres;
 mod postgres_batch;
 mod postgres_pool;
+mod postgres_queue;
+mod postgres_queue_sql;
 mod postgres_rows;
 mod postgres_sql;
 mod reconnect;
 pub mod sqlite;
+mod sqlite_queue;
 mod sqlite_writer;
 
 pub use crate::outcome::DeadReason;
-pub use api::{EventRecord, Failure, Fenced, Reopened, Store, StoreError, StoreFuture};
+pub use api::{
+    Enqueue, Enqueued, EventRecord, Failure, Fenced, QueueDepth, Reopened, Store, StoreError,
+    StoreFuture, Taken,
+};
 pub use open::open;

@@ -19,12 +19,16 @@ use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
 use tokio_postgres::NoTls;
 
 use super::api::millis;
-use super::api::{EventRecord, Failure, Fenced, Reopened, Store, StoreError, StoreFuture};
+use super::api::{
+    Enqueue, Enqueued, EventRecord, Failure, Fenced, QueueDepth, Reopened, Store, StoreError,
+    StoreFuture, Taken,
+};
 use super::batcher::Batcher;
 use super::postgres_batch::{self, ClaimCall, CompleteCall};
 use super::postgres_pool::Inner;
+use super::postgres_queue;
 use super::postgres_rows::{db_error, get, record};
-use super::postgres_sql::{DEAD_LETTERS, FAIL, LOOKUP, REPLAY, SWEEP};
+use super::postgres_sql::{DEAD_LETTERS, FAIL, LIST, LOOKUP, REPLAY, SWEEP};
 use super::reconnect::Reconnect;
 use crate::claim::{ClaimResult, Status, StoredResult};
 use crate::config::StoreConfig;
@@ -34,6 +38,7 @@ use crate::key::EventId;
 const MIGRATIONS: &[(i32, &str)] = &[
     (1, include_str!("migrations/0001_webhook_events.sql")),
     (2, include_str!("migrations/0002_request_headers.sql")),
+    (3, include_str!("migrations/0003_queue.sql")),
 ];
 
 /// How long a new connection may take before the store counts as unreachable.
@@ -259,6 +264,7 @@ impl Store for PgStore {
                 Some(_) => Status::Dead,
                 None => Status::Failed,
             };
+            let retry_in = failure.retry_in.map(millis);
             self.inner
                 .fenced(
                     FAIL,
@@ -272,6 +278,7 @@ impl Store for PgStore {
                         &&*failure.payload,
                         &failure.content_type,
                         &failure.headers,
+                        &retry_in,
                     ],
                 )
                 .await
@@ -330,5 +337,60 @@ impl Store for PgStore {
                 .await
                 .map_err(db_error)
         })))
+    }
+
+    fn enqueue<'a>(&'a self, item: &'a Enqueue) -> StoreFuture<'a, Enqueued> {
+        Box::pin(self.guarded(postgres_queue::enqueue(&self.inner, item)))
+    }
+
+    fn take<'a>(&'a self, id: &'a EventId, lease: Duration) -> StoreFuture<'a, Option<Taken>> {
+        Box::pin(self.guarded(postgres_queue::take(&self.inner, id, lease)))
+    }
+
+    fn due<'a>(&'a self, provider: &'a str, limit: u32) -> StoreFuture<'a, Vec<EventId>> {
+        Box::pin(self.guarded(postgres_queue::due(&self.inner, provider, limit)))
+    }
+
+    fn renew<'a>(
+        &'a self,
+        id: &'a EventId,
+        attempts: i32,
+        lease: Duration,
+    ) -> StoreFuture<'a, Fenced> {
+        Box::pin(self.guarded(postgres_queue::renew(&self.inner, id, attempts, lease)))
+    }
+
+    fn abandon<'a>(
+        &'a self,
+        provider: &'a str,
+        horizon: Duration,
+        batch: u32,
+    ) -> StoreFuture<'a, u64> {
+        Box::pin(self.guarded(postgres_queue::abandon(
+            &self.inner,
+            provider,
+            horizon,
+            batch,
+        )))
+    }
+
+    fn list<'a>(
+        &'a self,
+        provider: Option<&'a str>,
+        status: Option<Status>,
+        limit: u32,
+    ) -> StoreFuture<'a, Vec<EventRecord>> {
+        let status = status.map(Status::as_str);
+        Box::pin(self.guarded(self.inner.run(async move |client| {
+            let rows = client
+                .query(LIST, &[&provider, &status, &i64::from(limit)])
+                .await
+                .map_err(db_error)?;
+            rows.iter().map(record).collect()
+        })))
+    }
+
+    fn queue_depth(&self) -> StoreFuture<'_, Vec<QueueDepth>> {
+        Box::pin(self.guarded(postgres_queue::queue_depth(&self.inner)))
     }
 }

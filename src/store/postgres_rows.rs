@@ -17,13 +17,18 @@ pub(crate) fn claim_result(row: &Row) -> Result<ClaimResult, StoreError> {
         let path = parse_path(&get::<String>(row, "last_path")?)?;
         return Ok(ClaimResult::Won { attempts, path });
     }
-    Ok(ClaimResult::Existing(RowState {
+    Ok(ClaimResult::Existing(row_state(row)?))
+}
+
+/// The row as a claim or an enqueue that did not win reports it.
+pub(crate) fn row_state(row: &Row) -> Result<RowState, StoreError> {
+    Ok(RowState {
         status: parse_status(&get::<String>(row, "status")?)?,
-        attempts,
+        attempts: get(row, "attempts")?,
         fingerprint: get(row, "fingerprint")?,
         lease_left: lease_left(row)?,
         result: stored_result(row)?,
-    }))
+    })
 }
 
 pub(crate) fn record(row: &Row) -> Result<EventRecord, StoreError> {
@@ -43,6 +48,7 @@ pub(crate) fn record(row: &Row) -> Result<EventRecord, StoreError> {
         content_type: get(row, "content_type")?,
         request_headers: get(row, "request_headers")?,
         lease_left: lease_left(row)?,
+        mode: get(row, "mode")?,
         created_at: get(row, "created_at")?,
         updated_at: get(row, "updated_at")?,
     })
@@ -80,7 +86,7 @@ fn parse_status(text: &str) -> Result<Status, StoreError> {
     Status::parse(text).ok_or_else(|| StoreError::Corrupt(format!("status {text:?}")))
 }
 
-fn parse_path(text: &str) -> Result<Path, StoreError> {
+pub(crate) fn parse_path(text: &str) -> Result<Path, StoreError> {
     Path::parse(text).ok_or_else(|| StoreError::Corrupt(format!("last_path {text:?}")))
 }
 

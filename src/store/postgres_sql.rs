@@ -3,19 +3,21 @@
 //! the only clock used for leases.
 
 /// The claim's state rules in Postgres, shared by the single-row and the batched claim
-/// (`e` is the existing row): a `failed` row, or an `in_progress` row whose lease has run out
-/// by the database's clock, is taken over — set back to `in_progress` with attempts + 1 —
-/// when its fingerprint matches; `done` and `dead` never match.
+/// (`e` is the existing row): a `queued` row (a queue-mode provider switched to sync), a
+/// `failed` row, or an `in_progress` row whose lease has run out by the database's clock, is
+/// taken over — set back to `in_progress` with attempts + 1 — when its fingerprint
+/// matches; `done` and `dead` never match. The queue's [`TAKE`] keeps the same rule.
 macro_rules! pg_claim_conflict {
     () => {
         "ON CONFLICT (provider, event_key) DO UPDATE
     SET status = 'in_progress',
         attempts = e.attempts + 1,
-        last_path = CASE WHEN e.status = 'failed'
-                         THEN 'retry_after_failure' ELSE 'lease_retake' END,
+        last_path = CASE e.status WHEN 'queued' THEN 'first_run'
+                                  WHEN 'failed' THEN 'retry_after_failure'
+                                  ELSE 'lease_retake' END,
         locked_until = EXCLUDED.locked_until,
         updated_at = now()
-    WHERE (e.status = 'failed'
+    WHERE (e.status IN ('queued', 'failed')
            OR (e.status = 'in_progress' AND e.locked_until <= now()))
       AND (e.fingerprint IS NULL OR EXCLUDED.fingerprint IS NULL
            OR e.fingerprint = EXCLUDED.fingerprint)"
@@ -70,14 +72,17 @@ WHERE provider = $1 AND event_key = $2 AND attempts = $3 AND status = 'in_progre
 
 /// Fail (or dead-letter), fenced the same way as [`COMPLETE`]; releases the lease at once
 /// so the sender's next retry can claim the row without waiting for it to expire. Kept
-/// request headers are replaced only by another request's (a replay has none).
+/// request headers are replaced only by another request's (a replay has none). A queue
+/// row's next attempt is due after `$10` ms.
 ///
 /// Locks the one row; a concurrent claimer waits, then sees `failed` (and may win it) or
 /// `dead` (and never does).
 pub(crate) const FAIL: &str = "
 UPDATE webhook_events
 SET status = $4, last_error = $5, dead_reason = $6, payload = $7, content_type = $8,
-    request_headers = COALESCE($9, request_headers), locked_until = NULL, updated_at = now()
+    request_headers = COALESCE($9, request_headers), locked_until = NULL, updated_at = now(),
+    next_attempt_at = CASE WHEN $10::bigint IS NULL THEN next_attempt_at
+                           ELSE now() + $10::bigint * interval '1 millisecond' END
 WHERE provider = $1 AND event_key = $2 AND attempts = $3 AND status = 'in_progress'";
 
 /// The columns of a whole row, for [`LOOKUP`] and [`DEAD_LETTERS`].
@@ -85,7 +90,7 @@ macro_rules! record_columns {
     () => {
         "provider, event_key, status, attempts, last_path, fingerprint, result_status,
          result_content_type, result_body, payload, content_type, request_headers,
-         last_error, dead_reason,
+         last_error, dead_reason, mode,
          GREATEST(0, extract(epoch FROM locked_until - now()) * 1000)::bigint AS lease_left_ms,
          extract(epoch FROM created_at)::float8 AS created_at,
          extract(epoch FROM updated_at)::float8 AS updated_at"
@@ -105,6 +110,15 @@ pub(crate) const DEAD_LETTERS: &str = concat!(
     record_columns!(),
     " FROM webhook_events WHERE status = 'dead' AND ($1::text IS NULL OR provider = $1)
       ORDER BY updated_at DESC LIMIT $2"
+);
+
+/// List: rows oldest first, optionally of one provider and one status (`events list`). A
+/// plain read, no lock.
+pub(crate) const LIST: &str = concat!(
+    "SELECT ",
+    record_columns!(),
+    " FROM webhook_events WHERE ($1::text IS NULL OR provider = $1)
+      AND ($2::text IS NULL OR status = $2) ORDER BY created_at LIMIT $3"
 );
 
 /// Replay: reopen a dead letter as a new attempt, the claim's way (attempts + 1 is the new

@@ -17,7 +17,11 @@ use std::time::Duration;
 use actix_web::web::Bytes;
 use rusqlite::{params, Connection, OptionalExtension, Row};
 
-use super::api::{millis, EventRecord, Failure, Fenced, Reopened, Store, StoreError, StoreFuture};
+use super::api::{
+    millis, Enqueue, Enqueued, EventRecord, Failure, Fenced, QueueDepth, Reopened, Store,
+    StoreError, StoreFuture, Taken,
+};
+use super::sqlite_queue;
 use super::sqlite_writer::{sql_error, Writer};
 use crate::claim::{ClaimResult, Path as ClaimPath, RowState, Status, StoredResult};
 use crate::key::EventId;
@@ -29,6 +33,7 @@ const MIGRATIONS: &[(i32, &str)] = &[
         2,
         include_str!("migrations/sqlite_0002_request_headers.sql"),
     ),
+    (3, include_str!("migrations/sqlite_0003_queue.sql")),
 ];
 
 /// How long a statement waits for another process's write lock before failing.
@@ -46,11 +51,12 @@ VALUES (?1, ?2, 'in_progress', 1, 'first_run', ?3,
 ON CONFLICT (provider, event_key) DO UPDATE
 SET status = 'in_progress',
     attempts = webhook_events.attempts + 1,
-    last_path = CASE WHEN webhook_events.status = 'failed'
-                     THEN 'retry_after_failure' ELSE 'lease_retake' END,
+    last_path = CASE webhook_events.status WHEN 'queued' THEN 'first_run'
+                                           WHEN 'failed' THEN 'retry_after_failure'
+                                           ELSE 'lease_retake' END,
     locked_until = excluded.locked_until,
     updated_at = excluded.updated_at
-WHERE (webhook_events.status = 'failed'
+WHERE (webhook_events.status IN ('queued', 'failed')
        OR (webhook_events.status = 'in_progress'
            AND webhook_events.locked_until <= unixepoch('subsec')))
   AND (webhook_events.fingerprint IS NULL OR excluded.fingerprint IS NULL
@@ -75,7 +81,9 @@ const FAIL: &str = "
 UPDATE webhook_events
 SET status = ?4, last_error = ?5, dead_reason = ?6, payload = ?7, content_type = ?8,
     request_headers = COALESCE(?9, request_headers), locked_until = NULL,
-    updated_at = unixepoch('subsec')
+    updated_at = unixepoch('subsec'),
+    next_attempt_at = CASE WHEN ?10 IS NULL THEN next_attempt_at
+                           ELSE unixepoch('subsec') + ?10 / 1000.0 END
 WHERE provider = ?1 AND event_key = ?2 AND attempts = ?3 AND status = 'in_progress'";
 
 /// Replay: reopen a dead letter as a new attempt. Under the write lock, of concurrent
@@ -98,7 +106,7 @@ fn select_record(filter: &str) -> String {
     format!(
         "SELECT provider, event_key, status, attempts, last_path, fingerprint, result_status,
                 result_content_type, result_body, payload, content_type, request_headers,
-                last_error, dead_reason, {LEASE_LEFT_MS} AS lease_left_ms,
+                last_error, dead_reason, mode, {LEASE_LEFT_MS} AS lease_left_ms,
                 created_at, updated_at
          FROM webhook_events {filter}"
     )
@@ -260,6 +268,7 @@ impl Store for SqliteStore {
                     &failure.payload[..],
                     failure.content_type,
                     failure.headers,
+                    failure.retry_in.map(millis),
                 ])
             }))
         }))
@@ -322,6 +331,81 @@ impl Store for SqliteStore {
             Ok(deleted as u64)
         }))
     }
+
+    fn enqueue<'a>(&'a self, item: &'a Enqueue) -> StoreFuture<'a, Enqueued> {
+        let item = item.clone();
+        Box::pin(
+            self.writer
+                .call(move |conn| sqlite_queue::enqueue(conn, &item)),
+        )
+    }
+
+    fn take<'a>(&'a self, id: &'a EventId, lease: Duration) -> StoreFuture<'a, Option<Taken>> {
+        let id = id.clone();
+        Box::pin(
+            self.writer
+                .call(move |conn| sqlite_queue::take(conn, &id, lease)),
+        )
+    }
+
+    fn due<'a>(&'a self, provider: &'a str, limit: u32) -> StoreFuture<'a, Vec<EventId>> {
+        let provider = provider.to_owned();
+        Box::pin(
+            self.writer
+                .call(move |conn| sqlite_queue::due(conn, &provider, limit)),
+        )
+    }
+
+    fn renew<'a>(
+        &'a self,
+        id: &'a EventId,
+        attempts: i32,
+        lease: Duration,
+    ) -> StoreFuture<'a, Fenced> {
+        let id = id.clone();
+        Box::pin(
+            self.writer
+                .call(move |conn| sqlite_queue::renew(conn, &id, attempts, lease)),
+        )
+    }
+
+    fn abandon<'a>(
+        &'a self,
+        provider: &'a str,
+        horizon: Duration,
+        batch: u32,
+    ) -> StoreFuture<'a, u64> {
+        let provider = provider.to_owned();
+        Box::pin(
+            self.writer
+                .call(move |conn| sqlite_queue::abandon(conn, &provider, horizon, batch)),
+        )
+    }
+
+    fn list<'a>(
+        &'a self,
+        provider: Option<&'a str>,
+        status: Option<Status>,
+        limit: u32,
+    ) -> StoreFuture<'a, Vec<EventRecord>> {
+        let provider = provider.map(str::to_owned);
+        let status = status.map(Status::as_str);
+        Box::pin(self.writer.call(move |conn| {
+            let sql = select_record(
+                "WHERE (?1 IS NULL OR provider = ?1) AND (?2 IS NULL OR status = ?2)
+                 ORDER BY created_at, rowid LIMIT ?3",
+            );
+            let mut stmt = conn.prepare_cached(&sql).map_err(sql_error)?;
+            let rows = stmt
+                .query_map(params![provider, status, limit], record)
+                .map_err(sql_error)?;
+            rows.map(|r| r.map_err(sql_error)?).collect()
+        }))
+    }
+
+    fn queue_depth(&self) -> StoreFuture<'_, Vec<QueueDepth>> {
+        Box::pin(self.writer.call(sqlite_queue::queue_depth))
+    }
 }
 
 fn fenced(changed: rusqlite::Result<usize>) -> Result<Fenced, StoreError> {
@@ -367,6 +451,7 @@ fn record(r: &Row<'_>) -> rusqlite::Result<Result<EventRecord, StoreError>> {
         content_type: r.get("content_type")?,
         request_headers: r.get("request_headers")?,
         lease_left: Duration::from_millis(lease_left_ms.max(0).unsigned_abs()),
+        mode: r.get("mode")?,
         created_at: r.get("created_at")?,
         updated_at: r.get("updated_at")?,
     }))

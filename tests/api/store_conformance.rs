@@ -9,7 +9,7 @@ use actix_web::web::Bytes;
 use futures_util::future::join_all;
 use hookgate::claim::{classify, ClaimResult, Path, Status, StoredResult};
 use hookgate::key::EventId;
-use hookgate::store::{DeadReason, Failure, Fenced, Store};
+use hookgate::store::{DeadReason, Enqueue, Enqueued, Failure, Fenced, Store};
 
 const LEASE: Duration = Duration::from_secs(30);
 const EXPIRED: Duration = Duration::ZERO;
@@ -33,7 +33,39 @@ fn failure(dead: Option<DeadReason>) -> Failure {
         payload: Bytes::from_static(b"{\"a\":1}"),
         content_type: Some("application/json".into()),
         headers: Some(r#"{"x-sender":"s1"}"#.into()),
+        retry_in: None,
     }
+}
+
+fn queued(key: &str) -> Enqueue {
+    Enqueue {
+        id: id(key),
+        fingerprint: Some("fp".into()),
+        payload: Bytes::from_static(b"{\"q\":1}"),
+        content_type: Some("application/json".into()),
+        headers: None,
+    }
+}
+
+/// A queue row's failure with its backoff.
+fn retry_in(after: Duration) -> Failure {
+    Failure {
+        retry_in: Some(after),
+        ..failure(None)
+    }
+}
+
+async fn take(store: &dyn Store, key: &str, lease: Duration) -> Option<(i32, Path)> {
+    store
+        .take(&id(key), lease)
+        .await
+        .expect("take")
+        .map(|t| (t.attempts, t.path))
+}
+
+async fn due(store: &dyn Store) -> Vec<String> {
+    let keys = store.due("p", 100).await.expect("due");
+    keys.iter().map(|k| k.key.to_string()).collect()
 }
 
 async fn claim(store: &dyn Store, key: &str, lease: Duration) -> ClaimResult {
@@ -367,6 +399,156 @@ async fn keys_are_scoped_by_provider(store: Arc<dyn Store>) {
         .is_none());
 }
 
+async fn a_queued_event_is_written_once_taken_once_and_completed(store: Arc<dyn Store>) {
+    assert_eq!(
+        store.enqueue(&queued("q")).await.unwrap(),
+        Enqueued::Inserted
+    );
+    let Enqueued::Existing(row) = store.enqueue(&queued("q")).await.unwrap() else {
+        panic!("the second enqueue inserted");
+    };
+    assert_eq!((row.status, row.attempts), (Status::Queued, 0));
+    assert_eq!(due(&*store).await, vec!["q"]);
+    let taken = store.take(&id("q"), LEASE).await.unwrap().expect("taken");
+    assert_eq!((taken.attempts, taken.path), (1, Path::FirstRun));
+    assert_eq!(&taken.payload[..], b"{\"q\":1}");
+    assert_eq!(
+        take(&*store, "q", LEASE).await,
+        None,
+        "held by a live lease"
+    );
+    assert!(due(&*store).await.is_empty());
+    assert_eq!(
+        store.complete(&id("q"), 1, &result("ok")).await.unwrap(),
+        Fenced::Applied
+    );
+    let Enqueued::Existing(row) = store.enqueue(&queued("q")).await.unwrap() else {
+        panic!("a done key enqueued again");
+    };
+    assert_eq!(row.status, Status::Done);
+    assert_eq!(row.result, Some(result("ok")));
+    assert_eq!(take(&*store, "q", LEASE).await, None, "done is terminal");
+}
+
+async fn a_queue_row_is_retaken_after_its_lease_and_retried_after_its_backoff(
+    store: Arc<dyn Store>,
+) {
+    store.enqueue(&queued("q")).await.unwrap();
+    assert_eq!(take(&*store, "q", EXPIRED).await, Some((1, Path::FirstRun)));
+    assert_eq!(due(&*store).await, vec!["q"], "an expired lease is due");
+    assert_eq!(
+        take(&*store, "q", LEASE).await,
+        Some((2, Path::LeaseRetake))
+    );
+    let later = retry_in(Duration::from_secs(3600));
+    assert_eq!(
+        store.fail(&id("q"), 2, &later).await.unwrap(),
+        Fenced::Applied
+    );
+    assert!(due(&*store).await.is_empty(), "its backoff has not passed");
+    assert_eq!(take(&*store, "q", LEASE).await, None);
+    // A take made just now, failed with no backoff: due at once.
+    store.enqueue(&queued("r")).await.unwrap();
+    take(&*store, "r", LEASE).await;
+    store
+        .fail(&id("r"), 1, &retry_in(Duration::ZERO))
+        .await
+        .unwrap();
+    assert_eq!(
+        take(&*store, "r", LEASE).await,
+        Some((2, Path::RetryAfterFailure))
+    );
+    let record = store.lookup(&id("q")).await.unwrap().expect("row");
+    assert_eq!(
+        (record.status, record.mode.as_str()),
+        (Status::Failed, "queue")
+    );
+    assert_eq!(record.payload.as_deref(), Some(&b"{\"a\":1}"[..]));
+}
+
+async fn a_renewal_is_fenced_and_keeps_the_row_from_being_taken(store: Arc<dyn Store>) {
+    store.enqueue(&queued("q")).await.unwrap();
+    take(&*store, "q", EXPIRED).await;
+    assert_eq!(
+        store.renew(&id("q"), 1, LEASE).await.unwrap(),
+        Fenced::Applied
+    );
+    assert_eq!(take(&*store, "q", LEASE).await, None, "renewed: live again");
+    assert_eq!(
+        store.renew(&id("q"), 2, LEASE).await.unwrap(),
+        Fenced::Stale
+    );
+}
+
+async fn parallel_takes_of_one_row_have_one_winner(store: Arc<dyn Store>) {
+    store.enqueue(&queued("q")).await.unwrap();
+    let takes = (0..20).map(|_| {
+        let store = Arc::clone(&store);
+        async move { store.take(&id("q"), LEASE).await.unwrap() }
+    });
+    let won = join_all(takes).await.into_iter().flatten().count();
+    assert_eq!(won, 1);
+}
+
+async fn stale_sync_rows_become_sender_gave_up_dead_letters(store: Arc<dyn Store>) {
+    claim(&*store, "failed", LEASE).await;
+    store.fail(&id("failed"), 1, &failure(None)).await.unwrap();
+    claim(&*store, "crashed", EXPIRED).await;
+    claim(&*store, "live", LEASE).await;
+    claim(&*store, "done", LEASE).await;
+    store.complete(&id("done"), 1, &result("ok")).await.unwrap();
+    store.enqueue(&queued("queue")).await.unwrap();
+
+    let horizon = Duration::from_secs(3600);
+    assert_eq!(
+        store.abandon("p", horizon, 100).await.unwrap(),
+        0,
+        "all recent"
+    );
+    assert_eq!(
+        store.abandon("p", Duration::ZERO, 1).await.unwrap(),
+        1,
+        "bounded"
+    );
+    assert_eq!(store.abandon("p", Duration::ZERO, 100).await.unwrap(), 1);
+    for (key, status) in [
+        ("failed", Status::Dead),
+        ("crashed", Status::Dead),
+        ("live", Status::InProgress),
+        ("done", Status::Done),
+        ("queue", Status::Queued),
+    ] {
+        let record = store.lookup(&id(key)).await.unwrap().expect("row");
+        assert_eq!(record.status, status, "{key}");
+    }
+    let failed = store.lookup(&id("failed")).await.unwrap().expect("row");
+    assert_eq!(failed.dead_reason.as_deref(), Some("sender_gave_up"));
+    let reopened = store.replay(&id("failed"), LEASE).await.unwrap();
+    assert!(
+        reopened.is_some(),
+        "a gave-up dead letter with its payload replays"
+    );
+}
+
+async fn rows_are_listed_oldest_first_and_queues_counted(store: Arc<dyn Store>) {
+    store.enqueue(&queued("q1")).await.unwrap();
+    claim(&*store, "sync", LEASE).await;
+    store.enqueue(&queued("q2")).await.unwrap();
+    let queued_rows = store.list(None, Some(Status::Queued), 10).await.unwrap();
+    let keys: Vec<&str> = queued_rows.iter().map(|r| &*r.id.key).collect();
+    assert_eq!(keys, vec!["q1", "q2"]);
+    let all = store.list(Some("p"), None, 2).await.unwrap();
+    assert_eq!(all.len(), 2);
+    assert!(store
+        .list(Some("other"), None, 10)
+        .await
+        .unwrap()
+        .is_empty());
+    let depth = store.queue_depth().await.unwrap();
+    assert_eq!(depth.len(), 1);
+    assert_eq!((depth[0].provider.as_str(), depth[0].rows), ("p", 2));
+}
+
 async fn migrations_can_run_again(store: Arc<dyn Store>) {
     store.migrate().await.expect("second migrate");
     store.ping().await.expect("ping");
@@ -413,4 +595,10 @@ conformance!(
     dead_letters_are_listed_newest_first_by_provider,
     the_sweep_deletes_only_old_terminal_rows_in_bounded_batches,
     migrations_can_run_again,
+    a_queued_event_is_written_once_taken_once_and_completed,
+    a_queue_row_is_retaken_after_its_lease_and_retried_after_its_backoff,
+    a_renewal_is_fenced_and_keeps_the_row_from_being_taken,
+    parallel_takes_of_one_row_have_one_winner,
+    stale_sync_rows_become_sender_gave_up_dead_letters,
+    rows_are_listed_oldest_first_and_queues_counted,
 );

@@ -1,0 +1,145 @@
+//! The Postgres store's queue-mode operations and the abandoning of events no sender will
+//! retry, each one statement under the statement deadline (`postgres_queue_sql`).
+
+use std::time::Duration;
+
+use actix_web::web::Bytes;
+
+use super::api::{millis, Enqueue, Enqueued, Fenced, QueueDepth, StoreError, Taken};
+use super::postgres_pool::Inner;
+use super::postgres_queue_sql::{ABANDON, DUE, ENQUEUE, QUEUE_DEPTH, RENEW, TAKE};
+use super::postgres_rows::{db_error, get, parse_path, row_state};
+use crate::key::EventId;
+
+/// [`Store::enqueue`](super::api::Store::enqueue); retried while a concurrent insert hides
+/// the row from the report (see `ENQUEUE`).
+pub(crate) async fn enqueue(inner: &Inner, item: &Enqueue) -> Result<Enqueued, StoreError> {
+    for _ in 0..3 {
+        let row = inner
+            .run(async |client| {
+                let stmt = client.prepare_cached(ENQUEUE).await.map_err(db_error)?;
+                client
+                    .query_opt(
+                        &stmt,
+                        &[
+                            &&*item.id.provider,
+                            &&*item.id.key,
+                            &item.fingerprint,
+                            &&*item.payload,
+                            &item.content_type,
+                            &item.headers,
+                        ],
+                    )
+                    .await
+                    .map_err(db_error)
+            })
+            .await?;
+        if let Some(row) = row {
+            return Ok(if get::<bool>(&row, "inserted")? {
+                Enqueued::Inserted
+            } else {
+                Enqueued::Existing(row_state(&row)?)
+            });
+        }
+    }
+    Err(StoreError::Corrupt(format!(
+        "enqueue of {} reported no row",
+        item.id
+    )))
+}
+
+/// [`Store::take`](super::api::Store::take).
+pub(crate) async fn take(
+    inner: &Inner,
+    id: &EventId,
+    lease: Duration,
+) -> Result<Option<Taken>, StoreError> {
+    let lease_ms = millis(lease);
+    let row = inner
+        .run(async |client| {
+            let stmt = client.prepare_cached(TAKE).await.map_err(db_error)?;
+            client
+                .query_opt(&stmt, &[&&*id.provider, &&*id.key, &lease_ms])
+                .await
+                .map_err(db_error)
+        })
+        .await?;
+    row.map(|row| {
+        Ok(Taken {
+            attempts: get(&row, "attempts")?,
+            path: parse_path(&get::<String>(&row, "last_path")?)?,
+            payload: Bytes::from(get::<Option<Vec<u8>>>(&row, "payload")?.unwrap_or_default()),
+            content_type: get(&row, "content_type")?,
+            fingerprint: get(&row, "fingerprint")?,
+        })
+    })
+    .transpose()
+}
+
+/// [`Store::due`](super::api::Store::due).
+pub(crate) async fn due(
+    inner: &Inner,
+    provider: &str,
+    limit: u32,
+) -> Result<Vec<EventId>, StoreError> {
+    let rows = inner
+        .run(async |client| {
+            let stmt = client.prepare_cached(DUE).await.map_err(db_error)?;
+            client
+                .query(&stmt, &[&provider, &i64::from(limit)])
+                .await
+                .map_err(db_error)
+        })
+        .await?;
+    rows.iter()
+        .map(|row| Ok(EventId::new(provider, get::<String>(row, "event_key")?)))
+        .collect()
+}
+
+/// [`Store::renew`](super::api::Store::renew).
+pub(crate) async fn renew(
+    inner: &Inner,
+    id: &EventId,
+    attempts: i32,
+    lease: Duration,
+) -> Result<Fenced, StoreError> {
+    let lease_ms = millis(lease);
+    inner
+        .fenced(RENEW, &[&&*id.provider, &&*id.key, &attempts, &lease_ms])
+        .await
+}
+
+/// [`Store::abandon`](super::api::Store::abandon).
+pub(crate) async fn abandon(
+    inner: &Inner,
+    provider: &str,
+    horizon: Duration,
+    batch: u32,
+) -> Result<u64, StoreError> {
+    let horizon_ms = millis(horizon);
+    inner
+        .run(async |client| {
+            client
+                .execute(ABANDON, &[&provider, &horizon_ms, &i64::from(batch)])
+                .await
+                .map_err(db_error)
+        })
+        .await
+}
+
+/// [`Store::queue_depth`](super::api::Store::queue_depth).
+pub(crate) async fn queue_depth(inner: &Inner) -> Result<Vec<QueueDepth>, StoreError> {
+    let rows = inner
+        .run(async |client| client.query(QUEUE_DEPTH, &[]).await.map_err(db_error))
+        .await?;
+    rows.iter()
+        .map(|row| {
+            let oldest_ms: i64 = get(row, "oldest_due_ms")?;
+            Ok(QueueDepth {
+                provider: get(row, "provider")?,
+                rows: u64::try_from(get::<i64>(row, "rows")?).unwrap_or(0),
+                oldest_due: Duration::from_millis(u64::try_from(oldest_ms).unwrap_or(0)),
+            })
+        })
+        .collect()
+}

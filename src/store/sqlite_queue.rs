@@ -1,0 +1,222 @@
+//! The embedded store's queue-mode operations and the abandoning of events no sender will
+//! retry: the same rules as Postgres's (`postgres_queue_sql`), run on the writer thread
+//! inside its `BEGIN IMMEDIATE` transaction, which holds the database's single write lock —
+//! so a take, and the report after a lost enqueue, see no concurrent writer.
+
+use std::time::Duration;
+
+use actix_web::web::Bytes;
+use rusqlite::{params, Connection, OptionalExtension};
+
+use super::api::{millis, Enqueue, Enqueued, Fenced, QueueDepth, StoreError, Taken};
+use super::sqlite_writer::sql_error;
+use crate::claim::{Path, RowState};
+use crate::key::EventId;
+
+/// Enqueue: a new queue row, due now; nothing when the key is known.
+const ENQUEUE: &str = "
+INSERT INTO webhook_events
+    (provider, event_key, status, attempts, last_path, fingerprint, mode, payload,
+     content_type, request_headers, next_attempt_at, created_at, updated_at)
+VALUES (?1, ?2, 'queued', 0, 'queued', ?3, 'queue', ?4, ?5, ?6, unixepoch('subsec'),
+        unixepoch('subsec'), unixepoch('subsec'))
+ON CONFLICT (provider, event_key) DO NOTHING";
+
+/// Take: the claim's rule on a due queue row (see Postgres's `TAKE`).
+const TAKE: &str = "
+UPDATE webhook_events
+SET status = 'in_progress', attempts = attempts + 1,
+    last_path = CASE status WHEN 'queued' THEN 'first_run'
+                            WHEN 'failed' THEN 'retry_after_failure'
+                            ELSE 'lease_retake' END,
+    locked_until = unixepoch('subsec') + ?3 / 1000.0,
+    next_attempt_at = unixepoch('subsec') + ?3 / 1000.0,
+    updated_at = unixepoch('subsec')
+WHERE provider = ?1 AND event_key = ?2 AND mode = 'queue'
+  AND next_attempt_at <= unixepoch('subsec')
+  AND (status IN ('queued', 'failed')
+       OR (status = 'in_progress' AND locked_until <= unixepoch('subsec')))
+RETURNING attempts, last_path, payload, content_type, fingerprint";
+
+/// Due keys of one provider, longest due first (the partial `webhook_events_due` index).
+const DUE: &str = "
+SELECT event_key FROM webhook_events
+WHERE provider = ?1 AND mode = 'queue' AND status IN ('queued', 'failed', 'in_progress')
+  AND next_attempt_at <= unixepoch('subsec')
+ORDER BY next_attempt_at LIMIT ?2";
+
+/// Renew a running queue attempt's lease, fenced by its attempt number.
+const RENEW: &str = "
+UPDATE webhook_events
+SET locked_until = unixepoch('subsec') + ?4 / 1000.0,
+    next_attempt_at = unixepoch('subsec') + ?4 / 1000.0
+WHERE provider = ?1 AND event_key = ?2 AND attempts = ?3 AND status = 'in_progress'";
+
+/// Abandon: stale sync rows of one provider become `sender_gave_up` dead letters.
+const ABANDON: &str = "
+UPDATE webhook_events
+SET status = 'dead', dead_reason = 'sender_gave_up', locked_until = NULL,
+    last_error = COALESCE(last_error, 'the sender stopped retrying'),
+    updated_at = unixepoch('subsec')
+WHERE rowid IN (
+    SELECT rowid FROM webhook_events
+    WHERE provider = ?1 AND mode = 'sync' AND updated_at <= unixepoch('subsec') - ?2 / 1000.0
+      AND (status = 'failed'
+           OR (status = 'in_progress' AND locked_until <= unixepoch('subsec')))
+    LIMIT ?3)";
+
+/// Unfinished queue rows per provider and the age of the oldest due one.
+const QUEUE_DEPTH: &str = "
+SELECT provider, count(*),
+       CAST(COALESCE(MAX(0, unixepoch('subsec') - min(next_attempt_at)
+           FILTER (WHERE next_attempt_at <= unixepoch('subsec'))), 0) * 1000 AS INTEGER)
+FROM webhook_events
+WHERE mode = 'queue' AND status IN ('queued', 'failed', 'in_progress')
+GROUP BY provider";
+
+/// The row a lost enqueue reports, read under the same write lock.
+const ROW_STATE: &str = "
+SELECT status, attempts, fingerprint,
+       CAST(MAX(0, COALESCE(locked_until, 0) - unixepoch('subsec')) * 1000 AS INTEGER),
+       result_status, result_content_type, result_body
+FROM webhook_events WHERE provider = ?1 AND event_key = ?2";
+
+pub(crate) fn enqueue(conn: &Connection, item: &Enqueue) -> Result<Enqueued, StoreError> {
+    let id = &item.id;
+    let inserted = conn
+        .prepare_cached(ENQUEUE)
+        .and_then(|mut s| {
+            s.execute(params![
+                &*id.provider,
+                &*id.key,
+                item.fingerprint,
+                &item.payload[..],
+                item.content_type,
+                item.headers
+            ])
+        })
+        .map_err(sql_error)?;
+    if inserted == 1 {
+        return Ok(Enqueued::Inserted);
+    }
+    let row = conn
+        .prepare_cached(ROW_STATE)
+        .and_then(|mut s| {
+            s.query_row(params![&*id.provider, &*id.key], |r| {
+                Ok((
+                    r.get::<_, String>(0)?,
+                    r.get::<_, i32>(1)?,
+                    r.get::<_, Option<String>>(2)?,
+                    r.get::<_, i64>(3)?,
+                    r.get::<_, Option<u16>>(4)?,
+                    r.get::<_, Option<String>>(5)?,
+                    r.get::<_, Option<Vec<u8>>>(6)?,
+                ))
+            })
+        })
+        .map_err(sql_error)?;
+    let (status, attempts, fingerprint, lease_ms, result_status, content_type, body) = row;
+    Ok(Enqueued::Existing(RowState {
+        status: crate::claim::Status::parse(&status)
+            .ok_or_else(|| StoreError::Corrupt(format!("status {status:?}")))?,
+        attempts,
+        fingerprint,
+        lease_left: Duration::from_millis(u64::try_from(lease_ms).unwrap_or(0)),
+        result: result_status.map(|status| crate::claim::StoredResult {
+            status,
+            content_type,
+            body: body.unwrap_or_default(),
+        }),
+    }))
+}
+
+pub(crate) fn take(
+    conn: &Connection,
+    id: &EventId,
+    lease: Duration,
+) -> Result<Option<Taken>, StoreError> {
+    let taken = conn
+        .prepare_cached(TAKE)
+        .and_then(|mut s| {
+            s.query_row(params![&*id.provider, &*id.key, millis(lease)], |r| {
+                Ok((
+                    r.get::<_, i32>(0)?,
+                    r.get::<_, String>(1)?,
+                    r.get::<_, Option<Vec<u8>>>(2)?,
+                    r.get::<_, Option<String>>(3)?,
+                    r.get::<_, Option<String>>(4)?,
+                ))
+            })
+            .optional()
+        })
+        .map_err(sql_error)?;
+    taken
+        .map(|(attempts, path, payload, content_type, fingerprint)| {
+            Ok(Taken {
+                attempts,
+                path: Path::parse(&path)
+                    .ok_or_else(|| StoreError::Corrupt(format!("last_path {path:?}")))?,
+                payload: Bytes::from(payload.unwrap_or_default()),
+                content_type,
+                fingerprint,
+            })
+        })
+        .transpose()
+}
+
+pub(crate) fn due(
+    conn: &Connection,
+    provider: &str,
+    limit: u32,
+) -> Result<Vec<EventId>, StoreError> {
+    let mut stmt = conn.prepare_cached(DUE).map_err(sql_error)?;
+    let keys = stmt
+        .query_map(params![provider, limit], |r| r.get::<_, String>(0))
+        .map_err(sql_error)?;
+    keys.map(|k| Ok(EventId::new(provider, k.map_err(sql_error)?)))
+        .collect()
+}
+
+pub(crate) fn renew(
+    conn: &Connection,
+    id: &EventId,
+    attempts: i32,
+    lease: Duration,
+) -> Result<Fenced, StoreError> {
+    let changed = conn
+        .prepare_cached(RENEW)
+        .and_then(|mut s| s.execute(params![&*id.provider, &*id.key, attempts, millis(lease)]))
+        .map_err(sql_error)?;
+    Ok(if changed == 1 {
+        Fenced::Applied
+    } else {
+        Fenced::Stale
+    })
+}
+
+pub(crate) fn abandon(
+    conn: &Connection,
+    provider: &str,
+    horizon: Duration,
+    batch: u32,
+) -> Result<u64, StoreError> {
+    let changed = conn
+        .prepare_cached(ABANDON)
+        .and_then(|mut s| s.execute(params![provider, millis(horizon), batch]))
+        .map_err(sql_error)?;
+    Ok(changed as u64)
+}
+
+pub(crate) fn queue_depth(conn: &Connection) -> Result<Vec<QueueDepth>, StoreError> {
+    let mut stmt = conn.prepare_cached(QUEUE_DEPTH).map_err(sql_error)?;
+    let rows = stmt
+        .query_map([], |r| {
+            Ok(QueueDepth {
+                provider: r.get(0)?,
+                rows: u64::try_from(r.get::<_, i64>(1)?).unwrap_or(0),
+                oldest_due: Duration::from_millis(u64::try_from(r.get::<_, i64>(2)?).unwrap_or(0)),
+            })
+        })
+        .map_err(sql_error)?;
+    rows.map(|r| r.map_err(sql_error)).collect()
+}
