@@ -11,7 +11,7 @@ use anyhow::Context as _;
 use clap::{Parser, Subcommand};
 
 use crate::claim::{Path, Status};
-use crate::config::{Config, DEFAULT_PATH};
+use crate::config::{Config, Mode, DEFAULT_PATH};
 use crate::http::event_json;
 use crate::key::EventId;
 use crate::metrics::Metrics;
@@ -87,6 +87,18 @@ pub enum DeadCommand {
 /// `hookgate events ...`
 #[derive(Debug, Subcommand)]
 pub enum EventsCommand {
+    /// Rows by status, oldest first: what is stuck.
+    List {
+        /// Only this provider's.
+        #[arg(long)]
+        provider: Option<String>,
+        /// Only this status: queued, in_progress, done, failed or dead.
+        #[arg(long)]
+        status: Option<String>,
+        /// At most this many.
+        #[arg(long, default_value_t = 50)]
+        limit: u32,
+    },
     /// Print one event's row.
     Show {
         /// The provider's name.
@@ -115,6 +127,19 @@ pub async fn run() -> anyhow::Result<()> {
         Command::Events {
             command: EventsCommand::Show { provider, key },
         } => show(&config, EventId::new(provider, key), false).await,
+        Command::Events {
+            command:
+                EventsCommand::List {
+                    provider,
+                    status,
+                    limit,
+                },
+        } => {
+            for line in list(&config, provider.as_deref(), status.as_deref(), limit).await? {
+                println!("{line}");
+            }
+            Ok(())
+        }
         Command::Dead { command } => dead(&config, command).await,
     }
 }
@@ -131,6 +156,42 @@ async fn show(config: &Config, id: EventId, dead_only: bool) -> anyhow::Result<(
         }
         None => anyhow::bail!("no event {id}"),
     }
+}
+
+/// `events list`: one line a row, oldest first — provider, key, status, mode, attempts,
+/// age, last error.
+pub async fn list(
+    config: &Config,
+    provider: Option<&str>,
+    status: Option<&str>,
+    limit: u32,
+) -> anyhow::Result<Vec<String>> {
+    let status = match status {
+        Some(text) => Some(Status::parse(text).with_context(|| {
+            format!("unknown status {text:?} (queued, in_progress, done, failed or dead)")
+        })?),
+        None => None,
+    };
+    let store = store::open(&config.store).await?;
+    let rows = store.list(provider, status, limit).await?;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64());
+    Ok(rows
+        .iter()
+        .map(|r| {
+            format!(
+                "{}\t{}\t{}\t{}\tattempts={}\tage={}s\t{}",
+                r.id.provider,
+                r.id.key,
+                r.status.as_str(),
+                r.mode,
+                r.attempts,
+                (now - r.created_at).max(0.0).round(),
+                r.last_error.as_deref().unwrap_or("-"),
+            )
+        })
+        .collect())
 }
 
 async fn dead(config: &Config, command: DeadCommand) -> anyhow::Result<()> {
@@ -190,10 +251,12 @@ pub async fn replay(config: &Config, id: EventId) -> anyhow::Result<String> {
             fingerprint: reopened.fingerprint,
             target: runtime.target,
             headers: Default::default(),
+            mode: Mode::Sync,
         }),
         attempts: reopened.attempts,
         path: Path::Replay,
         lease_ends: sent + lease,
+        renew: None,
     };
     let log = slog::Logger::root(slog::Discard, slog::o!());
     let delivery = HttpDelivery.deliver(attempt.request());

@@ -26,7 +26,8 @@
 //! | one attempt: deliver → judge → record → answer | [`shard::attempt`] |
 //! | the done cache read by HTTP handlers; routing | [`shard::cache`], [`shard::dispatcher`] |
 //! | supervised workers, the delivery seam | [`worker`], [`worker::delivery`] |
-//! | the retention sweeper (`run_once`) | [`retention`] |
+//! | the retention sweeper, and giving up on events no sender retries (`run_once`) | [`retention`] |
+//! | the queue scheduler (`run_once`) | [`scheduler`] |
 //! | HTTP routes, ingest, the one error type | [`http`] |
 //! | building and stopping a node | [`startup`] |
 //! | the command line | [`cli`] |
@@ -43,6 +44,7 @@ pub mod outcome;
 pub mod provider;
 pub mod retention;
 pub mod retry;
+pub mod scheduler;
 pub mod secret;
 pub mod shard;
 pub mod signature;

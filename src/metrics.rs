@@ -70,6 +70,10 @@ pub struct Metrics {
     swept: Family<KindLabels, Counter>,
     admission: Family<ShardLabels, Gauge>,
     cache_bytes: Gauge,
+    queue_rows: Family<ProviderLabels, Gauge>,
+    queue_oldest: Family<ProviderLabels, Gauge<f64, std::sync::atomic::AtomicU64>>,
+    scheduler_polls: Counter,
+    queue_taken: Family<ProviderLabels, Counter>,
 }
 
 impl Default for Metrics {
@@ -96,6 +100,11 @@ impl Metrics {
         let swept = Family::<KindLabels, Counter>::default();
         let admission = Family::<ShardLabels, Gauge>::default();
         let cache_bytes = Gauge::default();
+        let queue_rows = Family::<ProviderLabels, Gauge>::default();
+        let queue_oldest =
+            Family::<ProviderLabels, Gauge<f64, std::sync::atomic::AtomicU64>>::default();
+        let scheduler_polls = Counter::default();
+        let queue_taken = Family::<ProviderLabels, Counter>::default();
         registry.register(
             "attempts",
             "Deliveries received, by provider and path",
@@ -156,6 +165,26 @@ impl Metrics {
             "Bytes held by the done cache (estimated)",
             cache_bytes.clone(),
         );
+        registry.register(
+            "queue_rows",
+            "Queue-mode rows not finished (queued, failed or in progress), by provider",
+            queue_rows.clone(),
+        );
+        registry.register(
+            "queue_oldest_due_seconds",
+            "How long the oldest due queue row has waited, by provider",
+            queue_oldest.clone(),
+        );
+        registry.register(
+            "scheduler_polls",
+            "Passes of the queue scheduler",
+            scheduler_polls.clone(),
+        );
+        registry.register(
+            "queue_taken",
+            "Queue rows taken for an attempt, by provider",
+            queue_taken.clone(),
+        );
         Self {
             registry,
             attempts,
@@ -170,7 +199,36 @@ impl Metrics {
             swept,
             admission,
             cache_bytes,
+            queue_rows,
+            queue_oldest,
+            scheduler_polls,
+            queue_taken,
         }
+    }
+
+    /// A queue row of `provider` was taken for an attempt.
+    pub fn queue_taken(&self, provider: &str) {
+        self.queue_taken
+            .get_or_create(&ProviderLabels {
+                provider: provider.to_owned(),
+            })
+            .inc();
+    }
+
+    /// One pass of the queue scheduler.
+    pub fn scheduler_poll(&self) {
+        self.scheduler_polls.inc();
+    }
+
+    /// `provider`'s unfinished queue rows and its oldest due row's wait.
+    pub fn queue_depth(&self, provider: &str, rows: u64, oldest_due_seconds: f64) {
+        let labels = ProviderLabels {
+            provider: provider.to_owned(),
+        };
+        self.queue_rows
+            .get_or_create(&labels)
+            .set(i64::try_from(rows).unwrap_or(i64::MAX));
+        self.queue_oldest.get_or_create(&labels).set(oldest_due_seconds);
     }
 
     /// The gauge the done cache keeps its size in.
@@ -220,6 +278,16 @@ impl Metrics {
                 reason,
             })
             .inc();
+    }
+
+    /// `n` events of `provider` became dead letters at once (the sweeper).
+    pub fn dead_letter_n(&self, provider: &str, reason: &'static str, n: u64) {
+        self.dead
+            .get_or_create(&ReasonLabels {
+                provider: provider.to_owned(),
+                reason,
+            })
+            .inc_by(n);
     }
 
     /// A request was refused before any claim; `provider` is a configured name or

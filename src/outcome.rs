@@ -72,6 +72,15 @@ pub enum Verdict {
         /// Why no retry will help.
         reason: DeadReason,
     },
+    /// Queue mode: the target asked to be left alone for `retry_after` seconds (429 or 503
+    /// with `Retry-After`): mark the row failed, due then, whatever the attempt count — the
+    /// provider's deliveries slow down instead of burning attempts.
+    Throttled {
+        /// What the target answered.
+        error: String,
+        /// Seconds the target asked for.
+        retry_after: u64,
+    },
     /// The attempt never reached the target (its lease no longer covered the target's
     /// timeout, or the node was shutting down): mark the row failed, whatever the attempt
     /// count; the sender retries soon.
@@ -92,15 +101,39 @@ pub fn is_retryable_status(status: u16) -> bool {
     matches!(status, 408 | 425 | 429) || (500..=599).contains(&status)
 }
 
-/// Judges attempt number `attempt` from its outcome. A failed `replay` is dead again at
-/// once: the sender stopped long ago, so nobody would redeliver a `failed` row.
+/// Who redelivers a failed attempt, which changes what a failure means.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Redeliverer {
+    /// The sender (sync mode): a failure is answered with our backoff.
+    Sender,
+    /// hookgate itself (queue mode): a target's `Retry-After` on 429/503 pauses, and does
+    /// not count against the attempts.
+    Queue,
+    /// Nobody (an operator's replay): a failure is dead again at once.
+    Nobody,
+}
+
+/// Judges attempt number `attempt` from its outcome, given who would redeliver it.
 pub fn judge(
     outcome: DeliveryOutcome,
     attempt: i32,
     policy: &RetryPolicy,
-    replay: bool,
+    redeliverer: Redeliverer,
 ) -> Verdict {
     let attempt = u32::try_from(attempt).unwrap_or(0);
+    if redeliverer == Redeliverer::Queue {
+        if let DeliveryOutcome::Refused {
+            status: status @ (429 | 503),
+            retry_after: Some(retry_after),
+        } = outcome
+        {
+            return Verdict::Throttled {
+                error: format!("target answered {status}, retry after {retry_after} s"),
+                retry_after,
+            };
+        }
+    }
+    let replay = redeliverer == Redeliverer::Nobody;
     let (error, target_retry_after) = match outcome {
         DeliveryOutcome::Delivered(result) => return Verdict::Done(result),
         DeliveryOutcome::Crashed(error) => return Verdict::Unknown { error },
@@ -161,7 +194,7 @@ mod tests {
     fn server_errors_rate_limits_and_timeouts_are_retried_with_the_backoff() {
         for status in [408, 425, 429, 500, 502, 503] {
             assert_eq!(
-                judge(refused(status, None), 1, &policy(), false),
+                judge(refused(status, None), 1, &policy(), Redeliverer::Sender),
                 Verdict::Retry {
                     error: format!("target answered {status}"),
                     retry_after: 45
@@ -172,9 +205,7 @@ mod tests {
             judge(
                 DeliveryOutcome::Unreachable("refused".into()),
                 2,
-                &policy(),
-                false
-            ),
+                &policy(), Redeliverer::Sender),
             Verdict::Retry {
                 retry_after: 90,
                 ..
@@ -186,7 +217,7 @@ mod tests {
     fn other_client_errors_are_dead_at_once() {
         for status in [400, 401, 404, 410, 422] {
             assert!(matches!(
-                judge(refused(status, None), 1, &policy(), false),
+                judge(refused(status, None), 1, &policy(), Redeliverer::Sender),
                 Verdict::Dead {
                     reason: DeadReason::NonRetryable,
                     ..
@@ -198,7 +229,7 @@ mod tests {
     #[test]
     fn the_last_attempt_becomes_a_dead_letter() {
         assert!(matches!(
-            judge(refused(500, None), 3, &policy(), false),
+            judge(refused(500, None), 3, &policy(), Redeliverer::Sender),
             Verdict::Dead {
                 reason: DeadReason::AttemptsExhausted,
                 ..
@@ -209,14 +240,14 @@ mod tests {
     #[test]
     fn a_longer_target_retry_after_raises_ours() {
         assert!(matches!(
-            judge(refused(429, Some(600)), 1, &policy(), false),
+            judge(refused(429, Some(600)), 1, &policy(), Redeliverer::Sender),
             Verdict::Retry {
                 retry_after: 600,
                 ..
             }
         ));
         assert!(matches!(
-            judge(refused(429, Some(5)), 1, &policy(), false),
+            judge(refused(429, Some(5)), 1, &policy(), Redeliverer::Sender),
             Verdict::Retry {
                 retry_after: 45,
                 ..
@@ -227,7 +258,7 @@ mod tests {
     #[test]
     fn a_failed_replay_is_dead_again_whatever_the_attempt() {
         assert!(matches!(
-            judge(refused(503, None), 1, &policy(), true),
+            judge(refused(503, None), 1, &policy(), Redeliverer::Nobody),
             Verdict::Dead {
                 reason: DeadReason::ReplayFailed,
                 ..
@@ -241,9 +272,7 @@ mod tests {
             judge(
                 DeliveryOutcome::NotStarted("late".into()),
                 3,
-                &policy(),
-                false
-            ),
+                &policy(), Redeliverer::Sender),
             Verdict::Release {
                 error: "late".into()
             }
@@ -251,9 +280,28 @@ mod tests {
     }
 
     #[test]
+    fn a_queue_target_asking_for_time_is_throttled_not_failed() {
+        assert!(matches!(
+            judge(refused(429, Some(30)), 8, &policy(), Redeliverer::Queue),
+            Verdict::Throttled {
+                retry_after: 30,
+                ..
+            }
+        ));
+        assert!(matches!(
+            judge(refused(429, Some(30)), 1, &policy(), Redeliverer::Sender),
+            Verdict::Retry { .. }
+        ));
+        assert!(matches!(
+            judge(refused(500, None), 1, &policy(), Redeliverer::Queue),
+            Verdict::Retry { .. }
+        ));
+    }
+
+    #[test]
     fn a_crash_is_unknown_and_success_is_done() {
         assert!(matches!(
-            judge(DeliveryOutcome::Crashed("boom".into()), 1, &policy(), false),
+            judge(DeliveryOutcome::Crashed("boom".into()), 1, &policy(), Redeliverer::Sender),
             Verdict::Unknown { .. }
         ));
         let result = StoredResult {
@@ -265,9 +313,7 @@ mod tests {
             judge(
                 DeliveryOutcome::Delivered(result.clone()),
                 1,
-                &policy(),
-                false
-            ),
+                &policy(), Redeliverer::Sender),
             Verdict::Done(result)
         );
     }

@@ -8,8 +8,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::canonical::Fingerprinter;
-use crate::config::provider::effective_key;
-use crate::config::{Preset, ProviderConfig, Switch};
+use crate::config::provider::{effective_key, effective_mode};
+use crate::config::{Mode, Preset, ProviderConfig, Switch};
 use crate::key::KeyDeriver;
 use crate::key::KeySource;
 use crate::signature::hmac::HmacSpec;
@@ -42,6 +42,12 @@ pub struct Provider {
     pub fingerprint: Fingerprinter,
     /// Where its events go.
     pub target: Arc<Target>,
+    /// Sync or queue.
+    pub mode: Mode,
+    /// Queue mode: deliveries a second, per node (`None`: no limit).
+    pub max_rate: Option<f64>,
+    /// Queue mode: deliveries at once, per node (`None`: no limit).
+    pub max_in_flight: Option<usize>,
 }
 
 /// The headers a scheme reads its signature from (lower case).
@@ -122,6 +128,9 @@ impl Provider {
                 timeout: config.target.timeout,
                 keep_headers,
             }),
+            mode: effective_mode(config),
+            max_rate: config.target.max_rate,
+            max_in_flight: config.target.max_in_flight,
         })
     }
 }

@@ -1,11 +1,16 @@
 //! The retention sweeper: deletes `done` rows older than `retention.done` and dead
 //! letters older than `retention.dead`, in bounded batches.
 //!
-//! [`Sweeper::run_once`] is one full pass (tests call it by hand); the server runs it every
-//! `retention.sweep_interval`. Only terminal rows are deleted, never `in_progress` or
-//! `failed` ones, whose senders may still be retrying.
+//! It also gives up on sync-mode events no sender will retry: a `failed` row, or an
+//! `in_progress` one whose lease expired, untouched for longer than its provider's sender
+//! horizon becomes a `sender_gave_up` dead letter, which people can read and replay.
+//!
+//! [`Sweeper::run_once`] and [`Sweeper::abandon_once`] are one pass each (tests call them
+//! by hand); the server runs both every `retention.sweep_interval`. Only terminal rows are
+//! deleted, never `in_progress` or `failed` ones.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use slog::{info, warn, Logger};
 
@@ -33,6 +38,8 @@ pub struct Sweeper {
     retention: RetentionConfig,
     metrics: Arc<Metrics>,
     log: Logger,
+    /// Each configured provider's sender horizon.
+    horizons: Vec<(String, Duration)>,
 }
 
 impl Sweeper {
@@ -48,7 +55,36 @@ impl Sweeper {
             retention,
             metrics,
             log,
+            horizons: Vec::new(),
         }
+    }
+
+    /// Gives up on `provider`'s stale sync rows after its `horizon`, for each pair.
+    pub fn with_horizons(mut self, horizons: Vec<(String, Duration)>) -> Self {
+        self.horizons = horizons;
+        self
+    }
+
+    /// One pass turning every provider's stale sync rows into `sender_gave_up` dead
+    /// letters; answers how many.
+    pub async fn abandon_once(&self) -> Result<u64, StoreError> {
+        let batch = self.retention.sweep_batch;
+        let mut total = 0;
+        for (provider, horizon) in &self.horizons {
+            for _ in 0..MAX_BATCHES_PER_PASS {
+                let n = self.store.abandon(provider, *horizon, batch).await?;
+                total += n;
+                if n > 0 {
+                    self.metrics.dead_letter_n(provider, "sender_gave_up", n);
+                    warn!(self.log, "webhook.dead"; "provider" => provider,
+                        "reason" => "sender_gave_up", "rows" => n);
+                }
+                if n < u64::from(batch) {
+                    break;
+                }
+            }
+        }
+        Ok(total)
     }
 
     /// One pass over both statuses.
@@ -63,7 +99,7 @@ impl Sweeper {
         Ok(report)
     }
 
-    async fn sweep(&self, status: Status, age: std::time::Duration) -> Result<u64, StoreError> {
+    async fn sweep(&self, status: Status, age: Duration) -> Result<u64, StoreError> {
         let batch = self.retention.sweep_batch;
         let mut total = 0;
         for _ in 0..MAX_BATCHES_PER_PASS {
@@ -85,6 +121,9 @@ impl Sweeper {
             every.tick().await;
             if let Err(e) = self.run_once().await {
                 warn!(self.log, "retention.sweep_failed"; "error" => %e);
+            }
+            if let Err(e) = self.abandon_once().await {
+                warn!(self.log, "retention.abandon_failed"; "error" => %e);
             }
         }
     }

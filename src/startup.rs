@@ -17,11 +17,12 @@ use actix_web::{web, App, HttpServer};
 use anyhow::Context as _;
 use slog::{info, Logger};
 
-use crate::config::{cpus, Config};
+use crate::config::{cpus, Config, Mode};
 use crate::http::{routes, AppState};
 use crate::metrics::Metrics;
 use crate::provider::Provider;
 use crate::retention::Sweeper;
+use crate::scheduler::Scheduler;
 use crate::shard::{Dispatcher, ShardSettings};
 use crate::store::Store;
 use crate::worker::Delivery;
@@ -31,6 +32,8 @@ pub struct Application {
     port: u16,
     server: Server,
     sweeping: actix_rt::task::JoinHandle<()>,
+    scheduling: actix_rt::task::JoinHandle<()>,
+    scheduler: Arc<Scheduler>,
     stopper: Stopper,
     log: Logger,
 }
@@ -83,13 +86,38 @@ impl Application {
             Arc::clone(&metrics),
             &log,
         );
+        let horizons = config
+            .providers
+            .iter()
+            .map(|p| (p.name.clone(), config.sender_horizon(p)))
+            .collect();
         let sweeper = Sweeper::new(
             Arc::clone(&store),
             config.retention.clone(),
             Arc::clone(&metrics),
             log.clone(),
-        );
+        )
+        .with_horizons(horizons);
         let sweeping = actix_rt::spawn(sweeper.run_forever());
+        let queued: Vec<_> = providers
+            .values()
+            .filter(|p| p.mode == Mode::Queue)
+            .map(|p| {
+                dispatcher
+                    .gate()
+                    .configure(&p.name, p.max_rate, p.max_in_flight);
+                (Arc::clone(&p.name), Arc::clone(&p.target))
+            })
+            .collect();
+        let scheduler = Arc::new(Scheduler::new(
+            Arc::clone(&store),
+            dispatcher.clone(),
+            queued,
+            Arc::clone(&metrics),
+            log.clone(),
+            config.queue.poll_interval,
+        ));
+        let scheduling = actix_rt::spawn(Arc::clone(&scheduler).run_forever());
         warn_if_not_durable(Arc::clone(&store), log.clone());
         let state = web::Data::new(AppState {
             providers,
@@ -112,6 +140,8 @@ impl Application {
             port,
             server,
             sweeping,
+            scheduling,
+            scheduler,
             stopper,
             log,
         })
@@ -120,6 +150,11 @@ impl Application {
     /// The bound port.
     pub fn port(&self) -> u16 {
         self.port
+    }
+
+    /// The node's queue scheduler (tests run passes by hand).
+    pub fn scheduler(&self) -> Arc<Scheduler> {
+        Arc::clone(&self.scheduler)
     }
 
     /// Stops the node from outside (tests); SIGTERM and SIGINT do the same.
@@ -134,6 +169,7 @@ impl Application {
         self.server.await.context("HTTP server")?;
         signals.abort();
         self.sweeping.abort();
+        self.scheduling.abort();
         self.stopper.dispatcher.drained().await;
         info!(self.log, "hookgate.stopped");
         self.stopper.dispatcher.stop();

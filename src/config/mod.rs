@@ -17,10 +17,12 @@ pub mod store;
 pub mod validate;
 
 pub use load::{secret_from_env, ConfigError};
-pub use provider::{HmacConfig, Preset, ProviderConfig, SecretRef, Switch, TargetConfig};
+pub use provider::{
+    effective_mode, HmacConfig, Mode, Preset, ProviderConfig, SecretRef, Switch, TargetConfig,
+};
 pub use settings::{
-    cpus, AdminConfig, CacheConfig, Config, LeaseConfig, LogConfig, LogFormat, RetentionConfig,
-    RetryConfig, ServerConfig, ShutdownConfig, DEFAULT_PATH,
+    cpus, AdminConfig, CacheConfig, Config, LeaseConfig, LogConfig, LogFormat, QueueConfig,
+    RetentionConfig, RetryConfig, ServerConfig, ShutdownConfig, DEFAULT_PATH,
 };
 pub use store::{redact_url_password, StoreConfig};
 pub use validate::{Rule, Verdict};

@@ -32,6 +32,13 @@ pub struct ProviderConfig {
     pub fingerprint: Switch,
     /// JSON pointers left out of the fingerprint (default: the preset's).
     pub fingerprint_exclude: Option<Vec<String>>,
+    /// `"sync"` (the sender waits and redelivers) or `"queue"` (202 once durable, hookgate
+    /// redelivers). Default: the preset's (`github`: queue), else sync.
+    pub mode: Option<Mode>,
+    /// How long this sender keeps retrying (sync mode): a row untouched longer becomes a
+    /// `sender_gave_up` dead letter. Default: the preset's, else `retry.sender_horizon`.
+    #[serde(default, with = "humantime_serde")]
+    pub sender_horizon: Option<Duration>,
     /// The application that receives the events.
     pub target: TargetConfig,
     /// The secrets' values, read when the config is loaded (tests set them directly).
@@ -71,6 +78,26 @@ impl Preset {
             Preset::Slack => "slack",
             Preset::Shopify => "shopify",
             Preset::Hmac => "hmac",
+        }
+    }
+}
+
+/// How a provider's events reach the target.
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum Mode {
+    /// The sender's request waits for the target; the sender redelivers.
+    Sync,
+    /// 202 once the row is durable; hookgate delivers and redelivers.
+    Queue,
+}
+
+impl Mode {
+    /// The name as written in the config and stored on the row.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Mode::Sync => "sync",
+            Mode::Queue => "queue",
         }
     }
 }
@@ -146,9 +173,14 @@ fn default_template() -> String {
 pub struct TargetConfig {
     /// The URL events are POSTed to.
     pub url: String,
-    /// How long one delivery may take; must be shorter than the lease.
+    /// How long one delivery may take; in sync mode shorter than the lease (queue mode
+    /// renews the lease while a delivery runs).
     #[serde(with = "humantime_serde", default = "default_target_timeout")]
     pub timeout: Duration,
+    /// Queue mode: deliveries a second at most, per node (a token bucket).
+    pub max_rate: Option<f64>,
+    /// Queue mode: deliveries running at once at most, per node.
+    pub max_in_flight: Option<usize>,
 }
 
 fn default_target_timeout() -> Duration {
@@ -175,4 +207,32 @@ pub fn effective_key(config: &ProviderConfig) -> Vec<KeySource> {
         .key
         .clone()
         .unwrap_or_else(|| preset_key(config.preset))
+}
+
+/// The delivery mode in force: the configured one, else the preset's. GitHub does not
+/// redeliver a failed webhook by itself, so its events are queued: hookgate redelivers.
+pub fn effective_mode(config: &ProviderConfig) -> Mode {
+    config.mode.unwrap_or(match config.preset {
+        Preset::Github => Mode::Queue,
+        _ => Mode::Sync,
+    })
+}
+
+/// How long a preset's sender retries a failed delivery, as each documents it (`None`: not
+/// known, the global `retry.sender_horizon` applies).
+pub fn preset_horizon(preset: Preset) -> Option<Duration> {
+    let hours = |h: u64| Some(Duration::from_secs(h * 3600));
+    match preset {
+        // Up to three days, with exponential backoff.
+        Preset::Stripe => hours(72),
+        // Never by itself (queue mode is its default); a sync GitHub row is stale soon.
+        Preset::Github => hours(1),
+        // Svix's schedule: 5 s, 5 min, 30 min, 2 h, 5 h, 10 h, 10 h — about 28 hours.
+        Preset::StandardWebhooks => hours(28),
+        // Three retries within minutes.
+        Preset::Slack => hours(1),
+        // Eight retries over four hours.
+        Preset::Shopify => hours(4),
+        Preset::Hmac | Preset::None => None,
+    }
 }

@@ -4,7 +4,7 @@
 use std::collections::HashSet;
 use std::time::Duration;
 
-use super::provider::{effective_key, Preset, ProviderConfig};
+use super::provider::{effective_key, effective_mode, Mode, Preset, ProviderConfig};
 use super::rule::{advice, rule, show, Rule};
 use super::settings::Config;
 use crate::key::KeySource;
@@ -30,13 +30,63 @@ pub(super) fn provider_rules(config: &Config) -> Vec<Rule> {
     let mut seen = HashSet::new();
     for p in &config.providers {
         let unique = seen.insert(p.name.as_str());
-        rules.extend(one_provider_rules(p, unique, lease));
+        rules.extend(one_provider_rules(p, unique));
+        rules.extend(delivery_rules(p, lease, config.sender_horizon(p)));
     }
     rules
 }
 
+/// How the entry's events are delivered: in sync mode the target timeout must be shorter
+/// than the lease; in queue mode the lease is renewed every third of itself while a
+/// delivery runs, so the rule becomes "renewal interval < lease"; queue limits make sense;
+/// the sender horizon is not shorter than an hour without a warning.
+fn delivery_rules(p: &ProviderConfig, lease: Duration, horizon: Duration) -> Vec<Rule> {
+    let name = &p.name;
+    let timeout = p.target.timeout;
+    let mut rules = vec![match effective_mode(p) {
+        Mode::Sync => rule(
+            format!("providers.{name}.target.timeout < lease.duration"),
+            timeout < lease,
+            format!(
+                "timeout {} vs lease {}: lower the timeout or raise lease.duration",
+                show(timeout),
+                show(lease)
+            ),
+        ),
+        Mode::Queue => rule(
+            format!("providers.{name} (queue): lease renewal interval < lease.duration"),
+            lease / 3 < lease,
+            format!(
+                "renewed every {} while a delivery runs (timeout {}); a crash frees the row \
+                 after at most {}",
+                show(lease / 3),
+                show(timeout),
+                show(lease)
+            ),
+        ),
+    }];
+    rules.push(rule(
+        format!("providers.{name}.target.max_rate > 0 and max_in_flight >= 1"),
+        p.target.max_rate.is_none_or(|r| r > 0.0 && r.is_finite())
+            && p.target.max_in_flight.is_none_or(|n| n >= 1),
+        format!(
+            "max_rate {:?}, max_in_flight {:?}",
+            p.target.max_rate, p.target.max_in_flight
+        ),
+    ));
+    rules.push(advice(
+        format!("providers.{name}: sender horizon >= 1h"),
+        horizon >= Duration::from_secs(3600),
+        format!(
+            "sync rows untouched for {} become sender_gave_up dead letters",
+            show(horizon)
+        ),
+    ));
+    rules
+}
+
 /// The rules of one `[[providers]]` entry; `unique` says no earlier entry has its name.
-fn one_provider_rules(p: &ProviderConfig, unique: bool, lease: Duration) -> Vec<Rule> {
+fn one_provider_rules(p: &ProviderConfig, unique: bool) -> Vec<Rule> {
     let mut rules = Vec::new();
     let name = &p.name;
     rules.push(rule(
@@ -47,15 +97,6 @@ fn one_provider_rules(p: &ProviderConfig, unique: bool, lease: Duration) -> Vec<
                 .bytes()
                 .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_'),
         "letters, digits, '-' and '_' only",
-    ));
-    rules.push(rule(
-        format!("providers.{name}.target.timeout < lease.duration"),
-        p.target.timeout < lease,
-        format!(
-            "timeout {} vs lease {}: lower the timeout or raise lease.duration",
-            show(p.target.timeout),
-            show(lease)
-        ),
     ));
     rules.push(rule(
         format!("providers.{name}.target.url is http://"),

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use super::provider::ProviderConfig;
+use super::provider::{preset_horizon, ProviderConfig};
 use super::store::StoreConfig;
 use crate::retry::RetryPolicy;
 use crate::secret::Secret;
@@ -33,6 +33,8 @@ pub struct Config {
     pub retention: RetentionConfig,
     /// The operator's HTTP API under `/admin/`.
     pub admin: AdminConfig,
+    /// The queue-mode scheduler.
+    pub queue: QueueConfig,
     /// The senders hookgate accepts, one `POST /webhooks/{name}` each.
     pub providers: Vec<ProviderConfig>,
 }
@@ -129,6 +131,10 @@ pub struct RetryConfig {
     pub jitter: f64,
     /// Won claims an event may use before it becomes a dead letter.
     pub max_attempts: u32,
+    /// How long senders keep retrying (sync mode): a `failed` row, or an expired
+    /// `in_progress` one, untouched longer becomes a `sender_gave_up` dead letter.
+    #[serde(with = "humantime_serde")]
+    pub sender_horizon: Duration,
 }
 
 impl RetryConfig {
@@ -152,6 +158,25 @@ impl Default for RetryConfig {
             cap: Duration::from_secs(6 * 3600),
             jitter: 0.2,
             max_attempts: 8,
+            sender_horizon: Duration::from_secs(3 * 24 * 3600),
+        }
+    }
+}
+
+/// `[queue]`
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct QueueConfig {
+    /// How often the scheduler looks for due rows when it found none (a new event starts at
+    /// once, without waiting for a poll).
+    #[serde(with = "humantime_serde")]
+    pub poll_interval: Duration,
+}
+
+impl Default for QueueConfig {
+    fn default() -> Self {
+        Self {
+            poll_interval: Duration::from_secs(1),
         }
     }
 }
@@ -278,6 +303,15 @@ impl Config {
         self.shutdown
             .grace
             .max(longest + self.store.statement_timeout + Duration::from_secs(1))
+    }
+
+    /// How long `provider`'s sender retries: its own setting, its preset's, else
+    /// `retry.sender_horizon`.
+    pub fn sender_horizon(&self, provider: &ProviderConfig) -> Duration {
+        provider
+            .sender_horizon
+            .or_else(|| preset_horizon(provider.preset))
+            .unwrap_or(self.retry.sender_horizon)
     }
 
     /// The provider called `name`.

@@ -73,6 +73,11 @@ fn node_rules(config: &Config) -> Vec<Rule> {
             format!("max_connections = {}", config.server.max_connections),
         ),
         shutdown_rule(config),
+        rule(
+            "queue.poll_interval >= 10ms",
+            config.queue.poll_interval >= Duration::from_millis(10),
+            format!("poll_interval = {}", show(config.queue.poll_interval)),
+        ),
     ]
 }
 

@@ -20,6 +20,7 @@ use serde_json::json;
 use super::error::ApiError;
 use super::state::AppState;
 use crate::canonical::Body;
+use crate::config::Mode;
 use crate::key::EventId;
 use crate::shard::{Answer, Event, Reply, Target};
 
@@ -48,8 +49,12 @@ pub async fn ingest(
                 body: accepted.body,
                 target: accepted.target,
                 headers: req.headers().clone(),
+                mode: accepted.mode,
             };
-            Ok(render(dispatcher.dispatch(event).await))
+            Ok(render(match event.mode {
+                Mode::Sync => dispatcher.dispatch(event).await,
+                Mode::Queue => dispatcher.enqueue(event).await,
+            }))
         }
         Err(e) => {
             // Only configured names become label values; anything else is `unknown`.
@@ -72,6 +77,7 @@ struct Accepted {
     fingerprint: Option<String>,
     body: Bytes,
     target: Arc<Target>,
+    mode: Mode,
 }
 
 /// Everything checked before a claim, in order: provider, body size, signature, key.
@@ -102,6 +108,7 @@ async fn accept(
         fingerprint,
         body,
         target: Arc::clone(&runtime.target),
+        mode: runtime.mode,
     })
 }
 
@@ -155,6 +162,7 @@ fn render(answer: Answer) -> HttpResponse {
             json!({"status": "retry_later", "reason": reason.as_str(), "retry_after_s": retry_after}),
         ),
         Reply::DeadLettered => (StatusCode::OK, None, json!({"status": "dead_lettered"})),
+        Reply::Queued => (StatusCode::ACCEPTED, None, json!({"status": "queued"})),
         Reply::NotReplayable => (StatusCode::CONFLICT, None, json!({"error": "not_dead"})),
         Reply::Mismatch => (
             StatusCode::UNPROCESSABLE_ENTITY,

@@ -13,6 +13,7 @@
 //! store answers is in `claimed.rs`; a won claim's attempt in `running.rs`.
 
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -24,10 +25,10 @@ use super::answer::{cached_answer, log_mismatch, log_refusal, Answer, Reply, Ret
 use super::attempt::ceil_secs;
 use super::cache::{DoneCache, DoneWriter};
 use super::event::Event;
+use super::gate::Gate;
 use super::in_flight::InFlightSet;
 use super::messages::Ingest;
 use crate::claim::{fingerprints_differ, Path};
-use crate::key::EventId;
 use crate::metrics::Metrics;
 use crate::retry::RetryPolicy;
 use crate::store::Store;
@@ -35,7 +36,7 @@ use crate::worker::Worker;
 
 /// Requests for one key that may wait on its pending claim; more are answered 409 at once.
 /// Bounds a shard's memory under a flood of one key while the store is slow.
-const MAX_WAITERS: usize = 1024;
+pub(super) const MAX_WAITERS: usize = 1024;
 
 /// Settings shared by every shard of a node.
 #[derive(Debug, Clone)]
@@ -63,6 +64,23 @@ pub(super) struct Waiting {
     pub(super) token: u64,
 }
 
+/// What the shards of a node share: the store, their settings, the metrics, the done
+/// cache, the queue gate and the idle-worker counts.
+pub struct Node {
+    /// The store.
+    pub store: Arc<dyn Store>,
+    /// Settings of every shard.
+    pub settings: Arc<ShardSettings>,
+    /// The node's metrics.
+    pub metrics: Arc<Metrics>,
+    /// The done cache.
+    pub done: DoneCache,
+    /// The queue gate.
+    pub gate: Gate,
+    /// Idle workers, one slot per shard.
+    pub idle: Arc<[AtomicUsize]>,
+}
+
 /// A claim on its way to the store, with what is needed when the answer comes back.
 pub(super) struct Claiming {
     /// The request that made it.
@@ -88,6 +106,11 @@ pub struct Shard {
     /// claim is made and given back when the attempt has been recorded, so a won claim
     /// never waits for a worker while its lease runs.
     pub(super) idle: Vec<usize>,
+    /// Idle workers per shard of the node, for the queue scheduler (this shard writes its
+    /// own slot whenever `idle` changes).
+    pub(super) idle_count: Arc<[AtomicUsize]>,
+    /// The queue-mode providers' rate and in-flight limits, shared by the node.
+    pub(super) gate: Gate,
     /// Requests waiting for a worker, oldest first; bounded by `admission_queue`.
     pub(super) waiting: VecDeque<Waiting>,
     pub(super) in_flight: InFlightSet,
@@ -106,24 +129,20 @@ pub struct Shard {
 impl Shard {
     /// Shard number `index`, delivering through `workers` and filling its part of
     /// `done`; `log` carries the number.
-    pub fn new(
-        index: usize,
-        store: Arc<dyn Store>,
-        settings: Arc<ShardSettings>,
-        workers: Vec<Addr<Worker>>,
-        done: &DoneCache,
-        metrics: Arc<Metrics>,
-        log: Logger,
-    ) -> Self {
+    pub fn new(index: usize, workers: Vec<Addr<Worker>>, node: &Node, log: Logger) -> Self {
+        let settings = Arc::clone(&node.settings);
+        node.idle[index].store(workers.len(), Ordering::Relaxed);
         Self {
             index,
-            store,
-            metrics,
+            store: Arc::clone(&node.store),
+            metrics: Arc::clone(&node.metrics),
+            gate: node.gate.clone(),
+            idle_count: Arc::clone(&node.idle),
             idle: (0..workers.len()).rev().collect(),
             workers,
             waiting: VecDeque::new(),
             in_flight: InFlightSet::default(),
-            done: done.writer(settings.cache_capacity, settings.cache_bytes),
+            done: node.done.writer(settings.cache_capacity, settings.cache_bytes),
             claiming: 0,
             running: 0,
             draining: false,
@@ -175,11 +194,12 @@ impl Shard {
     }
 
     /// Labels one request with its path: the `webhook.claim` line and the metric.
-    pub(super) fn log_claim(&self, id: &EventId, path: Path, attempts: Option<i32>) {
+    pub(super) fn log_claim(&self, event: &Event, path: Path, attempts: Option<i32>) {
+        let id = &event.id;
         self.metrics.attempt(&id.provider, path);
         info!(self.log, "webhook.claim";
             "provider" => &*id.provider, "event_key" => &*id.key, "path" => path.as_str(),
-            "attempts" => attempts);
+            "attempts" => attempts, "mode" => event.mode.as_str());
     }
 
     /// Answers the requests (one, and those that waited on the same key) with a refusal
@@ -193,7 +213,7 @@ impl Shard {
         for (event, reply) in requests {
             let answer = Answer::refused(reason);
             log_refusal(&self.log, &event.id, &answer, cause);
-            self.log_claim(&event.id, answer.path, None);
+            self.log_claim(&event, answer.path, None);
             let _ = reply.send(answer);
         }
     }
@@ -212,7 +232,7 @@ impl Shard {
             return;
         }
         let token = self.in_flight.begin(&event, None);
-        if let Some(worker) = self.idle.pop() {
+        if let Some(worker) = self.take_idle() {
             self.claim(event, reply, token, worker, ctx);
         } else if self.waiting.len() < self.settings.admission_queue {
             self.waiting.push_back(Waiting {
@@ -292,8 +312,18 @@ impl Shard {
                 self.metrics.admission_waiting(self.index, -1);
                 self.claim(w.event, w.reply, w.token, worker, ctx);
             }
-            _ => self.idle.push(worker),
+            _ => {
+                self.idle.push(worker);
+                self.idle_count[self.index].store(self.idle.len(), Ordering::Relaxed);
+            }
         }
+    }
+
+    /// Reserves an idle worker, if there is one.
+    pub(super) fn take_idle(&mut self) -> Option<usize> {
+        let worker = self.idle.pop();
+        self.idle_count[self.index].store(self.idle.len(), Ordering::Relaxed);
+        worker
     }
 
     /// Answers `Drained` callers once nothing is claiming or running.
@@ -328,7 +358,7 @@ impl Handler<Ingest> for Shard {
             }
         }
         if let Some(answer) = self.answer_from_memory(&event) {
-            self.log_claim(&event.id, answer.path, answer.attempts);
+            self.log_claim(&event, answer.path, answer.attempts);
             let _ = reply.send(answer);
             return;
         }

@@ -44,6 +44,8 @@ pub enum Reply {
     },
     /// 200 `{"status":"dead_lettered"}`: stop retrying, people will look at it.
     DeadLettered,
+    /// 202 `{"status":"queued"}`: the event is durable; hookgate delivers it.
+    Queued,
     /// 422: the key was seen with another payload.
     Mismatch,
     /// (Replays only) the row was not a dead letter, or another replay has it now.

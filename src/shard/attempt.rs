@@ -17,7 +17,8 @@ use super::event::Event;
 use super::record::write_verdict_retrying;
 use crate::claim::Path;
 use crate::metrics::Metrics;
-use crate::outcome::{judge, DeliveryOutcome, Verdict};
+use crate::config::Mode;
+use crate::outcome::{judge, DeliveryOutcome, Redeliverer, Verdict};
 use crate::retry::RetryPolicy;
 use crate::store::{Fenced, Store, StoreError};
 use crate::worker::DeliveryRequest;
@@ -34,6 +35,10 @@ pub struct Attempt {
     /// When the lease ends at the latest by this node's clock: counted from just before
     /// the claim was sent, so it never overstates the time left.
     pub lease_ends: Instant,
+    /// Queue mode: the lease, renewed every third of itself while the delivery runs, so a
+    /// short lease (fast crash recovery) can go with a long target timeout. `None` in sync
+    /// mode, where the lease must outlast the target timeout.
+    pub renew: Option<Duration>,
 }
 
 /// What running an attempt did.
@@ -62,12 +67,26 @@ impl Attempt {
         }
     }
 
-    /// The last moment the delivery may start and still end (at its timeout) inside the
-    /// lease; a worker that gets it later refuses to start it.
+    /// The last moment the delivery may start: early enough to end (at its timeout) inside
+    /// the lease — or, when the lease is renewed, before the first renewal is due. A
+    /// worker that gets it later refuses to start it.
     pub fn start_by(&self) -> Instant {
+        let margin = match self.renew {
+            Some(lease) => lease / 3,
+            None => self.event.target.timeout,
+        };
         self.lease_ends
-            .checked_sub(self.event.target.timeout)
+            .checked_sub(margin)
             .unwrap_or_else(Instant::now)
+    }
+
+    /// Who redelivers this attempt if it fails.
+    fn redeliverer(&self) -> Redeliverer {
+        match (self.path, self.event.mode) {
+            (Path::Replay, _) => Redeliverer::Nobody,
+            (_, Mode::Queue) => Redeliverer::Queue,
+            (_, Mode::Sync) => Redeliverer::Sender,
+        }
     }
 
     /// Awaits `outcome` (the delivery, or the reason it did not start), judges it, and
@@ -82,21 +101,49 @@ impl Attempt {
         log: &Logger,
     ) -> Recorded {
         let started = Instant::now();
-        let outcome = outcome.await;
-        let verdict = judge(outcome, self.attempts, retry, self.path == Path::Replay);
-        let written = write_verdict_retrying(
-            store,
-            &self.event,
-            self.attempts,
-            &verdict,
-            self.lease_ends,
-            log,
-        )
-        .await;
+        let (outcome, lease_ends) = match self.renew {
+            Some(lease) => self.renewing(outcome, store, lease, log).await,
+            None => (outcome.await, self.lease_ends),
+        };
+        let verdict = judge(outcome, self.attempts, retry, self.redeliverer());
+        let written =
+            write_verdict_retrying(store, &self.event, self.attempts, &verdict, lease_ends, log)
+                .await;
         Recorded {
             verdict,
             written,
             took: started.elapsed(),
+        }
+    }
+
+    /// Awaits `outcome` while renewing the lease every third of it, fenced by the attempt;
+    /// answers the outcome and when the lease now ends.
+    async fn renewing(
+        &self,
+        outcome: impl Future<Output = DeliveryOutcome>,
+        store: &dyn Store,
+        lease: Duration,
+        log: &Logger,
+    ) -> (DeliveryOutcome, Instant) {
+        let mut lease_ends = self.lease_ends;
+        let mut outcome = std::pin::pin!(outcome);
+        let id = &self.event.id;
+        loop {
+            tokio::select! {
+                done = &mut outcome => return (done, lease_ends),
+                () = tokio::time::sleep(lease / 3) => {
+                    let asked = Instant::now();
+                    match store.renew(id, self.attempts, lease).await {
+                        Ok(Fenced::Applied) => lease_ends = asked + lease,
+                        Ok(Fenced::Stale) => warn!(log, "webhook.renew_lost";
+                            "provider" => &*id.provider, "event_key" => &*id.key,
+                            "attempts" => self.attempts),
+                        Err(e) => warn!(log, "webhook.renew_failed";
+                            "provider" => &*id.provider, "event_key" => &*id.key,
+                            "attempts" => self.attempts, "error" => %e),
+                    }
+                }
+            }
         }
     }
 
@@ -162,19 +209,20 @@ impl Attempt {
         let id = &self.event.id;
         let duration_ms = u64::try_from(took.as_millis()).unwrap_or(u64::MAX);
         let (provider, key, attempts) = (&*id.provider, &*id.key, self.attempts);
+        let mode = self.event.mode.as_str();
         match verdict {
             Verdict::Done(result) => {
                 info!(log, "webhook.done";
                     "provider" => provider, "event_key" => key, "outcome" => "delivered",
                     "status" => result.status, "attempts" => attempts,
-                    "duration_ms" => duration_ms);
+                    "duration_ms" => duration_ms, "mode" => mode);
                 Reply::Result(Arc::new(result))
             }
             Verdict::Retry { error, retry_after } => {
                 warn!(log, "webhook.failed";
                     "provider" => provider, "event_key" => key, "error" => &error,
                     "attempts" => attempts, "retry_after_s" => retry_after,
-                    "duration_ms" => duration_ms);
+                    "duration_ms" => duration_ms, "mode" => mode);
                 Reply::RetryLater {
                     retry_after,
                     reason: RetryReason::DeliveryFailed,
@@ -184,8 +232,17 @@ impl Attempt {
                 warn!(log, "webhook.dead";
                     "provider" => provider, "event_key" => key, "error" => &error,
                     "reason" => reason.as_str(), "attempts" => attempts,
-                    "duration_ms" => duration_ms);
+                    "duration_ms" => duration_ms, "mode" => mode);
                 Reply::DeadLettered
+            }
+            Verdict::Throttled { error, retry_after } => {
+                warn!(log, "webhook.failed";
+                    "provider" => provider, "event_key" => key, "error" => &error,
+                    "attempts" => attempts, "retry_after_s" => retry_after, "mode" => mode);
+                Reply::RetryLater {
+                    retry_after,
+                    reason: RetryReason::DeliveryFailed,
+                }
             }
             Verdict::Release { error } => {
                 warn!(log, "webhook.failed";
@@ -217,6 +274,7 @@ fn outcome_label(verdict: &Verdict) -> &'static str {
         Verdict::Done(_) => "delivered",
         Verdict::Retry { .. } => "failed",
         Verdict::Dead { .. } => "dead",
+        Verdict::Throttled { .. } => "throttled",
         Verdict::Release { .. } => "not_started",
         Verdict::Unknown { .. } => "crashed",
     }

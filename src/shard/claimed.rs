@@ -34,7 +34,7 @@ impl Shard {
         } = claiming;
         match result {
             Ok(ClaimResult::Won { attempts, path }) => {
-                self.log_claim(&event.id, path, Some(attempts));
+                self.log_claim(&event, path, Some(attempts));
                 let waiters = self.in_flight.won(&event.id, token, attempts);
                 self.answer_waiters_of_won(&event, attempts, waiters);
                 let attempt = Attempt {
@@ -42,11 +42,13 @@ impl Shard {
                     attempts,
                     path,
                     lease_ends: sent + self.settings.lease,
+                    renew: None,
                 };
                 let running = Running {
                     attempt,
                     token,
                     worker,
+                    gated: false,
                 };
                 self.start(running, reply, ctx);
             }
@@ -55,7 +57,7 @@ impl Shard {
                 self.free_worker(worker, ctx);
                 for (event, reply) in std::iter::once((event, reply)).chain(waiters) {
                     let answer = self.existing(&event, row.clone());
-                    self.log_claim(&event.id, answer.path, answer.attempts);
+                    self.log_claim(&event, answer.path, answer.attempts);
                     let _ = reply.send(answer);
                 }
             }
@@ -104,13 +106,13 @@ impl Shard {
                     reply: Reply::Busy { retry_after },
                 }
             };
-            self.log_claim(&waiter.id, answer.path, answer.attempts);
+            self.log_claim(&waiter, answer.path, answer.attempts);
             let _ = waiter_reply.send(answer);
         }
     }
 
     /// The answer for a row the claim did not win; caches it when it is done.
-    fn existing(&mut self, event: &Event, row: RowState) -> Answer {
+    pub(super) fn existing(&mut self, event: &Event, row: RowState) -> Answer {
         let path = classify(&row, event.fingerprint.as_deref());
         let attempts = Some(row.attempts);
         let reply = match path {

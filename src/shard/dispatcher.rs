@@ -6,17 +6,19 @@
 //! at once (`overloaded`), so memory stays bounded under any load.
 
 use std::hash::{DefaultHasher, Hash, Hasher};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use actix::prelude::*;
 use futures_util::future::join_all;
 use tokio::sync::oneshot;
 
-use super::actor::{Shard, ShardSettings};
+use super::actor::{Node, Shard, ShardSettings};
+use super::gate::Gate;
 use super::answer::{cached_answer, log_refusal, Answer, RetryReason};
 use super::cache::DoneCache;
 use super::event::Event;
-use super::messages::{Drain, Drained, Ingest, Replay};
+use super::messages::{Drain, Drained, Due, Enqueue, Ingest, Replay};
 use crate::key::EventId;
 use crate::metrics::Metrics;
 use crate::provider::Target;
@@ -35,6 +37,8 @@ pub fn shard_for(id: &EventId, shards: usize) -> usize {
 pub struct Dispatcher {
     shards: Arc<[Addr<Shard>]>,
     done: DoneCache,
+    gate: Gate,
+    idle: Arc<[AtomicUsize]>,
     metrics: Arc<Metrics>,
     log: slog::Logger,
     arbiters: Arc<[ArbiterHandle]>,
@@ -54,8 +58,14 @@ impl Dispatcher {
     ) -> Self {
         let threads = shards.min(crate::config::cpus()).max(1);
         let arbiters: Vec<ArbiterHandle> = (0..threads).map(|_| Arbiter::new().handle()).collect();
-        let settings = Arc::new(settings);
-        let done = DoneCache::with_bytes_gauge(metrics.cache_bytes_gauge());
+        let node = Arc::new(Node {
+            store,
+            settings: Arc::new(settings),
+            metrics: Arc::clone(&metrics),
+            done: DoneCache::with_bytes_gauge(metrics.cache_bytes_gauge()),
+            gate: Gate::default(),
+            idle: (0..shards).map(|_| AtomicUsize::new(0)).collect(),
+        });
         let addrs = (0..shards)
             .map(|index| {
                 let arbiter = &arbiters[index % threads];
@@ -67,18 +77,15 @@ impl Dispatcher {
                         Supervisor::start_in_arbiter(arbiter, move |_| Worker::new(delivery, log))
                     })
                     .collect();
-                let store = Arc::clone(&store);
-                let settings = Arc::clone(&settings);
-                let metrics = Arc::clone(&metrics);
-                let done = done.clone();
-                Shard::start_in_arbiter(arbiter, move |_| {
-                    Shard::new(index, store, settings, workers, &done, metrics, log)
-                })
+                let node = Arc::clone(&node);
+                Shard::start_in_arbiter(arbiter, move |_| Shard::new(index, workers, &node, log))
             })
             .collect();
         Self {
             shards: addrs,
-            done,
+            done: node.done.clone(),
+            gate: node.gate.clone(),
+            idle: Arc::clone(&node.idle),
             metrics,
             log: log.clone(),
             arbiters: arbiters.into(),
@@ -100,15 +107,50 @@ impl Dispatcher {
         Some(answer)
     }
 
-    /// Hands `event` to its shard and waits for the answer.
+    /// Hands `event` to its shard and waits for the answer (sync mode).
     pub async fn dispatch(&self, event: Event) -> Answer {
+        self.send(event, |event, reply| Ingest { event, reply }).await
+    }
+
+    /// Hands a queue-mode `event` to its shard: answered once its row is durable.
+    pub async fn enqueue(&self, event: Event) -> Answer {
+        self.send(event, |event, reply| Enqueue { event, reply }).await
+    }
+
+    /// Offers a due queue row to its shard; `false` when the shard's mailbox is full.
+    pub fn offer(&self, id: EventId, target: Arc<Target>) -> bool {
+        let index = shard_for(&id, self.shards.len());
+        let sent = self.shards[index].try_send(Due { id, target }).is_ok();
+        if sent {
+            self.metrics.mailbox(index, 1);
+        }
+        sent
+    }
+
+    /// Workers idle now, over all shards (a queue scheduler offers no more rows).
+    pub fn idle_workers(&self) -> usize {
+        self.idle.iter().map(|n| n.load(Ordering::Relaxed)).sum()
+    }
+
+    /// The queue-mode providers' limits.
+    pub fn gate(&self) -> &Gate {
+        &self.gate
+    }
+
+    /// Sends `event` to its shard as `message` and waits for the answer.
+    async fn send<M>(
+        &self,
+        event: Event,
+        message: impl FnOnce(Arc<Event>, oneshot::Sender<Answer>) -> M,
+    ) -> Answer
+    where
+        M: Message<Result = ()> + Send + 'static,
+        Shard: Handler<M>,
+    {
         let index = shard_for(&event.id, self.shards.len());
         let id = event.id.clone();
         let (reply, answer) = oneshot::channel();
-        let msg = Ingest {
-            event: Arc::new(event),
-            reply,
-        };
+        let msg = message(Arc::new(event), reply);
         let refused = |reason, cause: &str| {
             let answer = Answer::refused(reason);
             log_refusal(&self.log, &id, &answer, cause);

@@ -6,6 +6,7 @@ use actix_web::http::header::HeaderMap;
 use actix_web::web::Bytes;
 
 use crate::key::EventId;
+use crate::config::Mode;
 use crate::provider::Target;
 
 /// One received, verified, keyed delivery.
@@ -23,6 +24,8 @@ pub struct Event {
     pub target: Arc<Target>,
     /// The request's headers, kept with the payload if the event fails.
     pub headers: HeaderMap,
+    /// Sync (a sender waits) or queue (hookgate delivers and redelivers).
+    pub mode: Mode,
 }
 
 impl Event {
@@ -35,6 +38,7 @@ impl Event {
             fingerprint: None,
             target,
             headers: HeaderMap::new(),
+            mode: Mode::Sync,
         }
     }
 }

@@ -123,6 +123,7 @@ mod tests {
                 keep_headers: Vec::new(),
             }),
             headers: Default::default(),
+            mode: crate::config::Mode::Sync,
         })
     }
 

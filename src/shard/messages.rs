@@ -49,3 +49,26 @@ pub struct Drain;
 #[derive(Message)]
 #[rtype(result = "()")]
 pub struct Drained;
+
+/// Queue mode: write a sender's event with its payload and answer 202 once it is durable
+/// (or answer the row as it stands); then start its first attempt at once if a worker and
+/// the provider's limits allow.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct Enqueue {
+    /// The delivery.
+    pub event: Arc<Event>,
+    /// Where the answer goes.
+    pub reply: oneshot::Sender<Answer>,
+}
+
+/// Queue mode: the scheduler found this key due; take it and deliver it if a worker and
+/// the provider's limits allow, else leave it for a later pass.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct Due {
+    /// The key.
+    pub id: EventId,
+    /// Where its provider delivers.
+    pub target: Arc<Target>,
+}

@@ -14,20 +14,23 @@ pub mod cache;
 mod claimed;
 pub mod dispatcher;
 mod event;
+pub mod gate;
 mod in_flight;
 mod messages;
 mod operator;
+mod queue;
 mod record;
 mod running;
 
-pub use actor::{Shard, ShardSettings};
+pub use actor::{Node, Shard, ShardSettings};
 pub use answer::{
     cached_answer, Answer, Reply, RetryReason, BUSY_RETRY_AFTER_SECS, STORE_RETRY_AFTER_SECS,
 };
 pub use attempt::{Attempt, Recorded};
 pub use dispatcher::Dispatcher;
 pub use event::Event;
-pub use messages::{Drain, Drained, Ingest, Replay};
+pub use gate::Gate;
+pub use messages::{Drain, Drained, Due, Enqueue, Ingest, Replay};
 pub use record::write_verdict;
 
 pub use crate::provider::Target;

@@ -15,6 +15,7 @@ use super::event::Event;
 use super::messages::{Drain, Drained, Replay};
 use super::running::Running;
 use crate::claim::Path;
+use crate::config::Mode;
 use crate::key::EventId;
 use crate::provider::Target;
 use crate::store::{Reopened, StoreError};
@@ -51,7 +52,7 @@ impl Handler<Replay> for Shard {
             let _ = reply.send(Answer::refused(RetryReason::ShuttingDown));
             return;
         }
-        let Some(worker) = self.idle.pop() else {
+        let Some(worker) = self.take_idle() else {
             let _ = reply.send(Answer::refused(RetryReason::Overloaded));
             return;
         };
@@ -99,20 +100,23 @@ impl Shard {
                     fingerprint: row.fingerprint,
                     target: r.target,
                     headers: Default::default(),
+                    mode: Mode::Sync,
                 });
                 let waiters = self.in_flight.won(&event.id, r.token, row.attempts);
-                self.log_claim(&event.id, Path::Replay, Some(row.attempts));
+                self.log_claim(&event, Path::Replay, Some(row.attempts));
                 self.answer_waiters_of_won(&event, row.attempts, waiters);
                 let attempt = Attempt {
                     event,
                     attempts: row.attempts,
                     path: Path::Replay,
                     lease_ends: r.sent + self.settings.lease,
+                    renew: None,
                 };
                 let running = Running {
                     attempt,
                     token: r.token,
                     worker: r.worker,
+                    gated: false,
                 };
                 self.start(running, r.reply, ctx);
             }

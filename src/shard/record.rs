@@ -8,6 +8,7 @@ use slog::{warn, Logger};
 
 use super::event::Event;
 use crate::claim::Status;
+use crate::config::Mode;
 use crate::outcome::Verdict;
 use crate::store::{DeadReason, Failure, Fenced, Store, StoreError};
 
@@ -20,17 +21,26 @@ pub async fn write_verdict(
     verdict: &Verdict,
 ) -> Option<Result<Fenced, StoreError>> {
     let id = &event.id;
+    // A queue row says when the scheduler may take it again; a sync row's sender decides.
+    let due_in = |secs: u64| (event.mode == Mode::Queue).then(|| Duration::from_secs(secs));
+    let failed = |error: &str, dead, retry_in| Failure {
+        retry_in,
+        ..failure(event, error, dead)
+    };
     Some(match verdict {
         Verdict::Done(result) => store.complete(id, attempts, result).await,
-        Verdict::Retry { error, .. } => {
-            store.fail(id, attempts, &failure(event, error, None)).await
+        Verdict::Retry { error, retry_after } | Verdict::Throttled { error, retry_after } => {
+            let f = failed(error, None, due_in(*retry_after));
+            store.fail(id, attempts, &f).await
         }
         Verdict::Dead { error, reason } => {
-            store
-                .fail(id, attempts, &failure(event, error, Some(*reason)))
-                .await
+            let f = failed(error, Some(*reason), None);
+            store.fail(id, attempts, &f).await
         }
-        Verdict::Release { error } => store.fail(id, attempts, &failure(event, error, None)).await,
+        Verdict::Release { error } => {
+            let f = failed(error, None, due_in(0));
+            store.fail(id, attempts, &f).await
+        }
         Verdict::Unknown { .. } => return None,
     })
 }
@@ -107,7 +117,7 @@ pub(crate) fn failure(event: &Event, error: &str, dead: Option<DeadReason>) -> F
         dead,
         payload: event.body.clone(),
         content_type: event.content_type.clone(),
-        headers: headers_json(&event.headers, &event.target.keep_headers),
+        headers: kept_headers(event),
         retry_in: None,
     }
 }
@@ -125,6 +135,11 @@ const UNKEPT_HEADERS: &[&str] = &[
 /// Words that mark a header as a credential (`X-Api-Token`, `X-Webhook-Secret`, …); such
 /// headers are not kept, except the provider's own signature headers.
 const CREDENTIAL_WORDS: &[&str] = &["token", "secret", "key", "signature", "password"];
+
+/// `event`'s request headers worth keeping, as a JSON object (`None` if none).
+pub(super) fn kept_headers(event: &Event) -> Option<String> {
+    headers_json(&event.headers, &event.target.keep_headers)
+}
 
 /// The request headers worth keeping with a dead letter, as a JSON object (`None` if none).
 fn headers_json(headers: &HeaderMap, keep: &[String]) -> Option<String> {

@@ -5,6 +5,7 @@
 
 use std::future::Future;
 use std::sync::Arc;
+use std::time::Duration;
 
 use actix::prelude::*;
 use tokio::sync::oneshot;
@@ -13,7 +14,7 @@ use super::actor::Shard;
 use super::answer::{Answer, Reply};
 use super::attempt::Attempt;
 use super::cache::CachedDone;
-use crate::outcome::DeliveryOutcome;
+use crate::outcome::{DeliveryOutcome, Verdict};
 use crate::worker::Deliver;
 
 /// An attempt with the shard's bookkeeping: its in-flight entry and its worker.
@@ -24,6 +25,8 @@ pub(super) struct Running {
     pub(super) token: u64,
     /// The worker reserved for it before the claim.
     pub(super) worker: usize,
+    /// Whether it holds one of its provider's queue slots (given back at the end).
+    pub(super) gated: bool,
 }
 
 impl Shard {
@@ -69,6 +72,13 @@ impl Shard {
         ctx.spawn(work.into_actor(self).map(move |recorded, act, ctx| {
             act.running -= 1;
             let attempt = running.attempt;
+            let provider = &attempt.event.id.provider;
+            if running.gated {
+                act.gate.release(provider);
+            }
+            if let Verdict::Throttled { retry_after, .. } = recorded.verdict {
+                act.gate.pause(provider, Duration::from_secs(retry_after));
+            }
             act.in_flight.forget(&attempt.event.id, running.token);
             act.free_worker(running.worker, ctx);
             let answer = attempt.answer(recorded, act.settings.lease, &act.metrics, &act.log);

@@ -25,6 +25,8 @@ fn providers(target: &str) -> Vec<ProviderConfig> {
         [[providers]]
         name = "gh"
         preset = "github"
+        # The github preset queues by default; this suite checks signatures in sync mode.
+        mode = "sync"
         secrets = [{{ env = "UNUSED" }}]
         target = {{ url = "{target}" }}
         [[providers]]

@@ -1,0 +1,126 @@
+//! The queue scheduler of one node: finds due queue rows (new ones not started at once,
+//! `failed` ones whose backoff has passed, `in_progress` ones whose lease expired) and
+//! offers each to the shard that owns its key, which takes it through the claim rule only
+//! if a worker is idle and the provider's limits allow.
+//!
+//! Bounded: a pass asks the store for no more rows than the node's idle workers and the
+//! provider's gate allow, and offers go through the shards' bounded mailboxes — no queue
+//! builds up in memory. It backs off while the store is unavailable. [`Scheduler::run_once`]
+//! is one pass (tests call it by hand); the node runs it every `queue.poll_interval`, at
+//! once again after a pass that found work.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use slog::{warn, Logger};
+
+use crate::metrics::Metrics;
+use crate::provider::Target;
+use crate::shard::Dispatcher;
+use crate::store::{Store, StoreError};
+
+/// How often the queue depth metrics are refreshed at most.
+const DEPTH_EVERY: Duration = Duration::from_secs(5);
+
+/// Longest pause after the store failed: a returning database is noticed within it.
+const MAX_BACKOFF: Duration = Duration::from_secs(10);
+
+/// The scheduler of one node.
+pub struct Scheduler {
+    store: Arc<dyn Store>,
+    dispatcher: Dispatcher,
+    /// The queue-mode providers, by name, with their targets.
+    providers: Vec<(Arc<str>, Arc<Target>)>,
+    metrics: Arc<Metrics>,
+    log: Logger,
+    poll: Duration,
+}
+
+impl Scheduler {
+    /// A scheduler offering `providers`' due rows to `dispatcher`'s shards.
+    pub fn new(
+        store: Arc<dyn Store>,
+        dispatcher: Dispatcher,
+        providers: Vec<(Arc<str>, Arc<Target>)>,
+        metrics: Arc<Metrics>,
+        log: Logger,
+        poll: Duration,
+    ) -> Self {
+        Self {
+            store,
+            dispatcher,
+            providers,
+            metrics,
+            log,
+            poll,
+        }
+    }
+
+    /// One pass: offers each provider's due rows, as many as can start now; answers how
+    /// many were offered.
+    pub async fn run_once(&self) -> Result<usize, StoreError> {
+        self.metrics.scheduler_poll();
+        let mut offered = 0;
+        for (provider, target) in &self.providers {
+            let room = self
+                .dispatcher
+                .gate()
+                .available(provider)
+                .min(self.dispatcher.idle_workers());
+            if room == 0 {
+                continue;
+            }
+            let limit = u32::try_from(room).unwrap_or(u32::MAX);
+            for id in self.store.due(provider, limit).await? {
+                if self.dispatcher.offer(id, Arc::clone(target)) {
+                    offered += 1;
+                }
+            }
+        }
+        Ok(offered)
+    }
+
+    /// Refreshes the queue depth metrics.
+    pub async fn measure(&self) -> Result<(), StoreError> {
+        for depth in self.store.queue_depth().await? {
+            self.metrics.queue_depth(
+                &depth.provider,
+                depth.rows,
+                depth.oldest_due.as_secs_f64(),
+            );
+        }
+        Ok(())
+    }
+
+    /// Runs passes until the task is dropped: at once again after a pass that offered
+    /// rows, after `queue.poll_interval` otherwise, backing off while the store fails.
+    pub async fn run_forever(self: Arc<Self>) {
+        if self.providers.is_empty() {
+            return;
+        }
+        let mut backoff = self.poll;
+        let mut measured: Option<Instant> = None;
+        loop {
+            if measured.is_none_or(|t| t.elapsed() >= DEPTH_EVERY) {
+                if let Err(e) = self.measure().await {
+                    warn!(self.log, "queue.measure_failed"; "error" => %e);
+                }
+                measured = Some(Instant::now());
+            }
+            let pause = match self.run_once().await {
+                // Offers were made: give the shards a moment to start them, then look again.
+                Ok(n) if n > 0 => Duration::from_millis(10),
+                Ok(_) => self.poll,
+                Err(e) => {
+                    warn!(self.log, "queue.poll_failed"; "error" => %e,
+                        "retry_in_ms" => u64::try_from(backoff.as_millis()).unwrap_or(u64::MAX));
+                    backoff = (backoff * 2).min(MAX_BACKOFF);
+                    tokio::time::sleep(backoff).await;
+                    continue;
+                }
+            };
+            backoff = self.poll;
+            tokio::time::sleep(pause).await;
+        }
+    }
+}

@@ -1,0 +1,155 @@
+//! The queue's protection of the application, per provider and per node: a token bucket
+//! (`target.max_rate` deliveries a second), a cap on deliveries at once
+//! (`target.max_in_flight`), and a pause while the target asked for one (its own
+//! `Retry-After` on 429/503). Shared by every shard and the scheduler of a node.
+//!
+//! A plain mutex: held for a few instructions, never across an `.await`.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// Most rows one provider's scheduler pass may take, whatever its limits say.
+pub const MAX_TAKE: usize = 256;
+
+#[derive(Debug)]
+struct Bucket {
+    rate: Option<f64>,
+    tokens: f64,
+    refilled: Instant,
+    max_in_flight: Option<usize>,
+    in_flight: usize,
+    paused_until: Option<Instant>,
+}
+
+impl Bucket {
+    fn refill(&mut self, now: Instant) {
+        if let Some(rate) = self.rate {
+            let earned = now.duration_since(self.refilled).as_secs_f64() * rate;
+            // A second's worth at most: a quiet minute does not buy a burst.
+            self.tokens = (self.tokens + earned).min(rate.max(1.0));
+        }
+        self.refilled = now;
+    }
+
+    fn available(&mut self, now: Instant) -> usize {
+        if self.paused_until.is_some_and(|t| now < t) {
+            return 0;
+        }
+        self.refill(now);
+        let by_rate = match self.rate {
+            Some(_) => self.tokens.floor() as usize,
+            None => MAX_TAKE,
+        };
+        let by_room = match self.max_in_flight {
+            Some(max) => max.saturating_sub(self.in_flight),
+            None => MAX_TAKE,
+        };
+        by_rate.min(by_room).min(MAX_TAKE)
+    }
+}
+
+/// The gates of one node's queue-mode providers.
+#[derive(Debug, Clone, Default)]
+pub struct Gate {
+    buckets: Arc<Mutex<HashMap<Arc<str>, Bucket>>>,
+}
+
+impl Gate {
+    /// Limits for `provider` (queue mode).
+    pub fn configure(&self, provider: &Arc<str>, max_rate: Option<f64>, max_in_flight: Option<usize>) {
+        let mut buckets = self.buckets.lock().unwrap_or_else(|e| e.into_inner());
+        buckets.insert(
+            Arc::clone(provider),
+            Bucket {
+                rate: max_rate,
+                tokens: max_rate.map_or(0.0, |r| r.max(1.0)),
+                refilled: Instant::now(),
+                max_in_flight,
+                in_flight: 0,
+                paused_until: None,
+            },
+        );
+    }
+
+    /// Deliveries `provider` may start now (0 while paused).
+    pub fn available(&self, provider: &str) -> usize {
+        let mut buckets = self.buckets.lock().unwrap_or_else(|e| e.into_inner());
+        buckets
+            .get_mut(provider)
+            .map_or(MAX_TAKE, |b| b.available(Instant::now()))
+    }
+
+    /// Takes a token and an in-flight slot for one delivery of `provider`, if it may start.
+    pub fn try_acquire(&self, provider: &str) -> bool {
+        let mut buckets = self.buckets.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(bucket) = buckets.get_mut(provider) else {
+            return true;
+        };
+        if bucket.available(Instant::now()) == 0 {
+            return false;
+        }
+        if bucket.rate.is_some() {
+            bucket.tokens -= 1.0;
+        }
+        bucket.in_flight += 1;
+        true
+    }
+
+    /// Gives back the in-flight slot of a delivery that ended (or never started).
+    pub fn release(&self, provider: &str) {
+        let mut buckets = self.buckets.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(bucket) = buckets.get_mut(provider) {
+            bucket.in_flight = bucket.in_flight.saturating_sub(1);
+        }
+    }
+
+    /// Starts no delivery of `provider` for `pause` (the target asked for it).
+    pub fn pause(&self, provider: &str, pause: Duration) {
+        let mut buckets = self.buckets.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(bucket) = buckets.get_mut(provider) {
+            let until = Instant::now() + pause;
+            bucket.paused_until = Some(bucket.paused_until.map_or(until, |t| t.max(until)));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn gate(rate: Option<f64>, in_flight: Option<usize>) -> Gate {
+        let gate = Gate::default();
+        gate.configure(&Arc::from("p"), rate, in_flight);
+        gate
+    }
+
+    #[test]
+    fn in_flight_is_capped_and_released() {
+        let g = gate(None, Some(2));
+        assert!(g.try_acquire("p") && g.try_acquire("p"));
+        assert!(!g.try_acquire("p"));
+        assert_eq!(g.available("p"), 0);
+        g.release("p");
+        assert_eq!(g.available("p"), 1);
+    }
+
+    #[test]
+    fn the_rate_allows_a_seconds_burst_then_refills() {
+        let g = gate(Some(3.0), None);
+        assert_eq!(g.available("p"), 3);
+        for _ in 0..3 {
+            assert!(g.try_acquire("p"));
+        }
+        assert!(!g.try_acquire("p"), "the bucket is empty");
+    }
+
+    #[test]
+    fn a_pause_stops_every_start_and_unknown_providers_are_unlimited() {
+        let g = gate(None, None);
+        g.pause("p", Duration::from_secs(60));
+        assert_eq!(g.available("p"), 0);
+        assert!(!g.try_acquire("p"));
+        assert!(g.try_acquire("other"));
+    }
+}
