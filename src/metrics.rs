@@ -228,7 +228,9 @@ impl Metrics {
         self.queue_rows
             .get_or_create(&labels)
             .set(i64::try_from(rows).unwrap_or(i64::MAX));
-        self.queue_oldest.get_or_create(&labels).set(oldest_due_seconds);
+        self.queue_oldest
+            .get_or_create(&labels)
+            .set(oldest_due_seconds);
     }
 
     /// The gauge the done cache keeps its size in.

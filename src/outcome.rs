@@ -205,7 +205,9 @@ mod tests {
             judge(
                 DeliveryOutcome::Unreachable("refused".into()),
                 2,
-                &policy(), Redeliverer::Sender),
+                &policy(),
+                Redeliverer::Sender
+            ),
             Verdict::Retry {
                 retry_after: 90,
                 ..
@@ -272,7 +274,9 @@ mod tests {
             judge(
                 DeliveryOutcome::NotStarted("late".into()),
                 3,
-                &policy(), Redeliverer::Sender),
+                &policy(),
+                Redeliverer::Sender
+            ),
             Verdict::Release {
                 error: "late".into()
             }
@@ -301,7 +305,12 @@ mod tests {
     #[test]
     fn a_crash_is_unknown_and_success_is_done() {
         assert!(matches!(
-            judge(DeliveryOutcome::Crashed("boom".into()), 1, &policy(), Redeliverer::Sender),
+            judge(
+                DeliveryOutcome::Crashed("boom".into()),
+                1,
+                &policy(),
+                Redeliverer::Sender
+            ),
             Verdict::Unknown { .. }
         ));
         let result = StoredResult {
@@ -313,7 +322,9 @@ mod tests {
             judge(
                 DeliveryOutcome::Delivered(result.clone()),
                 1,
-                &policy(), Redeliverer::Sender),
+                &policy(),
+                Redeliverer::Sender
+            ),
             Verdict::Done(result)
         );
     }

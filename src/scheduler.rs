@@ -83,11 +83,8 @@ impl Scheduler {
     /// Refreshes the queue depth metrics.
     pub async fn measure(&self) -> Result<(), StoreError> {
         for depth in self.store.queue_depth().await? {
-            self.metrics.queue_depth(
-                &depth.provider,
-                depth.rows,
-                depth.oldest_due.as_secs_f64(),
-            );
+            self.metrics
+                .queue_depth(&depth.provider, depth.rows, depth.oldest_due.as_secs_f64());
         }
         Ok(())
     }

@@ -35,7 +35,8 @@ pub async fn ingest(
     match accept(&req, &provider, payload, &state).await {
         Ok(accepted) => {
             let dispatcher = &state.dispatcher;
-            if let Some(answer) = dispatcher.cached(&accepted.id, accepted.fingerprint.as_deref()) {
+            let fingerprint = accepted.fingerprint.as_deref();
+            if let Some(answer) = dispatcher.cached(&accepted.id, fingerprint, accepted.mode) {
                 return Ok(render(answer));
             }
             let event = Event {

@@ -142,7 +142,9 @@ impl Shard {
             workers,
             waiting: VecDeque::new(),
             in_flight: InFlightSet::default(),
-            done: node.done.writer(settings.cache_capacity, settings.cache_bytes),
+            done: node
+                .done
+                .writer(settings.cache_capacity, settings.cache_bytes),
             claiming: 0,
             running: 0,
             draining: false,

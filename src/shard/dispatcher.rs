@@ -14,11 +14,12 @@ use futures_util::future::join_all;
 use tokio::sync::oneshot;
 
 use super::actor::{Node, Shard, ShardSettings};
-use super::gate::Gate;
 use super::answer::{cached_answer, log_refusal, Answer, RetryReason};
 use super::cache::DoneCache;
 use super::event::Event;
+use super::gate::Gate;
 use super::messages::{Drain, Drained, Due, Enqueue, Ingest, Replay};
+use crate::config::Mode;
 use crate::key::EventId;
 use crate::metrics::Metrics;
 use crate::provider::Target;
@@ -95,7 +96,7 @@ impl Dispatcher {
     /// The done cache's answer for `id` arriving with payload `fingerprint`, answered on
     /// the caller's (HTTP) thread: no mailbox, no store. Call it before building the
     /// [`Event`], so a duplicate costs no more than this lookup.
-    pub fn cached(&self, id: &EventId, fingerprint: Option<&str>) -> Option<Answer> {
+    pub fn cached(&self, id: &EventId, fingerprint: Option<&str>, mode: Mode) -> Option<Answer> {
         let hit = cached_answer(&self.done, id, fingerprint, &self.log);
         self.metrics.cache(hit.is_some());
         let answer = hit?;
@@ -103,18 +104,20 @@ impl Dispatcher {
         slog::info!(self.log, "webhook.claim";
             "provider" => &*id.provider, "event_key" => &*id.key,
             "path" => answer.path.as_str(), "attempts" => answer.attempts,
-            "shard" => shard_for(id, self.shards.len()));
+            "mode" => mode.as_str(), "shard" => shard_for(id, self.shards.len()));
         Some(answer)
     }
 
     /// Hands `event` to its shard and waits for the answer (sync mode).
     pub async fn dispatch(&self, event: Event) -> Answer {
-        self.send(event, |event, reply| Ingest { event, reply }).await
+        self.send(event, |event, reply| Ingest { event, reply })
+            .await
     }
 
     /// Hands a queue-mode `event` to its shard: answered once its row is durable.
     pub async fn enqueue(&self, event: Event) -> Answer {
-        self.send(event, |event, reply| Enqueue { event, reply }).await
+        self.send(event, |event, reply| Enqueue { event, reply })
+            .await
     }
 
     /// Offers a due queue row to its shard; `false` when the shard's mailbox is full.

@@ -5,8 +5,8 @@ use std::sync::Arc;
 use actix_web::http::header::HeaderMap;
 use actix_web::web::Bytes;
 
-use crate::key::EventId;
 use crate::config::Mode;
+use crate::key::EventId;
 use crate::provider::Target;
 
 /// One received, verified, keyed delivery.

@@ -57,7 +57,12 @@ pub struct Gate {
 
 impl Gate {
     /// Limits for `provider` (queue mode).
-    pub fn configure(&self, provider: &Arc<str>, max_rate: Option<f64>, max_in_flight: Option<usize>) {
+    pub fn configure(
+        &self,
+        provider: &Arc<str>,
+        max_rate: Option<f64>,
+        max_in_flight: Option<usize>,
+    ) {
         let mut buckets = self.buckets.lock().unwrap_or_else(|e| e.into_inner());
         buckets.insert(
             Arc::clone(provider),

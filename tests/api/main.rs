@@ -31,4 +31,5 @@ mod operators;
 mod paths;
 mod pressure;
 mod providers;
+mod queue;
 mod store_conformance;

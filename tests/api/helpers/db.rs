@@ -152,6 +152,79 @@ impl TestDb {
         assert_eq!(n, 1, "no row {provider}:{key} to expire");
     }
 
+    /// Makes a queue row due now, as if its backoff (or lease) had passed long ago.
+    pub async fn make_due(&self, provider: &str, key: &str) {
+        let n = match &self.inspect {
+            Inspect::Pg(client) => client
+                .execute(
+                    "UPDATE webhook_events SET next_attempt_at = now() - interval '1 day',
+                         locked_until = LEAST(locked_until, now() - interval '1 day')
+                     WHERE provider = $1 AND event_key = $2",
+                    &[&provider, &key],
+                )
+                .await
+                .expect("make due"),
+            Inspect::Sqlite(file) => Self::sqlite(file)
+                .execute(
+                    "UPDATE webhook_events SET next_attempt_at = unixepoch('subsec') - 86400,
+                         locked_until = MIN(locked_until, unixepoch('subsec') - 86400)
+                     WHERE provider = ?1 AND event_key = ?2",
+                    [provider, key],
+                )
+                .expect("make due") as u64,
+        };
+        assert_eq!(n, 1, "no row {provider}:{key} to make due");
+    }
+
+    /// `(status, attempts, seconds since the claim, seconds left on the lease)`.
+    pub async fn lease_state(&self, provider: &str, key: &str) -> (String, i32, f64, f64) {
+        match &self.inspect {
+            Inspect::Pg(client) => {
+                let row = client
+                    .query_one(
+                        "SELECT status, attempts,
+                                extract(epoch FROM now() - updated_at)::float8,
+                                COALESCE(extract(epoch FROM locked_until - now()), 0)::float8
+                         FROM webhook_events WHERE provider = $1 AND event_key = $2",
+                        &[&provider, &key],
+                    )
+                    .await
+                    .expect("lease state");
+                (row.get(0), row.get(1), row.get(2), row.get(3))
+            }
+            Inspect::Sqlite(file) => Self::sqlite(file)
+                .query_row(
+                    "SELECT status, attempts, unixepoch('subsec') - updated_at,
+                            COALESCE(locked_until - unixepoch('subsec'), 0)
+                     FROM webhook_events WHERE provider = ?1 AND event_key = ?2",
+                    [provider, key],
+                    |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
+                )
+                .expect("lease state"),
+        }
+    }
+
+    /// Rows by status.
+    pub async fn count_status(&self, status: &str) -> i64 {
+        match &self.inspect {
+            Inspect::Pg(client) => client
+                .query_one(
+                    "SELECT count(*) FROM webhook_events WHERE status = $1",
+                    &[&status],
+                )
+                .await
+                .expect("count")
+                .get(0),
+            Inspect::Sqlite(file) => Self::sqlite(file)
+                .query_row(
+                    "SELECT count(*) FROM webhook_events WHERE status = ?1",
+                    [status],
+                    |r| r.get(0),
+                )
+                .expect("count"),
+        }
+    }
+
     /// The row's status, or `None`.
     pub async fn status(&self, provider: &str, key: &str) -> Option<String> {
         match &self.inspect {

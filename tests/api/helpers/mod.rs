@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 
 use futures_util::future::LocalBoxFuture;
 use hookgate::config::Config;
+use hookgate::scheduler::Scheduler;
 use hookgate::startup::{Application, Stopper};
 use hookgate::store::Store;
 use hookgate::worker::{Delivery, DeliveryOutcome, DeliveryRequest, HttpDelivery};
@@ -81,6 +82,7 @@ pub struct TestApp {
     pub db: TestDb,
     pub target: TestTarget,
     pub store: Arc<dyn Store>,
+    pub scheduler: Arc<Scheduler>,
     stopper: Stopper,
     stopped: Option<tokio::sync::oneshot::Receiver<anyhow::Result<()>>>,
     client: awc::Client,
@@ -145,6 +147,7 @@ pub async fn start_node(
         .expect("build app");
     let address = format!("http://127.0.0.1:{}", app.port());
     let stopper = app.stopper();
+    let scheduler = app.scheduler();
     let (tx, rx) = tokio::sync::oneshot::channel();
     actix_rt::spawn(async move {
         let _ = tx.send(app.run_until_stopped().await);
@@ -155,6 +158,7 @@ pub async fn start_node(
         db,
         target,
         store,
+        scheduler,
         stopper,
         stopped: Some(rx),
         client: awc::Client::builder()

@@ -1,0 +1,238 @@
+//! Queue mode: 202 once the row is durable, hookgate as the redeliverer on the same row,
+//! claim rule, fencing and attempt code as sync mode; and the events no sender will retry.
+//! The scheduler's background loop is slowed to an hour, so every pass here is driven by
+//! hand (`run_once`) and backoffs are passed in SQL (`make_due`).
+
+use std::time::Duration;
+
+use hookgate::config::{Config, Mode};
+use hookgate::key::EventId;
+use hookgate::metrics::Metrics;
+use hookgate::retention::Sweeper;
+
+use crate::helpers::{eventually, spawn_app_on, Backend, Behaviour, TestApp, PROVIDER};
+
+/// The base test node with its provider in queue mode.
+fn queue_mode(c: &mut Config) {
+    c.providers[0].mode = Some(Mode::Queue);
+    c.queue.poll_interval = Duration::from_secs(3600);
+}
+
+async fn wait_status(app: &TestApp, key: &str, status: &str) {
+    eventually(&format!("{key} to be {status}"), || async {
+        app.db.status(PROVIDER, key).await.as_deref() == Some(status)
+    })
+    .await;
+}
+
+async fn a_queued_event_is_answered_202_and_delivered_once_at_once(backend: Backend) {
+    let app = spawn_app_on(backend, queue_mode).await;
+    let first = app.deliver("evt_q", r#"{"id":"evt_q"}"#).await;
+    assert_eq!(first.status, 202, "{first:?}");
+    assert_eq!(first.path, "queued");
+    assert_eq!(first.body, r#"{"status":"queued"}"#);
+    // Delivered without any scheduler pass: the first attempt starts at once.
+    app.target.wait_for(&TestApp::idem("evt_q"), 1).await;
+    wait_status(&app, "evt_q", "done").await;
+
+    let again = app.deliver("evt_q", r#"{"id":"evt_q"}"#).await;
+    assert_eq!(again.status, 201, "the target's answer, replayed");
+    assert_eq!(again.path, "duplicate_done");
+    let other = app.deliver("evt_q", r#"{"id":"other"}"#).await;
+    assert_eq!(other.status, 422);
+    assert_eq!(app.target.count(&TestApp::idem("evt_q")), 1);
+    let claim = app.log.events("webhook.claim", "evt_q");
+    assert!(claim.iter().all(|l| l["mode"] == "queue"), "{claim:?}");
+}
+
+async fn a_redelivery_while_queued_or_running_changes_nothing(backend: Backend) {
+    let app = spawn_app_on(backend, queue_mode).await;
+    app.target.set(Behaviour::Hang);
+    assert_eq!(app.deliver("evt_r", "{}").await.status, 202);
+    app.target.wait_for(&TestApp::idem("evt_r"), 1).await;
+    for _ in 0..3 {
+        let again = app.deliver("evt_r", "{}").await;
+        assert_eq!(again.status, 202, "{again:?}");
+        assert_eq!(again.path, "duplicate_queued");
+    }
+    app.target.release();
+    wait_status(&app, "evt_r", "done").await;
+    assert_eq!(app.target.count(&TestApp::idem("evt_r")), 1);
+}
+
+async fn failures_are_retried_by_hookgate_until_the_target_accepts(backend: Backend) {
+    let app = spawn_app_on(backend, queue_mode).await;
+    app.target.set(Behaviour::Status(500));
+    assert_eq!(app.deliver("evt_f", "{}").await.status, 202);
+    app.target.wait_for(&TestApp::idem("evt_f"), 1).await;
+    wait_status(&app, "evt_f", "failed").await;
+    assert_eq!(app.scheduler.run_once().await.unwrap(), 0, "not due yet");
+
+    app.db.make_due(PROVIDER, "evt_f").await;
+    assert_eq!(app.scheduler.run_once().await.unwrap(), 1);
+    app.target.wait_for(&TestApp::idem("evt_f"), 2).await;
+    wait_status(&app, "evt_f", "failed").await;
+
+    app.target.set(Behaviour::Accept);
+    app.db.make_due(PROVIDER, "evt_f").await;
+    app.scheduler.run_once().await.unwrap();
+    wait_status(&app, "evt_f", "done").await;
+    let row = app
+        .store
+        .lookup(&EventId::new(PROVIDER, "evt_f"))
+        .await
+        .unwrap()
+        .expect("row");
+    assert_eq!(row.attempts, 3);
+    assert_eq!(app.target.count(&TestApp::idem("evt_f")), 3);
+    assert_eq!(
+        app.target.last(&TestApp::idem("evt_f")).attempt.as_deref(),
+        Some("3")
+    );
+}
+
+async fn an_always_failing_event_is_a_dead_letter_after_max_attempts(backend: Backend) {
+    let app = spawn_app_on(backend, |c| {
+        queue_mode(c);
+        c.retry.max_attempts = 3;
+    })
+    .await;
+    app.target.set(Behaviour::Status(500));
+    app.deliver("evt_d", r#"{"id":"evt_d"}"#).await;
+    for n in 1..=3 {
+        app.target.wait_for(&TestApp::idem("evt_d"), n).await;
+        eventually("the attempt to be recorded", || async {
+            let status = app.db.status(PROVIDER, "evt_d").await;
+            matches!(status.as_deref(), Some("failed" | "dead"))
+        })
+        .await;
+        if n < 3 {
+            app.db.make_due(PROVIDER, "evt_d").await;
+            app.scheduler.run_once().await.unwrap();
+        }
+    }
+    wait_status(&app, "evt_d", "dead").await;
+    let row = app
+        .store
+        .lookup(&EventId::new(PROVIDER, "evt_d"))
+        .await
+        .unwrap()
+        .expect("row");
+    assert_eq!(row.dead_reason.as_deref(), Some("attempts_exhausted"));
+    assert_eq!(row.payload.as_deref(), Some(&br#"{"id":"evt_d"}"#[..]));
+    assert_eq!(
+        app.deliver("evt_d", r#"{"id":"evt_d"}"#).await.path,
+        "duplicate_dead"
+    );
+    assert_eq!(app.target.count(&TestApp::idem("evt_d")), 3);
+}
+
+async fn the_lease_is_renewed_while_a_long_delivery_runs(backend: Backend) {
+    let app = spawn_app_on(backend, |c| {
+        queue_mode(c);
+        c.lease.duration = Duration::from_secs(2);
+        c.retry.base = Duration::from_secs(3);
+        c.providers[0].target.timeout = Duration::from_secs(30);
+    })
+    .await;
+    app.target.set(Behaviour::Hang);
+    app.deliver("evt_long", "{}").await;
+    app.target.wait_for(&TestApp::idem("evt_long"), 1).await;
+    // Wait past the lease: the row must still hold a live lease (renewed).
+    eventually("the delivery to outlive its first lease", || async {
+        let (_, _, since_claim, _) = app.db.lease_state(PROVIDER, "evt_long").await;
+        since_claim > 2.5
+    })
+    .await;
+    let (status, attempts, _, left) = app.db.lease_state(PROVIDER, "evt_long").await;
+    assert_eq!((status.as_str(), attempts), ("in_progress", 1));
+    assert!(left > 0.0, "the lease was renewed: {left} s left");
+    let other = app.second_node(queue_mode).await;
+    other.scheduler.run_once().await.unwrap();
+    app.scheduler.run_once().await.unwrap();
+    assert_eq!(
+        app.target.count(&TestApp::idem("evt_long")),
+        1,
+        "not retaken"
+    );
+
+    app.target.release();
+    wait_status(&app, "evt_long", "done").await;
+    assert_eq!(app.target.count(&TestApp::idem("evt_long")), 1);
+}
+
+async fn the_provider_limit_holds_deliveries_back_until_a_slot_frees(backend: Backend) {
+    let app = spawn_app_on(backend, |c| {
+        queue_mode(c);
+        c.providers[0].target.max_in_flight = Some(1);
+    })
+    .await;
+    app.target.set(Behaviour::Hang);
+    for i in 0..3 {
+        assert_eq!(app.deliver(&format!("evt_l{i}"), "{}").await.status, 202);
+    }
+    app.target.wait_for(&TestApp::idem("evt_l0"), 1).await;
+    app.scheduler.run_once().await.unwrap();
+    assert_eq!(app.target.total(), 1, "one delivery at a time");
+    assert_eq!(app.db.count_status("queued").await, 2);
+
+    app.target.release();
+    eventually("every event to be delivered", || async {
+        app.scheduler.run_once().await.unwrap();
+        app.db.count_status("done").await == 3
+    })
+    .await;
+    assert_eq!(app.target.total(), 3);
+}
+
+async fn a_stale_failed_sync_row_becomes_a_sender_gave_up_dead_letter(backend: Backend) {
+    let app = spawn_app_on(backend, |_| {}).await;
+    app.target.set(Behaviour::Status(500));
+    let failed = app.deliver("evt_gone", r#"{"id":"evt_gone"}"#).await;
+    assert_eq!(failed.status, 503);
+    let config = crate::helpers::base_config(&app.db, &app.target);
+    let sweeper = |horizon| {
+        Sweeper::new(
+            app.store.clone(),
+            config.retention.clone(),
+            std::sync::Arc::new(Metrics::new()),
+            hookgate::logging::discard(),
+        )
+        .with_horizons(vec![(PROVIDER.to_owned(), horizon)])
+    };
+    assert_eq!(
+        sweeper(Duration::from_secs(3600))
+            .abandon_once()
+            .await
+            .unwrap(),
+        0
+    );
+    assert_eq!(sweeper(Duration::ZERO).abandon_once().await.unwrap(), 1);
+    let row = app
+        .store
+        .lookup(&EventId::new(PROVIDER, "evt_gone"))
+        .await
+        .unwrap()
+        .expect("row");
+    assert_eq!(row.status.as_str(), "dead");
+    assert_eq!(row.dead_reason.as_deref(), Some("sender_gave_up"));
+    let dead = app.store.dead_letters(Some(PROVIDER), 10).await.unwrap();
+    assert_eq!(dead.len(), 1);
+
+    app.target.set(Behaviour::Accept);
+    let line = hookgate::cli::replay(&config, EventId::new(PROVIDER, "evt_gone"))
+        .await
+        .expect("replayed");
+    assert!(line.contains("done"), "{line}");
+    assert_eq!(app.target.count(&TestApp::idem("evt_gone")), 2);
+}
+
+on_both_stores!(
+    a_queued_event_is_answered_202_and_delivered_once_at_once,
+    a_redelivery_while_queued_or_running_changes_nothing,
+    failures_are_retried_by_hookgate_until_the_target_accepts,
+    an_always_failing_event_is_a_dead_letter_after_max_attempts,
+    the_lease_is_renewed_while_a_long_delivery_runs,
+    the_provider_limit_holds_deliveries_back_until_a_slot_frees,
+    a_stale_failed_sync_row_becomes_a_sender_gave_up_dead_letter,
+);
