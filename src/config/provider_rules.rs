@@ -207,4 +207,71 @@ mod tests {
             "{err}"
         );
     }
+
+    #[test]
+    fn a_short_sender_horizon_warns_and_queue_mode_lifts_the_timeout_rule() {
+        let config = Config::from_toml(
+            r#"
+            [lease]
+            duration = "8s"
+            [retry]
+            base = "10s"
+            [[providers]]
+            name = "q"
+            mode = "queue"
+            sender_horizon = "30s"
+            key = [{ json = "/id" }]
+            target = { url = "http://127.0.0.1:9000/", timeout = "1m" }
+            "#,
+        )
+        .expect("a queue target may outlast the lease");
+        let rules = config.rules();
+        let horizon = rules
+            .iter()
+            .find(|r| r.name == "providers.q: sender horizon >= 1h")
+            .expect("the horizon rule");
+        assert_eq!(horizon.verdict, crate::config::Verdict::Warn);
+        assert!(rules
+            .iter()
+            .any(|r| r.name.contains("(queue): lease renewal")));
+        let sync = Config::from_toml(
+            r#"
+            [lease]
+            duration = "8s"
+            [retry]
+            base = "10s"
+            [[providers]]
+            name = "s"
+            key = [{ json = "/id" }]
+            target = { url = "http://127.0.0.1:9000/", timeout = "1m" }
+            "#,
+        );
+        assert!(
+            sync.is_err(),
+            "in sync mode the timeout must stay under the lease"
+        );
+    }
+
+    #[test]
+    fn the_github_preset_queues_by_default() {
+        let config = Config::from_toml(
+            r#"
+            [[providers]]
+            name = "gh"
+            preset = "github"
+            secrets = [{ env = "X" }]
+            target = { url = "http://127.0.0.1:9000/" }
+            "#,
+        )
+        .expect("valid");
+        let gh = config.provider("gh").expect("provider");
+        assert_eq!(
+            crate::config::effective_mode(gh),
+            crate::config::Mode::Queue
+        );
+        assert_eq!(
+            config.sender_horizon(gh),
+            std::time::Duration::from_secs(3600)
+        );
+    }
 }

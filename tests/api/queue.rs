@@ -10,7 +10,7 @@ use hookgate::key::EventId;
 use hookgate::metrics::Metrics;
 use hookgate::retention::Sweeper;
 
-use crate::helpers::{eventually, spawn_app_on, Backend, Behaviour, TestApp, PROVIDER};
+use crate::helpers::{eventually, spawn_app_on, Backend, Behaviour, BinaryNode, TestApp, PROVIDER};
 
 /// The base test node with its provider in queue mode.
 fn queue_mode(c: &mut Config) {
@@ -132,6 +132,7 @@ async fn the_lease_is_renewed_while_a_long_delivery_runs(backend: Backend) {
         queue_mode(c);
         c.lease.duration = Duration::from_secs(2);
         c.retry.base = Duration::from_secs(3);
+        c.store.statement_timeout = Duration::from_secs(1);
         c.providers[0].target.timeout = Duration::from_secs(30);
     })
     .await;
@@ -236,3 +237,93 @@ on_both_stores!(
     the_provider_limit_holds_deliveries_back_until_a_slot_frees,
     a_stale_failed_sync_row_becomes_a_sender_gave_up_dead_letter,
 );
+
+#[actix_web::test]
+async fn a_queued_delivery_cut_by_kill_9_is_retaken_after_its_lease_by_the_next_node() {
+    let db = crate::helpers::TestDb::new().await;
+    let target = crate::helpers::TestTarget::start().await;
+    target.set(Behaviour::Hang);
+    let mut killed = BinaryNode::start_queue(&db, &target).await;
+    assert_eq!(killed.deliver("evt_k9").await, Some(202));
+    target.wait_for(&TestApp::idem("evt_k9"), 1).await;
+    killed.kill9();
+    target.set(Behaviour::Accept);
+
+    // The next node on the same database: the row is held until its lease runs out.
+    let mut config = crate::helpers::base_config(&db, &target);
+    queue_mode(&mut config);
+    let next = crate::helpers::start_node(
+        db.attach().await,
+        target.clone(),
+        config,
+        std::sync::Arc::new(hookgate::worker::HttpDelivery),
+    )
+    .await;
+    next.scheduler.run_once().await.unwrap();
+    assert_eq!(
+        target.count(&TestApp::idem("evt_k9")),
+        1,
+        "the lease still holds"
+    );
+    db.expire_lease(PROVIDER, "evt_k9").await;
+    next.db.make_due(PROVIDER, "evt_k9").await;
+    next.scheduler.run_once().await.unwrap();
+    wait_status(&next, "evt_k9", "done").await;
+    let row = next
+        .store
+        .lookup(&EventId::new(PROVIDER, "evt_k9"))
+        .await
+        .unwrap()
+        .expect("row");
+    assert_eq!(row.attempts, 2);
+    assert_eq!(row.last_path.map(|p| p.as_str()), Some("lease_retake"));
+    assert_eq!(target.count(&TestApp::idem("evt_k9")), 2);
+}
+
+#[actix_web::test]
+async fn two_nodes_on_one_postgres_finish_every_event_when_one_is_killed_halfway() {
+    let db = crate::helpers::TestDb::new().await;
+    let target = crate::helpers::TestTarget::start().await;
+    let mut a = BinaryNode::start_queue(&db, &target).await;
+    let mut config = crate::helpers::base_config(&db, &target);
+    config.providers[0].mode = Some(Mode::Queue);
+    config.queue.poll_interval = Duration::from_millis(100);
+    config.lease.duration = Duration::from_secs(2);
+    config.retry.base = Duration::from_secs(3);
+    config.providers[0].target.timeout = Duration::from_secs(1);
+    config.store.statement_timeout = Duration::from_secs(1);
+    let b = crate::helpers::start_node(
+        db.attach().await,
+        target.clone(),
+        config,
+        std::sync::Arc::new(hookgate::worker::HttpDelivery),
+    )
+    .await;
+
+    let mut a_alive = true;
+    for i in 0..300 {
+        let key = format!("evt_2n{i}");
+        if i == 150 {
+            a.kill9();
+            a_alive = false;
+        }
+        let sent_to_a = a_alive && i % 2 == 0 && a.deliver(&key).await == Some(202);
+        if !sent_to_a {
+            let answer = b.deliver(&key, "{}").await;
+            assert!(answer.status == 202, "{answer:?}");
+        }
+    }
+    eventually("every event to be done", || async {
+        b.db.count_status("done").await == 300
+    })
+    .await;
+    let mut twice = 0;
+    for i in 0..300 {
+        let n = target.count(&TestApp::idem(&format!("evt_2n{i}")));
+        assert!(n >= 1, "evt_2n{i} was never delivered");
+        twice += usize::from(n > 1);
+    }
+    // Only an attempt in flight on the killed node may run again; it had 8 workers.
+    assert!(twice <= 8, "{twice} events delivered twice");
+    assert_eq!(target.total(), 300 + twice);
+}

@@ -3,6 +3,7 @@
 //! captured JSON logs ([`log`]), and `spawn_app`, which starts a whole hookgate node on
 //! port 0.
 
+mod binary;
 mod db;
 mod log;
 mod proxy;
@@ -19,6 +20,7 @@ use hookgate::startup::{Application, Stopper};
 use hookgate::store::Store;
 use hookgate::worker::{Delivery, DeliveryOutcome, DeliveryRequest, HttpDelivery};
 
+pub use binary::BinaryNode;
 pub use db::{Backend, TestDb};
 pub use log::CapturedLog;
 pub use proxy::StoreProxy;

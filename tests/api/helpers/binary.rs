@@ -1,0 +1,106 @@
+//! The `hookgate` binary as a real child process on a test database: a node that can be
+//! killed with SIGKILL mid-delivery, as a crash or an OOM kill would.
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use super::{eventually, TestDb, TestTarget, PROVIDER};
+
+pub struct BinaryNode {
+    child: Option<Child>,
+    pub address: String,
+    dir: PathBuf,
+}
+
+impl BinaryNode {
+    /// Starts the binary serving [`PROVIDER`] in queue mode (lease 2 s, scheduler polling
+    /// every 100 ms) on `db`'s schema, delivering to `target`.
+    pub async fn start_queue(db: &TestDb, target: &TestTarget) -> Self {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .map(|a| a.port())
+            .expect("a free port");
+        let dir = std::env::temp_dir().join(format!("hookgate-node-{}-{port}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("node dir");
+        let config = dir.join("hookgate.toml");
+        std::fs::write(
+            &config,
+            format!(
+                r#"
+[server]
+listen = "127.0.0.1:{port}"
+shards = 2
+workers_per_shard = 4
+[store]
+url = "{url}"
+schema = "{schema}"
+statement_timeout = "1s"
+[lease]
+duration = "2s"
+[retry]
+base = "3s"
+[queue]
+poll_interval = "100ms"
+[[providers]]
+name = "{PROVIDER}"
+mode = "queue"
+key = [{{ header = "X-Idempotency-Key" }}, {{ json = "/id" }}]
+target = {{ url = "{target}", timeout = "1s" }}
+"#,
+                url = db.url,
+                schema = db.schema,
+                target = target.url,
+            ),
+        )
+        .expect("node config");
+        let log = std::fs::File::create(dir.join("node.log")).expect("node log");
+        let child = Command::new(env!("CARGO_BIN_EXE_hookgate"))
+            .args(["serve", "--config"])
+            .arg(&config)
+            .stdout(Stdio::from(log))
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start the hookgate binary");
+        let node = Self {
+            child: Some(child),
+            address: format!("http://127.0.0.1:{port}"),
+            dir,
+        };
+        let client = awc::Client::new();
+        let health = format!("{}/healthz", node.address);
+        eventually("the binary to serve", || async {
+            client.get(&health).send().await.is_ok()
+        })
+        .await;
+        node
+    }
+
+    /// POSTs a delivery of `key`; the status, or `None` when the node did not answer.
+    pub async fn deliver(&self, key: &str) -> Option<u16> {
+        awc::Client::builder()
+            .timeout(Duration::from_secs(30))
+            .finish()
+            .post(format!("{}/webhooks/{PROVIDER}", self.address))
+            .insert_header(("X-Idempotency-Key", key))
+            .send_body("{}")
+            .await
+            .ok()
+            .map(|r| r.status().as_u16())
+    }
+
+    /// SIGKILL: the process dies wherever it is, recording nothing more.
+    pub fn kill9(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+impl Drop for BinaryNode {
+    fn drop(&mut self) {
+        self.kill9();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
