@@ -73,6 +73,28 @@ async fn failures_are_retried_by_hookgate_until_the_target_accepts(backend: Back
     app.target.wait_for(&TestApp::idem("evt_f"), 2).await;
     wait_status(&app, "evt_f", "failed").await;
 
+    let config = crate::helpers::base_config(&app.db, &app.target);
+    let stuck = hookgate::cli::list(&config, Some(PROVIDER), Some("failed"), 10)
+        .await
+        .unwrap();
+    assert_eq!(stuck.len(), 1, "{stuck:?}");
+    assert!(
+        stuck[0].contains("evt_f\tfailed\tqueue\tattempts=2"),
+        "{stuck:?}"
+    );
+    app.scheduler.measure().await.unwrap();
+    let metrics = app.get("/metrics").await.body;
+    for line in [
+        r#"hookgate_queue_rows{provider="stripe"} 1"#,
+        r#"hookgate_queue_taken_total{provider="stripe"} 2"#,
+    ] {
+        assert!(metrics.contains(line), "missing {line} in\n{metrics}");
+    }
+    assert!(
+        metrics.contains("hookgate_scheduler_polls_total"),
+        "{metrics}"
+    );
+
     app.target.set(Behaviour::Accept);
     app.db.make_due(PROVIDER, "evt_f").await;
     app.scheduler.run_once().await.unwrap();
