@@ -111,19 +111,16 @@ pub enum EventsCommand {
 /// Parses the command line and runs it.
 pub async fn run() -> anyhow::Result<()> {
     let cli = Cli::parse();
-    if let Command::CheckConfig = cli.command {
-        return check_config(&Config::load_unchecked(&cli.config)?).await;
+    match cli.command {
+        Command::CheckConfig => return check_config(&Config::load_unchecked(&cli.config)?).await,
+        // Only `[store]` matters: providers need not be valid, nor their secrets set.
+        Command::Migrate => return migrate(&Config::load_unchecked(&cli.config)?).await,
+        _ => {}
     }
     let config = Config::load(&cli.config)?;
     match cli.command {
         Command::Serve => serve(config).await,
-        Command::CheckConfig => Ok(()),
-        Command::Migrate => {
-            let store = store::open(&config.store).await?;
-            store.migrate().await.context("migrating the store")?;
-            println!("migrated {}", config.store.redacted_url());
-            Ok(())
-        }
+        Command::CheckConfig | Command::Migrate => Ok(()),
         Command::Events {
             command: EventsCommand::Show { provider, key },
         } => show(&config, EventId::new(provider, key), false).await,
@@ -142,6 +139,15 @@ pub async fn run() -> anyhow::Result<()> {
         }
         Command::Dead { command } => dead(&config, command).await,
     }
+}
+
+async fn migrate(config: &Config) -> anyhow::Result<()> {
+    let store = store::open(&config.store)
+        .await
+        .with_context(|| format!("opening {}", config.store.redacted_url()))?;
+    store.migrate().await.context("migrating the store")?;
+    println!("migrated {}", config.store.redacted_url());
+    Ok(())
 }
 
 async fn show(config: &Config, id: EventId, dead_only: bool) -> anyhow::Result<()> {
@@ -323,7 +329,8 @@ async fn serve(config: Config) -> anyhow::Result<()> {
 /// Prints the effective config and every rule; fails when a rule fails or a secret is
 /// missing.
 async fn check_config(config: &Config) -> anyhow::Result<()> {
-    println!("# effective configuration (secrets redacted)\n{config:#?}\n");
+    let effective = toml::to_string(config).context("printing the config as TOML")?;
+    println!("# effective configuration (secrets redacted): TOML you can paste back\n{effective}");
     println!("# rules checked");
     let rules = config.rules();
     for rule in &rules {

@@ -11,10 +11,10 @@ use actix_web::http::header::HeaderMap;
 
 use crate::canonical::{fields_key, Body};
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 /// One source of the idempotency key.
-#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq, Eq)]
 #[serde(untagged, deny_unknown_fields)]
 pub enum KeySource {
     /// A request header, matched case-insensitively.

@@ -1,6 +1,14 @@
 //! The `hookgate` binary: parses the command line and runs it (see [`hookgate::cli`]).
+//! A failure prints its message and causes — never a backtrace, whatever `RUST_BACKTRACE`
+//! says — and exits with status 1.
 
 #[actix_web::main]
-async fn main() -> anyhow::Result<()> {
-    hookgate::cli::run().await
+async fn main() -> std::process::ExitCode {
+    match hookgate::cli::run().await {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("hookgate: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
 }

@@ -28,6 +28,8 @@ pub struct Target {
     /// Request headers kept with a failed event although their names look like
     /// credentials: the provider's own signature headers (lower case).
     pub keep_headers: Vec<String>,
+    /// The decoded `target.signing_secret`: forwarded requests are signed with it.
+    pub signing_key: Option<Arc<[u8]>>,
 }
 
 /// Everything a request to `POST /webhooks/{name}` needs.
@@ -88,6 +90,21 @@ fn scheme(config: &ProviderConfig) -> Result<Scheme, String> {
     })
 }
 
+/// The decoded forwarding secret, if one is configured (and loaded).
+fn signing_key(config: &ProviderConfig) -> Result<Option<Arc<[u8]>>, String> {
+    let Some(secret) = &config.target.signing_key else {
+        return Ok(None);
+    };
+    crate::signature::standard::decode_secret(secret.expose().as_bytes())
+        .map(|key| Some(key.into()))
+        .ok_or_else(|| {
+            format!(
+                "providers.{}.target.signing_secret is not a whsec_<base64> secret",
+                config.name
+            )
+        })
+}
+
 impl Provider {
     /// Resolves a validated `[[providers]]` entry (with its secrets read).
     pub fn from_config(config: &ProviderConfig) -> Result<Self, String> {
@@ -127,6 +144,7 @@ impl Provider {
                 url: config.target.url.as_str().into(),
                 timeout: config.target.timeout,
                 keep_headers,
+                signing_key: signing_key(config)?,
             }),
             mode: effective_mode(config),
             max_rate: config.target.max_rate,

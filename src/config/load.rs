@@ -73,6 +73,9 @@ impl Config {
             self.admin.token = Some(secret_from_env(var)?);
         }
         for provider in &mut self.providers {
+            if let Some(secret) = &provider.target.signing_secret {
+                provider.target.signing_key = Some(secret_from_env(&secret.env)?);
+            }
             provider.signing_keys = provider
                 .secrets
                 .iter()

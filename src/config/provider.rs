@@ -3,13 +3,13 @@
 
 use std::time::Duration;
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use crate::key::KeySource;
 use crate::signature::SigningKey;
 
 /// One `[[providers]]` entry.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct ProviderConfig {
     /// URL segment: served at `POST /webhooks/{name}`.
@@ -47,7 +47,7 @@ pub struct ProviderConfig {
 }
 
 /// The sender presets.
-#[derive(Debug, Clone, Copy, Default, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, Deserialize, Serialize, PartialEq, Eq)]
 #[serde(rename_all = "kebab-case")]
 pub enum Preset {
     /// No signature verification.
@@ -83,7 +83,7 @@ impl Preset {
 }
 
 /// How a provider's events reach the target.
-#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Deserialize, Serialize, PartialEq, Eq)]
 #[serde(rename_all = "lowercase")]
 pub enum Mode {
     /// The sender's request waits for the target; the sender redelivers.
@@ -103,7 +103,7 @@ impl Mode {
 }
 
 /// `"on"` or `"off"`.
-#[derive(Debug, Clone, Copy, Default, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, Deserialize, Serialize, PartialEq, Eq)]
 #[serde(rename_all = "lowercase")]
 pub enum Switch {
     /// Enabled.
@@ -114,7 +114,7 @@ pub enum Switch {
 }
 
 /// `{ env = "NAME", not_after = "2026-12-31T00:00:00Z" }`
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct SecretRef {
     /// The environment variable holding the secret.
@@ -134,7 +134,7 @@ impl SecretRef {
 }
 
 /// `signature = { header = "X-Signature", ... }` for preset `hmac`.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct HmacConfig {
     /// The header carrying the signature.
@@ -168,7 +168,7 @@ fn default_template() -> String {
 }
 
 /// `target = { url = "...", timeout = "10s" }`
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct TargetConfig {
     /// The URL events are POSTed to.
@@ -181,6 +181,13 @@ pub struct TargetConfig {
     pub max_rate: Option<f64>,
     /// Queue mode: deliveries running at once at most, per node.
     pub max_in_flight: Option<usize>,
+    /// A `whsec_…` secret (from this environment variable) with which every forwarded
+    /// request is signed the Standard Webhooks way, so the target can verify it came
+    /// through hookgate unaltered.
+    pub signing_secret: Option<SecretRef>,
+    /// The signing secret's value, read when the config is loaded (tests set it directly).
+    #[serde(skip)]
+    pub signing_key: Option<crate::secret::Secret>,
 }
 
 fn default_target_timeout() -> Duration {

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use super::provider::{preset_horizon, ProviderConfig};
 use super::store::StoreConfig;
@@ -12,7 +12,7 @@ use crate::retry::RetryPolicy;
 use crate::secret::Secret;
 
 /// The whole configuration of one hookgate node.
-#[derive(Debug, Clone, Deserialize, Default)]
+#[derive(Debug, Clone, Deserialize, Serialize, Default)]
 #[serde(deny_unknown_fields, default)]
 pub struct Config {
     /// HTTP listener, sharding and request limits.
@@ -40,7 +40,7 @@ pub struct Config {
 }
 
 /// `[server]`
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ServerConfig {
     /// Address the HTTP server binds, `host:port`.
@@ -99,7 +99,7 @@ pub fn cpus() -> usize {
 }
 
 /// `[lease]`
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct LeaseConfig {
     /// How long a won claim holds its key before another attempt may retake it.
@@ -116,7 +116,7 @@ impl Default for LeaseConfig {
 }
 
 /// `[retry]`
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct RetryConfig {
     /// The first backoff; must exceed the lease.
@@ -164,7 +164,7 @@ impl Default for RetryConfig {
 }
 
 /// `[queue]`
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct QueueConfig {
     /// How often the scheduler looks for due rows when it found none (a new event starts at
@@ -182,7 +182,7 @@ impl Default for QueueConfig {
 }
 
 /// `[cache]`
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct CacheConfig {
     /// Done results kept in memory across all shards; 0 turns the cache off.
@@ -201,7 +201,7 @@ impl Default for CacheConfig {
 }
 
 /// `[log]`
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct LogConfig {
     /// `json` (one object a line) or `term` (human-readable).
@@ -220,7 +220,7 @@ impl Default for LogConfig {
 }
 
 /// The log line format.
-#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Deserialize, Serialize, PartialEq, Eq)]
 #[serde(rename_all = "lowercase")]
 pub enum LogFormat {
     /// One JSON object a line on stdout.
@@ -230,7 +230,7 @@ pub enum LogFormat {
 }
 
 /// `[shutdown]`
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ShutdownConfig {
     /// How long in-flight requests may run after SIGTERM before their leases are released.
@@ -247,7 +247,7 @@ impl Default for ShutdownConfig {
 }
 
 /// `[retention]`
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct RetentionConfig {
     /// Done rows older than this are deleted; must cover the senders' retry horizon.
@@ -275,7 +275,7 @@ impl Default for RetentionConfig {
 }
 
 /// `[admin]`
-#[derive(Debug, Clone, Deserialize, Default)]
+#[derive(Debug, Clone, Deserialize, Serialize, Default)]
 #[serde(deny_unknown_fields, default)]
 pub struct AdminConfig {
     /// Name of the environment variable holding the bearer token; unset disables `/admin/`.

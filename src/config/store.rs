@@ -4,13 +4,15 @@
 use std::fmt;
 use std::time::Duration;
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 /// `[store]`
-#[derive(Clone, Deserialize)]
+#[derive(Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct StoreConfig {
-    /// `postgres://user:password@host:port/db`.
+    /// `sqlite://PATH` (the default, `sqlite://data/hookgate.db`) or
+    /// `postgres://user:password@host:port/db`. Printed with its passwords redacted.
+    #[serde(serialize_with = "serialize_redacted")]
     pub url: String,
     /// Postgres schema holding hookgate's tables (tests use one schema each).
     pub schema: String,
@@ -28,7 +30,8 @@ pub struct StoreConfig {
 impl Default for StoreConfig {
     fn default() -> Self {
         Self {
-            url: "postgres://postgres:postgres@127.0.0.1:5432/hookgate".into(),
+            // The embedded store, as in config/hookgate.toml: nothing to install.
+            url: "sqlite://data/hookgate.db".into(),
             schema: "public".into(),
             pool_size: 16,
             pool_timeout: Duration::from_secs(5),
@@ -55,6 +58,10 @@ impl fmt::Debug for StoreConfig {
             .field("statement_timeout", &self.statement_timeout)
             .finish()
     }
+}
+
+fn serialize_redacted<S: serde::Serializer>(url: &str, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(&redact_url_password(url))
 }
 
 /// Replaces every password in a URL with `***`: the one in `scheme://user:password@host`

@@ -64,6 +64,7 @@ impl Attempt {
             content_type: event.content_type.clone(),
             idempotency_key: event.id.header_value(),
             attempt: self.attempts,
+            signing_key: event.target.signing_key.clone(),
         }
     }
 

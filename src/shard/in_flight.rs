@@ -121,6 +121,7 @@ mod tests {
                 url: "http://127.0.0.1:9/".into(),
                 timeout: std::time::Duration::from_secs(1),
                 keep_headers: Vec::new(),
+                signing_key: None,
             }),
             headers: Default::default(),
             mode: crate::config::Mode::Sync,

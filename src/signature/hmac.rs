@@ -17,7 +17,7 @@ use super::header::header;
 use super::window::Window;
 
 /// The hash under the HMAC.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Algorithm {
     /// HMAC-SHA256.
@@ -27,7 +27,7 @@ pub enum Algorithm {
 }
 
 /// How the MAC is written in the header.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Encoding {
     /// Lower- or upper-case hex.

@@ -5,13 +5,14 @@
 //! handling. A delivery only reports what happened; it never touches the store.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use actix_web::web::Bytes;
 use futures_util::future::LocalBoxFuture;
 
 use crate::claim::StoredResult;
 pub use crate::outcome::DeliveryOutcome;
+use crate::signature::standard::sign;
 
 /// Largest target body cached as the replayable result. A larger body is not kept: the
 /// result keeps its status and content type and replays an empty body. Webhook handlers
@@ -33,6 +34,9 @@ pub struct DeliveryRequest {
     pub idempotency_key: String,
     /// The attempt number, sent as `Hookgate-Attempt`.
     pub attempt: i32,
+    /// With a key, the request is signed the Standard Webhooks way (`webhook-id` = the
+    /// idempotency key, `webhook-timestamp`, `webhook-signature`).
+    pub signing_key: Option<Arc<[u8]>>,
 }
 
 /// The delivery seam.
@@ -64,6 +68,17 @@ impl Delivery for HttpDelivery {
                 .insert_header(("Hookgate-Attempt", request.attempt.to_string()));
             if let Some(ct) = &request.content_type {
                 outgoing = outgoing.insert_header(("Content-Type", ct.as_str()));
+            }
+            if let Some(key) = &request.signing_key {
+                let now = SystemTime::now()
+                    .duration_since(UNIX_EPOCH)
+                    .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX));
+                let id = request.idempotency_key.as_str();
+                let signature = sign(key, id, now, &request.body);
+                outgoing = outgoing
+                    .insert_header(("webhook-id", id))
+                    .insert_header(("webhook-timestamp", now.to_string()))
+                    .insert_header(("webhook-signature", signature));
             }
             let mut response = match outgoing.send_body(request.body).await {
                 Ok(response) => response,

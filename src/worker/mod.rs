@@ -117,6 +117,7 @@ mod tests {
             content_type: None,
             idempotency_key: "p:k".into(),
             attempt: 1,
+            signing_key: None,
         }
     }
 

@@ -26,6 +26,8 @@ pub enum Behaviour {
 #[derive(Debug, Clone, Default)]
 pub struct Seen {
     pub attempt: Option<String>,
+    /// `(webhook-id, webhook-timestamp, webhook-signature)` when the request was signed.
+    pub webhook: Option<(String, String, String)>,
     pub content_type: Option<String>,
     pub body: Vec<u8>,
 }
@@ -141,6 +143,14 @@ async fn receive(
         key.clone(),
         Seen {
             attempt: header("Hookgate-Attempt"),
+            webhook: match (
+                header("webhook-id"),
+                header("webhook-timestamp"),
+                header("webhook-signature"),
+            ) {
+                (Some(id), Some(ts), Some(sig)) => Some((id, ts, sig)),
+                _ => None,
+            },
             content_type: header("Content-Type"),
             body: body.to_vec(),
         },
