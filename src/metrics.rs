@@ -233,6 +233,52 @@ impl Metrics {
             .set(oldest_due_seconds);
     }
 
+    /// Creates the series whose label sets are known at start, at zero, so dashboards and
+    /// alerts see every family from the first scrape: per-shard gauges, store error
+    /// kinds, dead-letter reasons per provider, queue gauges per queue-mode provider.
+    pub fn prime(&self, shards: usize, providers: &[(&str, bool)]) {
+        for shard in 0..shards {
+            self.mailbox(shard, 0);
+            self.admission_waiting(shard, 0);
+        }
+        for kind in [
+            "unavailable",
+            "timed_out",
+            "busy",
+            "transient",
+            "query",
+            "corrupt",
+        ] {
+            self.store_errors
+                .get_or_create(&KindLabels { kind })
+                .inc_by(0);
+        }
+        self.rejected
+            .get_or_create(&ReasonLabels {
+                provider: "unknown".into(),
+                reason: "unknown_provider",
+            })
+            .inc_by(0);
+        for &(provider, queue) in providers {
+            for reason in [
+                "attempts_exhausted",
+                "non_retryable",
+                "replay_failed",
+                "sender_gave_up",
+            ] {
+                self.dead_letter_n(provider, reason, 0);
+            }
+            if queue {
+                self.queue_depth(provider, 0, 0.0);
+                self.queue_taken
+                    .get_or_create(&ProviderLabels {
+                        provider: provider.to_owned(),
+                    })
+                    .inc_by(0);
+            }
+        }
+    }
+
     /// The gauge the done cache keeps its size in.
     pub fn cache_bytes_gauge(&self) -> Gauge {
         self.cache_bytes.clone()

@@ -77,6 +77,11 @@ impl Application {
         let shards = config.server.shard_count();
         let settings = shard_settings(config, shards);
         let metrics = Arc::new(Metrics::new());
+        let primed: Vec<(&str, bool)> = providers
+            .values()
+            .map(|p| (&*p.name, p.mode == Mode::Queue))
+            .collect();
+        metrics.prime(shards, &primed);
         let dispatcher = Dispatcher::start(
             shards,
             config.server.workers_per_shard,

@@ -150,3 +150,95 @@ fn a_config_without_a_store_section_means_the_embedded_store() {
     .unwrap();
     assert_eq!(config.store.url, "sqlite://data/hookgate.db");
 }
+
+fn repo_file(path: &str) -> String {
+    std::fs::read_to_string(format!("{}/{path}", env!("CARGO_MANIFEST_DIR"))).unwrap()
+}
+
+#[test]
+fn the_systemd_unit_waits_for_what_a_shutdown_can_take_and_is_sandboxed() {
+    let unit = repo_file("deploy/hookgate.service");
+    let value = |key: &str| {
+        unit.lines()
+            .find_map(|l| l.strip_prefix(&format!("{key}=")))
+            .unwrap_or_else(|| panic!("{key} missing"))
+            .to_owned()
+    };
+    let config = hookgate::config::Config::load_unchecked(std::path::Path::new(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/config/hookgate.toml"
+    )))
+    .unwrap();
+    let stop: u64 = value("TimeoutStopSec").parse().unwrap();
+    let needed = config.shutdown_limit() + config.lease.duration;
+    assert!(
+        stop >= needed.as_secs(),
+        "TimeoutStopSec {stop} < {needed:?}"
+    );
+    assert_eq!(value("KillSignal"), "SIGTERM");
+    assert!(value("EnvironmentFile").starts_with("/etc/hookgate/"));
+    assert_eq!(value("Restart"), "on-failure");
+    for key in [
+        "NoNewPrivileges",
+        "ProtectSystem",
+        "PrivateTmp",
+        "ProtectHome",
+    ] {
+        assert!(!value(key).is_empty(), "{key}");
+    }
+    assert!(value("ExecStart").contains("hookgate serve --config"));
+}
+
+#[test]
+fn the_dockerfile_is_multi_stage_non_root_and_checks_health() {
+    let file = repo_file("deploy/Dockerfile");
+    assert!(file.lines().filter(|l| l.starts_with("FROM ")).count() >= 2);
+    let user = file
+        .lines()
+        .find_map(|l| l.strip_prefix("USER "))
+        .expect("a USER line");
+    assert!(
+        !user.starts_with("root") && !user.starts_with("0"),
+        "{user}"
+    );
+    assert!(file.contains("HEALTHCHECK") && file.contains("/healthz"));
+    assert!(file.contains("--locked"));
+}
+
+/// Every metric the alerts and the dashboard use is one `/metrics` serves.
+#[actix_web::test]
+async fn alerts_and_dashboard_use_only_metrics_hookgate_serves() {
+    let app = spawn_app_with(|c| {
+        let mut queued = c.providers[0].clone();
+        queued.name = "q".into();
+        queued.mode = Some(hookgate::config::Mode::Queue);
+        c.providers.push(queued);
+    })
+    .await;
+    app.deliver("evt_m", "{}").await;
+    let served = app.get("/metrics").await.body;
+    let families: std::collections::HashSet<&str> = served
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .filter_map(|l| l.split(' ').next())
+        .collect();
+    let used =
+        repo_file("deploy/prometheus/alerts.yml") + &repo_file("deploy/grafana/hookgate.json");
+    let mut names: Vec<&str> = used
+        .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+        .filter(|w| w.starts_with("hookgate_"))
+        .collect();
+    names.sort_unstable();
+    names.dedup();
+    assert!(names.len() >= 10, "{names:?}");
+    for name in names {
+        let family = ["_total", "_bucket", "_sum", "_count"]
+            .iter()
+            .find_map(|s| name.strip_suffix(s))
+            .unwrap_or(name);
+        assert!(families.contains(family), "{name} is not served:\n{served}");
+    }
+    let dashboard: serde_json::Value =
+        serde_json::from_str(&repo_file("deploy/grafana/hookgate.json")).unwrap();
+    assert!(dashboard["panels"].as_array().is_some_and(|p| p.len() >= 5));
+}
