@@ -2,7 +2,9 @@
 # Starts a throwaway PostgreSQL cluster on a free port and prints its URL on stdout.
 # Installs PostgreSQL from Debian's packages if it is missing (needs root for that).
 # Usage: eval "$(scripts/pg-throwaway.sh start DIR [durable])"  ...  scripts/pg-throwaway.sh stop DIR
-# Without "durable" the cluster runs with fsync off (tests only); benchmarks pass "durable".
+# Without "durable" the cluster runs with fsync off (tests only) and with TLS on, its
+# certificate signed by a throwaway CA (HOOKGATE_TEST_DATABASE_CA) for the TLS tests;
+# benchmarks pass "durable" (fsync on, no TLS, as the README's figures were measured).
 # As root the server runs as the `postgres` user (it refuses to run as root).
 set -euo pipefail
 
@@ -47,8 +49,32 @@ if [ "$(id -u)" = 0 ]; then chown postgres "$dir"; chmod 700 "$dir"; fi
 as_pg "$bin/initdb" -D "$dir/data" -U postgres --auth=trust --locale=C.UTF-8 >/dev/null
 # fsync off for tests: a throwaway cluster, never one whose durability a benchmark claims.
 settings="-c fsync=off -c synchronous_commit=off -c full_page_writes=off"
-[ "${3:-}" = durable ] && settings=""
+tls_env=""
+if [ "${3:-}" = durable ]; then
+  settings=""
+elif command -v openssl >/dev/null 2>&1; then
+  # A CA and a server certificate for 127.0.0.1 / localhost, valid two days.
+  (
+    cd "$dir"
+    openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 2 \
+      -subj "/CN=hookgate test CA" -keyout ca.key -out ca.crt \
+      -addext "basicConstraints=critical,CA:TRUE" \
+      -addext "keyUsage=critical,keyCertSign,cRLSign" 2>/dev/null
+    openssl req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes \
+      -subj "/CN=localhost" -keyout server.key -out server.csr 2>/dev/null
+    printf "subjectAltName=DNS:localhost,IP:127.0.0.1\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n" > server.ext
+    openssl x509 -req -in server.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 2 \
+      -extfile server.ext -out server.crt 2>/dev/null
+    chmod 600 server.key
+    chmod 644 ca.crt server.crt
+    if [ "$(id -u)" = 0 ]; then chown postgres server.key server.crt; fi
+  )
+  settings="$settings -c ssl=on -c ssl_cert_file=$dir/server.crt -c ssl_key_file=$dir/server.key"
+  tls_env="export HOOKGATE_TEST_DATABASE_CA=$dir/ca.crt"
+fi
 as_pg "$bin/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w \
   -o "-p $port -k $dir -c listen_addresses=127.0.0.1 -c max_connections=400 $settings" \
   start >/dev/null
 echo "export HOOKGATE_TEST_DATABASE_URL=postgres://postgres@127.0.0.1:$port/postgres"
+[ -n "$tls_env" ] && echo "$tls_env"
+exit 0

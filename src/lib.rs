@@ -50,4 +50,5 @@ pub mod shard;
 pub mod signature;
 pub mod startup;
 pub mod store;
+pub mod tls;
 pub mod worker;

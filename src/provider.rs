@@ -30,6 +30,8 @@ pub struct Target {
     pub keep_headers: Vec<String>,
     /// The decoded `target.signing_secret`: forwarded requests are signed with it.
     pub signing_key: Option<Arc<[u8]>>,
+    /// For an `https://` URL: the certificate checks (system roots or `target.ca_file`).
+    pub tls: Option<Arc<rustls::ClientConfig>>,
 }
 
 /// Everything a request to `POST /webhooks/{name}` needs.
@@ -90,6 +92,17 @@ fn scheme(config: &ProviderConfig) -> Result<Scheme, String> {
     })
 }
 
+/// The TLS settings for an `https://` target: its chain and host name checked against the
+/// system roots, or against `target.ca_file`.
+fn target_tls(config: &ProviderConfig) -> Result<Option<Arc<rustls::ClientConfig>>, String> {
+    if !config.target.url.starts_with("https://") {
+        return Ok(None);
+    }
+    crate::tls::client_config(config.target.ca_file.as_deref(), crate::tls::Verify::Full)
+        .map(Some)
+        .map_err(|e| format!("providers.{}.target: {e}", config.name))
+}
+
 /// The decoded forwarding secret, if one is configured (and loaded).
 fn signing_key(config: &ProviderConfig) -> Result<Option<Arc<[u8]>>, String> {
     let Some(secret) = &config.target.signing_key else {
@@ -145,6 +158,7 @@ impl Provider {
                 timeout: config.target.timeout,
                 keep_headers,
                 signing_key: signing_key(config)?,
+                tls: target_tls(config)?,
             }),
             mode: effective_mode(config),
             max_rate: config.target.max_rate,

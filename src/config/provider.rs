@@ -181,6 +181,8 @@ pub struct TargetConfig {
     pub max_rate: Option<f64>,
     /// Queue mode: deliveries running at once at most, per node.
     pub max_in_flight: Option<usize>,
+    /// For an `https://` target: the CA certificates (PEM) to trust instead of the system's.
+    pub ca_file: Option<std::path::PathBuf>,
     /// A `whsec_…` secret (from this environment variable) with which every forwarded
     /// request is signed the Standard Webhooks way, so the target can verify it came
     /// through hookgate unaltered.

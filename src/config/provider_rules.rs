@@ -98,10 +98,19 @@ fn one_provider_rules(p: &ProviderConfig, unique: bool) -> Vec<Rule> {
                 .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_'),
         "letters, digits, '-' and '_' only",
     ));
+    let url = &p.target.url;
     rules.push(rule(
-        format!("providers.{name}.target.url is http://"),
-        p.target.url.starts_with("http://"),
-        format!("url = {}", p.target.url),
+        format!("providers.{name}.target.url is http:// or https://"),
+        url.starts_with("http://") || url.starts_with("https://"),
+        format!("url = {url}"),
+    ));
+    let local = ["http://127.", "http://localhost", "http://[::1]"]
+        .iter()
+        .any(|prefix| url.starts_with(prefix));
+    rules.push(advice(
+        format!("providers.{name}.target: plain http:// only on this host"),
+        !url.starts_with("http://") || local,
+        format!("url = {url}: events would cross the network unencrypted; use https://"),
     ));
     let key = effective_key(p);
     let pointer_ok = |ptr: &String| ptr.is_empty() || ptr.starts_with('/');

@@ -65,6 +65,7 @@ impl Attempt {
             idempotency_key: event.id.header_value(),
             attempt: self.attempts,
             signing_key: event.target.signing_key.clone(),
+            tls: event.target.tls.clone(),
         }
     }
 

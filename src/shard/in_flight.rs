@@ -122,6 +122,7 @@ mod tests {
                 timeout: std::time::Duration::from_secs(1),
                 keep_headers: Vec::new(),
                 signing_key: None,
+                tls: None,
             }),
             headers: Default::default(),
             mode: crate::config::Mode::Sync,

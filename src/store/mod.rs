@@ -18,6 +18,7 @@ mod postgres_queue;
 mod postgres_queue_sql;
 mod postgres_rows;
 mod postgres_sql;
+mod postgres_tls;
 mod reconnect;
 pub mod sqlite;
 mod sqlite_queue;

@@ -16,7 +16,6 @@ use std::time::Duration;
 
 use actix_web::web::Bytes;
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
-use tokio_postgres::NoTls;
 
 use super::api::millis;
 use super::api::{
@@ -29,6 +28,7 @@ use super::postgres_pool::Inner;
 use super::postgres_queue;
 use super::postgres_rows::{db_error, get, record};
 use super::postgres_sql::{DEAD_LETTERS, FAIL, LIST, LOOKUP, REPLAY, SWEEP};
+use super::postgres_tls;
 use super::reconnect::Reconnect;
 use crate::claim::{ClaimResult, Status, StoredResult};
 use crate::config::StoreConfig;
@@ -70,10 +70,11 @@ impl PgStore {
                 "store.schema {schema:?} must be letters, digits and '_'"
             )));
         }
-        let mut pg: tokio_postgres::Config = config
-            .url
+        let (url, tls) = postgres_tls::split(&config.url)?;
+        let mut pg: tokio_postgres::Config = url
             .parse()
             .map_err(|e| StoreError::Query(format!("store.url: {e}")))?;
+        pg.ssl_mode(tls.mode);
         pg.options(format!(
             "-c search_path={schema} -c statement_timeout={}",
             millis(config.statement_timeout).max(1)
@@ -81,7 +82,7 @@ impl PgStore {
         pg.connect_timeout(CONNECT_TIMEOUT);
         let manager = Manager::from_config(
             pg,
-            NoTls,
+            postgres_tls::connector(&tls)?,
             ManagerConfig {
                 recycling_method: RecyclingMethod::Fast,
             },

@@ -94,7 +94,23 @@ pub(crate) fn parse_path(text: &str) -> Result<Path, StoreError> {
 /// statement may get past soon is `Transient`; anything else the server refused is a
 /// `Query` error.
 pub(crate) fn db_error(e: tokio_postgres::Error) -> StoreError {
-    classify(e.code(), e.to_string())
+    classify(e.code(), with_causes(&e))
+}
+
+/// An error's message followed by its causes (`error performing TLS handshake: invalid
+/// peer certificate: UnknownIssuer`): the cause is often the useful part.
+fn with_causes(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        let next = c.to_string();
+        if !text.ends_with(&next) {
+            text.push_str(": ");
+            text.push_str(&next);
+        }
+        cause = c.source();
+    }
+    text
 }
 
 /// The kind of a Postgres failure, by its SQLSTATE (`None`: no answer from the server).
@@ -127,7 +143,7 @@ pub(crate) fn pool_error(e: PoolError) -> StoreError {
     match e {
         PoolError::Backend(e) => db_error(e),
         PoolError::Timeout(deadpool_postgres::TimeoutType::Wait) => StoreError::Busy(e.to_string()),
-        other => StoreError::Unavailable(other.to_string()),
+        other => StoreError::Unavailable(with_causes(&other)),
     }
 }
 

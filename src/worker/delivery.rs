@@ -4,6 +4,8 @@
 //! their own [`Delivery`] (for example one that panics) to exercise the worker's crash
 //! handling. A delivery only reports what happened; it never touches the store.
 
+use std::cell::RefCell;
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -37,6 +39,9 @@ pub struct DeliveryRequest {
     /// With a key, the request is signed the Standard Webhooks way (`webhook-id` = the
     /// idempotency key, `webhook-timestamp`, `webhook-signature`).
     pub signing_key: Option<Arc<[u8]>>,
+    /// For an `https://` target: how its certificate is checked (system roots or the
+    /// provider's `target.ca_file`, host name included).
+    pub tls: Option<Arc<rustls::ClientConfig>>,
 }
 
 /// The delivery seam.
@@ -45,21 +50,44 @@ pub trait Delivery: Send + Sync + 'static {
     fn deliver(&self, request: DeliveryRequest) -> LocalBoxFuture<'static, DeliveryOutcome>;
 }
 
-/// Delivery over HTTP/1.1 with keep-alive connections, one pool per worker thread.
+/// Delivery over HTTP/1.1 (TLS for `https://` targets) with keep-alive connections, pools
+/// per worker thread. A certificate that does not verify fails the attempt with the
+/// reason as its error — never a downgrade to plain HTTP.
 #[derive(Debug, Default)]
 pub struct HttpDelivery;
 
 thread_local! {
-    /// awc clients are bound to their thread; each arbiter thread keeps one pool.
-    static CLIENT: awc::Client = awc::Client::builder()
-        .disable_redirects()
-        .timeout(Duration::from_secs(3600))
-        .finish();
+    /// awc clients are bound to their thread; each arbiter thread keeps one pool for plain
+    /// HTTP and one per TLS configuration (one per provider with an https:// target).
+    static CLIENTS: RefCell<HashMap<usize, awc::Client>> = RefCell::new(HashMap::new());
+}
+
+/// This thread's client for `tls` (`None`: plain HTTP). A client's connector fixes its TLS
+/// settings, so each provider's settings get their own pool.
+fn client(tls: Option<&Arc<rustls::ClientConfig>>) -> awc::Client {
+    let slot = tls.map_or(0, |c| Arc::as_ptr(c) as usize);
+    CLIENTS.with(|clients| {
+        clients
+            .borrow_mut()
+            .entry(slot)
+            .or_insert_with(|| {
+                let builder = awc::Client::builder()
+                    .disable_redirects()
+                    .timeout(Duration::from_secs(3600));
+                match tls {
+                    Some(config) => builder
+                        .connector(awc::Connector::new().rustls_0_23(Arc::clone(config)))
+                        .finish(),
+                    None => builder.finish(),
+                }
+            })
+            .clone()
+    })
 }
 
 impl Delivery for HttpDelivery {
     fn deliver(&self, request: DeliveryRequest) -> LocalBoxFuture<'static, DeliveryOutcome> {
-        let client = CLIENT.with(Clone::clone);
+        let client = client(request.tls.as_ref());
         Box::pin(async move {
             let mut outgoing = client
                 .post(&*request.url)

@@ -118,6 +118,7 @@ mod tests {
             idempotency_key: "p:k".into(),
             attempt: 1,
             signing_key: None,
+            tls: None,
         }
     }
 

@@ -34,3 +34,4 @@ mod pressure;
 mod providers;
 mod queue;
 mod store_conformance;
+mod tls;

@@ -204,6 +204,23 @@ impl TestDb {
         }
     }
 
+    /// `(connections, encrypted ones)` of this cluster whose `application_name` is `name`.
+    pub async fn tls_connections(&self, name: &str) -> (i64, i64) {
+        let Inspect::Pg(client) = &self.inspect else {
+            panic!("a Postgres test");
+        };
+        let row = client
+            .query_one(
+                "SELECT count(*), count(*) FILTER (WHERE s.ssl)
+                 FROM pg_stat_activity a JOIN pg_stat_ssl s USING (pid)
+                 WHERE a.application_name = $1",
+                &[&name],
+            )
+            .await
+            .expect("pg_stat_ssl");
+        (row.get(0), row.get(1))
+    }
+
     /// Rows by status.
     pub async fn count_status(&self, status: &str) -> i64 {
         match &self.inspect {
