@@ -75,8 +75,13 @@ impl PgStore {
             .parse()
             .map_err(|e| StoreError::Query(format!("store.url: {e}")))?;
         pg.ssl_mode(tls.mode);
+        // plan_cache_mode: the batch statements join the row table to `unnest`ed input. A
+        // generic plan chosen while the table was empty and never analyzed scans the whole
+        // table on every batch until an autoanalyze happens to replan it (measured: first
+        // runs decaying from ~5.8k/s to ~2.3k/s over 100k rows). Custom plans see the
+        // table's real size each time and always find rows by the primary key.
         pg.options(format!(
-            "-c search_path={schema} -c statement_timeout={}",
+            "-c search_path={schema} -c statement_timeout={} -c plan_cache_mode=force_custom_plan",
             millis(config.statement_timeout).max(1)
         ));
         pg.connect_timeout(CONNECT_TIMEOUT);

@@ -33,6 +33,7 @@ pub(crate) struct CompleteCall {
 
 /// Claims for many keys: the single-row `CLAIM` over `unnest`ed input.
 ///
+/// Reads: one primary-key probe per input key, never a scan (see the report branch).
 /// Locks: each input key's row, in key order. A concurrent claimer of one of these keys
 /// waits for this statement's commit and then sees the row it left (a live lease). Keys
 /// whose row was inserted by another transaction after this statement's snapshot are
@@ -61,8 +62,14 @@ UNION ALL
 SELECT w.provider, w.event_key, false, w.status, w.attempts, w.last_path, w.fingerprint,
        GREATEST(0, extract(epoch FROM w.locked_until - now()) * 1000)::bigint,
        w.result_status, w.result_content_type, w.result_body
-FROM webhook_events w
-JOIN input i ON w.provider = i.provider AND w.event_key = i.event_key
+FROM input i
+CROSS JOIN LATERAL (
+    -- One primary-key probe per input key. OFFSET 0 keeps the planner from flattening this
+    -- into a join, which for a large batch on a table with stale statistics it runs as a
+    -- hash join over a sequential scan of the whole table.
+    SELECT * FROM webhook_events w
+    WHERE w.provider = i.provider AND w.event_key = i.event_key
+    OFFSET 0) w
 WHERE NOT EXISTS (
     SELECT 1 FROM claimed c WHERE c.provider = w.provider AND c.event_key = w.event_key)"
 );

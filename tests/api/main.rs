@@ -30,6 +30,7 @@ mod failures;
 mod helpers;
 mod operators;
 mod paths;
+mod plans;
 mod pressure;
 mod providers;
 mod queue;

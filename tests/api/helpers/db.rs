@@ -221,6 +221,32 @@ impl TestDb {
         (row.get(0), row.get(1))
     }
 
+    /// Runs SQL on this schema through the test's own connection (Postgres).
+    pub async fn execute(&self, sql: &str) {
+        let Inspect::Pg(client) = &self.inspect else {
+            panic!("a Postgres test");
+        };
+        client.batch_execute(sql).await.expect(sql);
+    }
+
+    /// Rows of `webhook_events` read by sequential scans so far (`pg_stat_user_tables`),
+    /// and the server processes still connected as `application_name`.
+    pub async fn seq_tup_read(&self, application_name: &str) -> (i64, i64) {
+        let Inspect::Pg(client) = &self.inspect else {
+            panic!("a Postgres test");
+        };
+        let row = client
+            .query_one(
+                "SELECT (SELECT COALESCE(seq_tup_read, 0) FROM pg_stat_user_tables
+                         WHERE relname = 'webhook_events' AND schemaname = current_schema()),
+                        (SELECT count(*) FROM pg_stat_activity WHERE application_name = $1)",
+                &[&application_name],
+            )
+            .await
+            .expect("pg_stat_user_tables");
+        (row.get(0), row.get(1))
+    }
+
     /// Rows by status.
     pub async fn count_status(&self, status: &str) -> i64 {
         match &self.inspect {
