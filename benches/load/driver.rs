@@ -54,14 +54,33 @@ pub async fn drive(
     connections: usize,
     duration: Duration,
     max_requests: u64,
+    window: Option<Duration>,
 ) -> Report {
     let started = Instant::now();
     let deadline = started + duration;
     let sent = Rc::new(RefCell::new(0u64));
+    let answered = Rc::new(std::cell::Cell::new(0u64));
+    let reporter = window.map(|every| {
+        let answered = Rc::clone(&answered);
+        actix_rt::spawn(async move {
+            let mut last = 0;
+            for n in 1.. {
+                actix_rt::time::sleep_until((started + every * n).into()).await;
+                let now = answered.get();
+                println!(
+                    "# window {n} ({:.0}s): {:.0} req/s, {now} answered so far",
+                    (every * n).as_secs_f64(),
+                    (now - last) as f64 / every.as_secs_f64()
+                );
+                last = now;
+            }
+        })
+    });
     let mut tasks = Vec::new();
     for conn in 0..connections {
         let url = url.clone();
         let sent = Rc::clone(&sent);
+        let answered = Rc::clone(&answered);
         tasks.push(actix_rt::spawn(async move {
             let client = awc::Client::builder()
                 .timeout(Duration::from_secs(60))
@@ -96,6 +115,7 @@ pub async fn drive(
                             .entry(response.status().as_u16())
                             .or_default() += 1;
                         report.requests += 1;
+                        answered.set(answered.get() + 1);
                     }
                     Err(_) => report.errors += 1,
                 }
@@ -112,6 +132,9 @@ pub async fn drive(
         for (status, n) in report.statuses {
             *total.statuses.entry(status).or_default() += n;
         }
+    }
+    if let Some(reporter) = reporter {
+        reporter.abort();
     }
     total.elapsed = started.elapsed();
     total.latencies_us.sort_unstable();

@@ -56,6 +56,10 @@ struct Args {
     /// Address the bench's target binds (give a fixed port with `--url`).
     #[arg(long, default_value = "127.0.0.1:0")]
     target_listen: String,
+    /// Print the rate of every window of this length while a scenario runs (long trend
+    /// runs: does the rate hold as the table grows?).
+    #[arg(long, value_parser = humantime::parse_duration)]
+    window: Option<Duration>,
     /// New events a second in the chaos scenario.
     #[arg(long, default_value_t = 100)]
     rate: u64,
@@ -109,7 +113,7 @@ async fn run(args: &Args, scenario: Scenario) -> u64 {
             fail_rate: 0.2,
             ..Behaviour::default()
         },
-        Scenario::SlowTarget => Behaviour {
+        Scenario::SlowTarget | Scenario::Overload => Behaviour {
             delay: Duration::from_millis(50),
             ..Behaviour::default()
         },
@@ -155,7 +159,12 @@ async fn run(args: &Args, scenario: Scenario) -> u64 {
                 .await;
         }
     }
-    let (connections, duration, requests) = (args.connections, args.duration, args.requests);
+    // Overload: four times the connections the node's workers can serve.
+    let connections = match scenario {
+        Scenario::Overload => 4 * args.connections,
+        _ => args.connections,
+    };
+    let (duration, requests, window) = (args.duration, args.requests, args.window);
     let drive_url = url.clone();
     let report = actix_rt::task::spawn_blocking(move || {
         actix_rt::System::new().block_on(driver::drive(
@@ -164,11 +173,16 @@ async fn run(args: &Args, scenario: Scenario) -> u64 {
             connections,
             duration,
             requests,
+            window,
         ))
     })
     .await
     .expect("driver thread");
     let tally = target.tally();
+    let not_started = match &node {
+        Some(_) => not_started(&url).await,
+        None => 0,
+    };
     let statuses: Vec<String> = report
         .statuses
         .iter()
@@ -176,7 +190,8 @@ async fn run(args: &Args, scenario: Scenario) -> u64 {
         .collect();
     println!(
         "scenario={:<11} store={:<8} rps={:>8.0} p50={:>7.2}ms p99={:>7.2}ms max={:>8.2}ms \
-         requests={} errors={} status={{{}}} deliveries={} duplicates={} rss={}MiB",
+         requests={} errors={} status={{{}}} deliveries={} duplicates={} not_started={} \
+         rss={}MiB",
         scenario.name(),
         if scenario == Scenario::Bare {
             "-"
@@ -192,6 +207,7 @@ async fn run(args: &Args, scenario: Scenario) -> u64 {
         statuses.join(","),
         tally.deliveries,
         tally.duplicates,
+        not_started,
         rss_mib(),
     );
     if let Some(handle) = node {
@@ -275,6 +291,21 @@ fn bare_handler() -> String {
     let port = server.addrs()[0].port();
     actix_rt::spawn(server.run());
     format!("http://127.0.0.1:{port}/webhooks/bench")
+}
+
+/// Attempts the node released because they could not start inside their lease (its
+/// `hookgate_deliveries_total{outcome="not_started"}`): 0 means admission held.
+async fn not_started(url: &str) -> u64 {
+    let metrics = url.replace("/webhooks/bench", "/metrics");
+    let Ok(mut response) = awc::Client::new().get(&metrics).send().await else {
+        return 0;
+    };
+    let body = response.body().limit(1 << 22).await.unwrap_or_default();
+    String::from_utf8_lossy(&body)
+        .lines()
+        .filter(|l| l.starts_with("hookgate_deliveries_total") && l.contains("not_started"))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+        .sum()
 }
 
 /// This process's resident memory.

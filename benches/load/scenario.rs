@@ -17,6 +17,10 @@ pub enum Scenario {
     HotFail,
     /// New keys, the target adding 50 ms.
     SlowTarget,
+    /// `SlowTarget` with four times the connections the node's workers can serve: the
+    /// excess must be refused (503 `overloaded`), answers stay bounded, and no attempt
+    /// starts after its lease.
+    Overload,
     /// No hookgate: a bare actix-web handler returning a fixed body (the reference).
     Bare,
 }
@@ -25,13 +29,14 @@ pub enum Scenario {
 pub const DUPLICATE_KEYS: u64 = 100;
 
 impl Scenario {
-    pub const ALL: [Scenario; 6] = [
+    pub const ALL: [Scenario; 7] = [
         Scenario::Unique,
         Scenario::Duplicate,
         Scenario::Mixed,
         Scenario::Hot,
         Scenario::HotFail,
         Scenario::SlowTarget,
+        Scenario::Overload,
     ];
 
     pub fn parse(name: &str) -> Option<Self> {
@@ -49,6 +54,7 @@ impl Scenario {
             Scenario::Hot => "hot",
             Scenario::HotFail => "hot_fail",
             Scenario::SlowTarget => "slow_target",
+            Scenario::Overload => "overload",
             Scenario::Bare => "bare",
         }
     }
@@ -56,7 +62,9 @@ impl Scenario {
     /// The key of request `i` of connection `conn`, `elapsed` into the run.
     pub fn key(self, conn: usize, i: u64, elapsed: Duration) -> String {
         match self {
-            Scenario::Unique | Scenario::SlowTarget | Scenario::Bare => format!("u{conn}-{i}"),
+            Scenario::Unique | Scenario::SlowTarget | Scenario::Overload | Scenario::Bare => {
+                format!("u{conn}-{i}")
+            }
             Scenario::Duplicate => format!("dup-{}", (conn as u64 + i) % DUPLICATE_KEYS),
             Scenario::Mixed if i % 5 == 4 && i >= 5 => {
                 format!("m{conn}-{}", i - 1 - fastrand::u64(0..4))
