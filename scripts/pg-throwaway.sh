@@ -52,7 +52,14 @@ settings="-c fsync=off -c synchronous_commit=off -c full_page_writes=off"
 tls_env=""
 if [ "${3:-}" = durable ]; then
   settings=""
-elif command -v openssl >/dev/null 2>&1; then
+else
+  if ! command -v openssl >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+    echo "installing openssl (for the test cluster's certificate)..." >&2
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openssl >&2 \
+      || { apt-get update -qq >&2 && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openssl >&2; }
+  fi
+fi
+if [ "${3:-}" != durable ] && command -v openssl >/dev/null 2>&1; then
   # A CA and a server certificate for 127.0.0.1 / localhost, valid two days.
   (
     cd "$dir"
