@@ -22,6 +22,7 @@ mod postgres_tls;
 mod reconnect;
 pub mod sqlite;
 mod sqlite_queue;
+mod sqlite_rows;
 mod sqlite_writer;
 
 pub use crate::outcome::DeadReason;

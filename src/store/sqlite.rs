@@ -15,13 +15,14 @@ use std::path::Path;
 use std::time::Duration;
 
 use actix_web::web::Bytes;
-use rusqlite::{params, Connection, OptionalExtension, Row};
+use rusqlite::{params, Connection, OptionalExtension};
 
 use super::api::{
     millis, Enqueue, Enqueued, EventRecord, Failure, Fenced, QueueDepth, Reopened, Store,
     StoreError, StoreFuture, Taken,
 };
 use super::sqlite_queue;
+use super::sqlite_rows::{fenced, record, select_record};
 use super::sqlite_writer::{sql_error, Writer};
 use crate::claim::{ClaimResult, Path as ClaimPath, RowState, Status, StoredResult};
 use crate::key::EventId;
@@ -63,10 +64,6 @@ WHERE (webhook_events.status IN ('queued', 'failed')
        OR webhook_events.fingerprint = excluded.fingerprint)
 RETURNING attempts, last_path";
 
-/// Time left on a lease, in whole milliseconds, never negative.
-const LEASE_LEFT_MS: &str =
-    "CAST(MAX(0, COALESCE(locked_until, 0) - unixepoch('subsec')) * 1000 AS INTEGER)";
-
 /// Complete, fenced by the attempt (see Postgres's `COMPLETE`).
 const COMPLETE: &str = "
 UPDATE webhook_events
@@ -101,16 +98,6 @@ DELETE FROM webhook_events WHERE rowid IN (
     SELECT rowid FROM webhook_events
     WHERE status = ?1 AND updated_at < unixepoch('subsec') - ?2 / 1000.0
     ORDER BY updated_at LIMIT ?3)";
-
-fn select_record(filter: &str) -> String {
-    format!(
-        "SELECT provider, event_key, status, attempts, last_path, fingerprint, result_status,
-                result_content_type, result_body, payload, content_type, request_headers,
-                last_error, dead_reason, mode, {LEASE_LEFT_MS} AS lease_left_ms,
-                created_at, updated_at
-         FROM webhook_events {filter}"
-    )
-}
 
 /// The embedded store.
 pub struct SqliteStore {
@@ -406,53 +393,4 @@ impl Store for SqliteStore {
     fn queue_depth(&self) -> StoreFuture<'_, Vec<QueueDepth>> {
         Box::pin(self.writer.call(sqlite_queue::queue_depth))
     }
-}
-
-fn fenced(changed: rusqlite::Result<usize>) -> Result<Fenced, StoreError> {
-    Ok(if changed.map_err(sql_error)? == 1 {
-        Fenced::Applied
-    } else {
-        Fenced::Stale
-    })
-}
-
-/// Reads a whole row; the outer `Result` is SQLite's, the inner one hookgate's checks.
-fn record(r: &Row<'_>) -> rusqlite::Result<Result<EventRecord, StoreError>> {
-    let status: String = r.get("status")?;
-    let last_path: String = r.get("last_path")?;
-    let result_status: Option<u16> = r.get("result_status")?;
-    let result = match result_status {
-        Some(status) => Some(StoredResult {
-            status,
-            content_type: r.get("result_content_type")?,
-            body: r
-                .get::<_, Option<Vec<u8>>>("result_body")?
-                .unwrap_or_default(),
-        }),
-        None => None,
-    };
-    let lease_left_ms: i64 = r.get("lease_left_ms")?;
-    let Some(status) = Status::parse(&status) else {
-        return Ok(Err(StoreError::Corrupt(format!("status {status:?}"))));
-    };
-    Ok(Ok(EventRecord {
-        id: EventId::new(
-            r.get::<_, String>("provider")?,
-            r.get::<_, String>("event_key")?,
-        ),
-        status,
-        attempts: r.get("attempts")?,
-        last_path: ClaimPath::parse(&last_path),
-        fingerprint: r.get("fingerprint")?,
-        result,
-        payload: r.get("payload")?,
-        last_error: r.get("last_error")?,
-        dead_reason: r.get("dead_reason")?,
-        content_type: r.get("content_type")?,
-        request_headers: r.get("request_headers")?,
-        lease_left: Duration::from_millis(lease_left_ms.max(0).unsigned_abs()),
-        mode: r.get("mode")?,
-        created_at: r.get("created_at")?,
-        updated_at: r.get("updated_at")?,
-    }))
 }
