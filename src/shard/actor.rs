@@ -21,14 +21,14 @@ use actix::prelude::*;
 use slog::{info, Logger};
 use tokio::sync::oneshot;
 
-use super::answer::{cached_answer, log_mismatch, log_refusal, Answer, Reply, RetryReason};
+use super::answer::{cached_answer, log_refusal, mismatch_with, Answer, Reply, RetryReason};
 use super::attempt::ceil_secs;
 use super::cache::{DoneCache, DoneWriter};
 use super::event::Event;
 use super::gate::Gate;
 use super::in_flight::InFlightSet;
 use super::messages::Ingest;
-use crate::claim::{fingerprints_differ, Path};
+use crate::claim::Path;
 use crate::metrics::Metrics;
 use crate::retry::RetryPolicy;
 use crate::store::Store;
@@ -156,33 +156,21 @@ impl Shard {
 
     /// Answers from the in-flight set or the done cache, without the store.
     fn answer_from_memory(&self, event: &Event) -> Option<Answer> {
-        let mismatch = |stored| fingerprints_differ(stored, event.fingerprint.as_deref());
         if let Some(entry) = self.in_flight.get(&event.id) {
             let held = entry.since.elapsed();
             // An entry older than the lease is not trusted: the store decides.
             if held < self.settings.lease {
                 let attempts = entry.attempts;
-                return Some(if mismatch(entry.event.fingerprint.as_deref()) {
-                    log_mismatch(
-                        &self.log,
-                        &event.id,
-                        event.fingerprint.as_deref(),
-                        entry.event.fingerprint.as_deref(),
-                    );
-                    Answer {
-                        path: Path::PayloadMismatch,
-                        attempts,
-                        reply: Reply::Mismatch,
-                    }
-                } else {
-                    Answer {
-                        path: Path::InProgressElsewhere,
-                        attempts,
-                        reply: Reply::Busy {
-                            retry_after: ceil_secs(self.settings.lease - held),
-                        },
-                    }
-                });
+                let busy = Answer {
+                    path: Path::InProgressElsewhere,
+                    attempts,
+                    reply: Reply::Busy {
+                        retry_after: ceil_secs(self.settings.lease - held),
+                    },
+                };
+                return Some(
+                    mismatch_with(&self.log, event, &entry.event, attempts).unwrap_or(busy),
+                );
             }
         }
         // The HTTP handler already asked the cache; ask again, as the key may have
@@ -309,12 +297,18 @@ impl Shard {
 
     /// Gives `worker` to the oldest waiting request, or back to the idle set.
     pub(super) fn free_worker(&mut self, worker: usize, ctx: &mut Context<Self>) {
-        match self.waiting.pop_front() {
-            Some(w) if !self.draining => {
+        // While draining nothing waits (`Drain` refused the queue) and nothing is claimed.
+        let next = if self.draining {
+            None
+        } else {
+            self.waiting.pop_front()
+        };
+        match next {
+            Some(w) => {
                 self.metrics.admission_waiting(self.index, -1);
                 self.claim(w.event, w.reply, w.token, worker, ctx);
             }
-            _ => {
+            None => {
                 self.idle.push(worker);
                 self.idle_count[self.index].store(self.idle.len(), Ordering::Relaxed);
             }

@@ -11,7 +11,8 @@ use std::sync::Arc;
 use slog::{warn, Logger};
 
 use super::cache::{DoneCache, Hit};
-use crate::claim::{Path, StoredResult};
+use super::event::Event;
+use crate::claim::{fingerprints_differ, Path, StoredResult};
 use crate::key::EventId;
 
 /// The answer to one delivery.
@@ -162,6 +163,28 @@ pub(crate) fn log_refusal(log: &Logger, id: &EventId, answer: &Answer, cause: &s
             "path" => answer.path.as_str(), "reason" => reason.as_str(),
             "retry_after_s" => retry_after, "error" => cause);
     }
+}
+
+/// The 422 for `incoming` when it carries another payload than `first`, the request that
+/// holds the key (both fingerprints logged); `None` when they may be the same event.
+pub(crate) fn mismatch_with(
+    log: &Logger,
+    incoming: &Event,
+    first: &Event,
+    attempts: Option<i32>,
+) -> Option<Answer> {
+    let (theirs, ours) = (
+        incoming.fingerprint.as_deref(),
+        first.fingerprint.as_deref(),
+    );
+    fingerprints_differ(ours, theirs).then(|| {
+        log_mismatch(log, &incoming.id, theirs, ours);
+        Answer {
+            path: Path::PayloadMismatch,
+            attempts,
+            reply: Reply::Mismatch,
+        }
+    })
 }
 
 /// Logs a payload mismatch with both fingerprints (never the payloads).

@@ -9,12 +9,12 @@ use actix::prelude::*;
 use tokio::sync::oneshot;
 
 use super::actor::{Claiming, Shard};
-use super::answer::{log_mismatch, log_refusal, Answer, Reply, RetryReason};
+use super::answer::{log_mismatch, log_refusal, mismatch_with, Answer, Reply, RetryReason};
 use super::attempt::{ceil_secs, Attempt};
 use super::cache::CachedDone;
 use super::event::Event;
 use super::running::Running;
-use crate::claim::{classify, fingerprints_differ, ClaimResult, Path, RowState};
+use crate::claim::{classify, ClaimResult, Path, RowState};
 use crate::store::StoreError;
 
 impl Shard {
@@ -85,27 +85,12 @@ impl Shard {
     ) {
         let retry_after = ceil_secs(self.settings.lease);
         for (waiter, waiter_reply) in waiters {
-            let mismatch =
-                fingerprints_differ(event.fingerprint.as_deref(), waiter.fingerprint.as_deref());
-            let answer = if mismatch {
-                log_mismatch(
-                    &self.log,
-                    &waiter.id,
-                    waiter.fingerprint.as_deref(),
-                    event.fingerprint.as_deref(),
-                );
-                Answer {
-                    path: Path::PayloadMismatch,
-                    attempts: Some(attempts),
-                    reply: Reply::Mismatch,
-                }
-            } else {
-                Answer {
+            let answer =
+                mismatch_with(&self.log, &waiter, event, Some(attempts)).unwrap_or(Answer {
                     path: Path::InProgressElsewhere,
                     attempts: Some(attempts),
                     reply: Reply::Busy { retry_after },
-                }
-            };
+                });
             self.log_claim(&waiter, answer.path, answer.attempts);
             let _ = waiter_reply.send(answer);
         }

@@ -11,12 +11,12 @@ use actix::prelude::*;
 use tokio::sync::oneshot;
 
 use super::actor::{Shard, MAX_WAITERS};
-use super::answer::{cached_answer, log_mismatch, Answer, Reply, RetryReason};
+use super::answer::{cached_answer, mismatch_with, Answer, Reply, RetryReason};
 use super::attempt::Attempt;
 use super::event::Event;
 use super::messages::{Due, Enqueue};
 use super::running::Running;
-use crate::claim::{fingerprints_differ, Path, RowState};
+use crate::claim::{Path, RowState};
 use crate::config::Mode;
 use crate::store::{Enqueued, StoreError, Taken};
 
@@ -83,20 +83,11 @@ impl Shard {
     /// A redelivery of a key that is queued, failed or in progress: 202, nothing changes —
     /// or 422 when its payload differs from `stored`'s.
     fn duplicate_queued(&self, event: &Event, stored: &Event, attempts: Option<i32>) -> Answer {
-        let (incoming, first) = (event.fingerprint.as_deref(), stored.fingerprint.as_deref());
-        if fingerprints_differ(first, incoming) {
-            log_mismatch(&self.log, &event.id, incoming, first);
-            return Answer {
-                path: Path::PayloadMismatch,
-                attempts,
-                reply: Reply::Mismatch,
-            };
-        }
-        Answer {
+        mismatch_with(&self.log, event, stored, attempts).unwrap_or(Answer {
             path: Path::DuplicateQueued,
             attempts,
             reply: Reply::Queued,
-        }
+        })
     }
 
     /// The store wrote (or reported) the row: answer the request and those that waited on
