@@ -115,22 +115,17 @@ impl Shard {
                     Reply::Result(result)
                 }
                 None => {
-                    let reply = Reply::RetryLater {
-                        retry_after: 1,
-                        reason: RetryReason::ResultMissing,
-                    };
                     let answer = Answer {
                         path,
                         attempts,
-                        reply: reply.clone(),
+                        reply: Reply::RetryLater {
+                            retry_after: 1,
+                            reason: RetryReason::ResultMissing,
+                        },
                     };
-                    log_refusal(
-                        &self.log,
-                        &event.id,
-                        &answer,
-                        "a done row without its result",
-                    );
-                    reply
+                    let cause = "a done row without its result";
+                    log_refusal(&self.log, &event.id, &answer, cause);
+                    return answer;
                 }
             },
             Path::DuplicateDead => Reply::DeadLettered,

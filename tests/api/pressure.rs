@@ -242,6 +242,9 @@ async fn a_frozen_database_is_answered_503_at_the_deadline_and_service_resumes_b
         app.get("/readyz").await.status == 200
     })
     .await;
+    // The claim that missed its deadline was held by the frozen proxy and may have reached
+    // Postgres on thaw: then the key is leased by an attempt nobody runs (409 until the
+    // lease ends, then `lease_retake`) — a delay, never a delivery. Otherwise it is new.
     let back = app.deliver("evt_frozen", "{}").await;
     assert!(
         back.status == 201 || back.path == "in_progress_elsewhere",
