@@ -1,6 +1,7 @@
 //! The hot statements' plans do not depend on when the table was last analyzed: prepared
 //! while `webhook_events` was empty and never analyzed, they still find rows by the primary
-//! key once it holds 100 000 rows. Counted in `pg_stat_user_tables.seq_tup_read`.
+//! key once it holds 100 000 rows, never by a sequential scan nor by a scan of a whole index.
+//! Counted in `pg_stat_user_tables` (`seq_tup_read + idx_tup_fetch`).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -76,12 +77,12 @@ async fn claims_and_completions_never_scan_the_table_whatever_its_statistics() {
     // Stats reach pg_stat_user_tables when the connections end: close them, then read.
     drop(store);
     eventually("hookgate's connections to end", || async {
-        db.seq_tup_read(&name).await.1 == 0
+        db.rows_scanned(&name).await.1 == 0
     })
     .await;
-    let (read, _) = db.seq_tup_read(&name).await;
+    let (read, _) = db.rows_scanned(&name).await;
     assert!(
         read < ROWS,
-        "{read} rows read by sequential scans: at least one full scan of the table"
+        "{read} rows read by scans: at least one full scan of the table or an index"
     );
 }

@@ -229,15 +229,17 @@ impl TestDb {
         client.batch_execute(sql).await.expect(sql);
     }
 
-    /// Rows of `webhook_events` read by sequential scans so far (`pg_stat_user_tables`),
+    /// Rows of `webhook_events` read by scans so far (sequential scans plus rows fetched by
+    /// index scans, from `pg_stat_user_tables`),
     /// and the server processes still connected as `application_name`.
-    pub async fn seq_tup_read(&self, application_name: &str) -> (i64, i64) {
+    pub async fn rows_scanned(&self, application_name: &str) -> (i64, i64) {
         let Inspect::Pg(client) = &self.inspect else {
             panic!("a Postgres test");
         };
         let row = client
             .query_one(
-                "SELECT (SELECT COALESCE(seq_tup_read, 0) FROM pg_stat_user_tables
+                "SELECT (SELECT COALESCE(seq_tup_read, 0) + COALESCE(idx_tup_fetch, 0)
+                         FROM pg_stat_user_tables
                          WHERE relname = 'webhook_events' AND schemaname = current_schema()),
                         (SELECT count(*) FROM pg_stat_activity WHERE application_name = $1)",
                 &[&application_name],
