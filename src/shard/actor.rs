@@ -62,6 +62,8 @@ pub(super) struct Waiting {
     pub(super) event: Arc<Event>,
     pub(super) reply: oneshot::Sender<Answer>,
     pub(super) token: u64,
+    /// When it is refused if no worker has freed up.
+    pub(super) until: Instant,
 }
 
 /// What the shards of a node share: the store, their settings, the metrics, the done
@@ -111,8 +113,11 @@ pub struct Shard {
     pub(super) idle_count: Arc<[AtomicUsize]>,
     /// The queue-mode providers' rate and in-flight limits, shared by the node.
     pub(super) gate: Gate,
-    /// Requests waiting for a worker, oldest first; bounded by `admission_queue`.
+    /// Requests waiting for a worker, oldest first; bounded by `admission_queue`. Every
+    /// request waits the same `admission_wait`, so their deadlines come in queue order.
     pub(super) waiting: VecDeque<Waiting>,
+    /// Whether the one timer that refuses expired waits is set (see [`Shard::expire_waits`]).
+    pub(super) expiry_set: bool,
     pub(super) in_flight: InFlightSet,
     pub(super) done: DoneWriter,
     /// Claims sent to the store and not answered yet.
@@ -141,6 +146,7 @@ impl Shard {
             idle: (0..workers.len()).rev().collect(),
             workers,
             waiting: VecDeque::new(),
+            expiry_set: false,
             in_flight: InFlightSet::default(),
             done: node
                 .done
@@ -229,11 +235,13 @@ impl Shard {
                 event,
                 reply,
                 token,
+                until: Instant::now() + self.settings.admission_wait,
             });
             self.metrics.admission_waiting(self.index, 1);
-            ctx.run_later(self.settings.admission_wait, move |act, _ctx| {
-                act.give_up_waiting(token);
-            });
+            if !self.expiry_set {
+                self.expiry_set = true;
+                ctx.run_later(self.settings.admission_wait, Self::expire_waits);
+            }
         } else {
             let waiters = self.in_flight.forget(&event.id, token);
             let cause = format!(
@@ -246,22 +254,33 @@ impl Shard {
         }
     }
 
-    /// A waiting request's `admission_wait` ran out before a worker freed up.
-    fn give_up_waiting(&mut self, token: u64) {
-        let Some(at) = self.waiting.iter().position(|w| w.token == token) else {
-            return;
+    /// Refuses the waiting requests whose `admission_wait` ran out before a worker freed
+    /// up, then sets the timer again for the oldest one left. One timer per shard, not one
+    /// per request: an actor's context polls every timer it holds whenever it wakes, and a
+    /// timer per waiting request (each living the whole wait) cost more CPU at 6k first
+    /// runs a second than any other part of the shard.
+    fn expire_waits(&mut self, ctx: &mut Context<Self>) {
+        let now = Instant::now();
+        while self.waiting.front().is_some_and(|w| w.until <= now) {
+            let Some(w) = self.waiting.pop_front() else {
+                break;
+            };
+            self.metrics.admission_waiting(self.index, -1);
+            let waiters = self.in_flight.forget(&w.event.id, w.token);
+            let cause = format!(
+                "no worker freed up within {} ms",
+                self.settings.admission_wait.as_millis()
+            );
+            let requests = std::iter::once((w.event, w.reply)).chain(waiters).collect();
+            self.refuse(requests, RetryReason::Overloaded, &cause);
+        }
+        self.expiry_set = match self.waiting.front() {
+            Some(oldest) => {
+                ctx.run_later(oldest.until - now, Self::expire_waits);
+                true
+            }
+            None => false,
         };
-        let Some(w) = self.waiting.remove(at) else {
-            return;
-        };
-        self.metrics.admission_waiting(self.index, -1);
-        let waiters = self.in_flight.forget(&w.event.id, token);
-        let cause = format!(
-            "no worker freed up within {} ms",
-            self.settings.admission_wait.as_millis()
-        );
-        let requests = std::iter::once((w.event, w.reply)).chain(waiters).collect();
-        self.refuse(requests, RetryReason::Overloaded, &cause);
     }
 
     /// Sends the claim for `event`, whose attempt `worker` will run if it is won.

@@ -134,6 +134,62 @@ async fn waiting_requests_claim_only_when_a_worker_frees_up(backend: Backend) {
     assert_eq!(app.target.total(), 8);
 }
 
+/// A request that waits longer than `admission_wait` for a worker is refused with nothing
+/// claimed; requests that come to wait later get their own full wait, whether or not the
+/// queue emptied in between. (The waits share one timer per shard, see `Shard::admit`.)
+async fn a_wait_for_a_worker_ends_in_a_refusal_that_claimed_nothing(backend: Backend) {
+    let app = Rc::new(
+        spawn_app_on(backend, |c| {
+            c.server.shards = Some(1);
+            c.server.workers_per_shard = 1;
+            c.server.admission_queue = Some(4);
+            c.server.admission_wait = Duration::from_millis(200);
+        })
+        .await,
+    );
+    app.target.set(Behaviour::Hang);
+    let send = |key: String| {
+        let app = Rc::clone(&app);
+        actix_rt::spawn(async move { app.deliver(&key, "{}").await })
+    };
+    let held = send("evt_held".into());
+    eventually("the worker to be busy", || async {
+        app.target.total() == 1
+    })
+    .await;
+    for round in 0..3 {
+        let waits: Vec<_> = (0..2).map(|i| send(format!("evt_r{round}_{i}"))).collect();
+        for answer in join_all(waits).await.into_iter().map(Result::unwrap) {
+            assert_eq!(answer.status, 503, "{answer:?}");
+            assert_eq!(answer.path, "overloaded");
+            assert_eq!(answer.attempt, None, "nothing was claimed");
+        }
+        assert_eq!(metric(&app, "hookgate_admission_waiting{").await, 0.0);
+    }
+    assert_eq!(
+        app.db.count_rows().await,
+        1,
+        "only the held delivery claimed"
+    );
+    let unavailable: Vec<_> = app
+        .log
+        .lines()
+        .into_iter()
+        .filter(|l| l["msg"] == "webhook.unavailable")
+        .collect();
+    assert_eq!(unavailable.len(), 6);
+    assert!(unavailable.iter().all(|l| l["error"]
+        .as_str()
+        .unwrap_or("")
+        .contains("no worker freed up")));
+
+    app.target.release();
+    assert_eq!(held.await.unwrap().status, 201);
+    // A request that arrives once the worker is free is served at once.
+    let next = app.deliver("evt_after", "{}").await;
+    assert_eq!((next.status, next.path.as_str()), (201, "first_run"));
+}
+
 /// A delivery running at the target when the node is told to stop runs to its end, is
 /// recorded, and its sender gets the answer. (Before: the node exited under it and the
 /// redelivery ran the target again after the lease.)
@@ -445,6 +501,7 @@ on_both_stores!(
     neighbouring_big_integer_ids_are_two_events,
     a_claim_is_made_only_when_a_worker_can_start_at_once,
     waiting_requests_claim_only_when_a_worker_frees_up,
+    a_wait_for_a_worker_ends_in_a_refusal_that_claimed_nothing,
     a_delivery_running_at_shutdown_finishes_and_is_answered,
 );
 
