@@ -38,6 +38,12 @@ pub(crate) struct CompleteCall {
 /// waits for this statement's commit and then sees the row it left (a live lease). Keys
 /// whose row was inserted by another transaction after this statement's snapshot are
 /// missing from the report; their calls retry alone.
+///
+/// The report branch returns the row *as the snapshot saw it* for every input key that
+/// existed, won or not; the caller lets a won row take precedence (see
+/// [`claim_batch_on`]). Filtering won keys out in SQL would need an anti-join against
+/// `claimed`, which without hash joins (see `PgStore::open`) costs won × reported
+/// comparisons.
 const CLAIM_BATCH: &str = concat!(
     "
 WITH input AS (
@@ -69,9 +75,7 @@ CROSS JOIN LATERAL (
     -- hash join over a sequential scan of the whole table.
     SELECT * FROM webhook_events w
     WHERE w.provider = i.provider AND w.event_key = i.event_key
-    OFFSET 0) w
-WHERE NOT EXISTS (
-    SELECT 1 FROM claimed c WHERE c.provider = w.provider AND c.event_key = w.event_key)"
+    OFFSET 0) w"
 );
 
 /// Completions for many attempts: the single-row `COMPLETE`, fenced per row.
@@ -187,11 +191,19 @@ async fn claim_batch_on(
         .query(&stmt, &[&providers, &keys, &fingerprints, &leases])
         .await
         .map_err(coded)?;
+    // A won key is also reported as the snapshot saw it (a failed row retaken, say): the
+    // won row is the answer, whichever order the two come in.
     let mut reported = HashMap::with_capacity(rows.len());
     for row in rows {
         let provider: String = get(&row, "provider").map_err(plain)?;
         let event_key: String = get(&row, "event_key").map_err(plain)?;
-        reported.insert((provider.into(), event_key.into()), claim_result(&row));
+        let won: bool = get(&row, "won").map_err(plain)?;
+        let key = (provider.into(), event_key.into());
+        if won {
+            reported.insert(key, claim_result(&row));
+        } else {
+            reported.entry(key).or_insert_with(|| claim_result(&row));
+        }
     }
     Ok(reported)
 }

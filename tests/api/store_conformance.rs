@@ -121,6 +121,23 @@ async fn a_won_retry_of_a_failed_row_holds_it_again(store: Arc<dyn Store>) {
     assert_eq!(row.attempts, 2);
 }
 
+/// Many failed rows retried at once (one claim batch on Postgres, whose report also carries
+/// each row as it was before the retake): every retry is won, once.
+async fn retries_of_many_failed_rows_at_once_are_each_won(store: Arc<dyn Store>) {
+    let keys: Vec<String> = (0..64).map(|i| format!("f{i}")).collect();
+    for key in &keys {
+        claim(&*store, key, LEASE).await;
+        store.fail(&id(key), 1, &failure(None)).await.unwrap();
+    }
+    let retries = keys.iter().map(|key| {
+        let store = Arc::clone(&store);
+        async move { won(&claim(&*store, key, LEASE).await) }
+    });
+    for result in futures_util::future::join_all(retries).await {
+        assert_eq!(result, Some((2, Path::RetryAfterFailure)));
+    }
+}
+
 async fn an_expired_lease_is_retaken(store: Arc<dyn Store>) {
     claim(&*store, "k", EXPIRED).await;
     assert_eq!(
@@ -581,6 +598,7 @@ macro_rules! conformance {
 conformance!(
     a_new_key_is_won_once_and_then_held,
     a_won_retry_of_a_failed_row_holds_it_again,
+    retries_of_many_failed_rows_at_once_are_each_won,
     an_expired_lease_is_retaken,
     done_is_terminal_whatever_the_lease,
     dead_is_terminal_and_keeps_payload_and_reason,
