@@ -1,6 +1,6 @@
 //! hookgate's load benchmark: `cargo bench --bench load -- [--scenario NAME|all]
 //! [--connections 64] [--duration 10s] [--requests N] [--store postgres|sqlite]
-//! [--shards N] [--url URL]`.
+//! [--shards N] [--http-workers N] [--url URL]`.
 //!
 //! Starts hookgate in-process (or drives a running one with `--url`, whose target must be
 //! this bench's printed target), with a fast in-process target that counts deliveries per
@@ -50,6 +50,9 @@ struct Args {
     /// Shard actors (default: hookgate's default).
     #[arg(long)]
     shards: Option<usize>,
+    /// HTTP worker threads (default: hookgate's default).
+    #[arg(long)]
+    http_workers: Option<usize>,
     /// Drive a running hookgate at this `…/webhooks/{provider}` URL instead.
     #[arg(long)]
     url: Option<String>,
@@ -237,6 +240,7 @@ fn config(args: &Args, scenario: Scenario, target: &str) -> (Config, Option<Stri
     ))
     .expect("bench config");
     config.server.shards = args.shards.or(config.server.shards);
+    config.server.http_workers = args.http_workers.or(config.server.http_workers);
     let unique = format!(
         "bench_{}_{}_{}",
         scenario.name(),

@@ -82,15 +82,19 @@ CROSS JOIN LATERAL (
 ///
 /// Locks each matching row; rows whose attempt or status moved on match nothing and are
 /// not returned (stale). A deadlock with another node's batch falls back to single rows.
+///
+/// The joined input carries only the keys, the attempt and the position `n`; the results
+/// are read from their arrays by position. An `UPDATE … FROM` keeps a copy of each joined
+/// row (for re-checking a concurrently updated row), and copying the result bodies into
+/// those cost about a tenth of Postgres's time on first runs.
 const COMPLETE_BATCH: &str = "
 UPDATE webhook_events AS e
-SET status = 'done', result_status = u.result_status,
-    result_content_type = u.result_content_type, result_body = u.result_body,
+SET status = 'done', result_status = ($4::int2[])[u.n],
+    result_content_type = ($5::text[])[u.n], result_body = ($6::bytea[])[u.n],
     locked_until = NULL, last_error = NULL, dead_reason = NULL, payload = NULL,
     content_type = NULL, request_headers = NULL, updated_at = now()
-FROM (SELECT * FROM unnest($1::text[], $2::text[], $3::int4[], $4::int2[], $5::text[],
-                           $6::bytea[])
-          AS u(provider, event_key, attempts, result_status, result_content_type, result_body)
+FROM (SELECT * FROM unnest($1::text[], $2::text[], $3::int4[]) WITH ORDINALITY
+          AS u(provider, event_key, attempts, n)
       ORDER BY provider, event_key) AS u
 WHERE e.provider = u.provider AND e.event_key = u.event_key
   AND e.attempts = u.attempts AND e.status = 'in_progress'

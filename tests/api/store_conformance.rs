@@ -399,6 +399,33 @@ async fn concurrent_claims_and_completions_of_many_keys_keep_every_rule(store: A
     assert_eq!(retried.result, Some(result("wave")));
 }
 
+/// A wave of completions (one batch on Postgres, whose rows are locked in key order, not
+/// in the order the calls came) stores each attempt's own status, content type and body.
+async fn a_wave_of_completions_stores_each_attempts_own_result(store: Arc<dyn Store>) {
+    // Called in descending key order, so the batch's input order is not its lock order.
+    let keys: Vec<String> = (0..48).rev().map(|i| format!("w{i:02}")).collect();
+    for key in &keys {
+        claim(&*store, key, LEASE).await;
+    }
+    let own = |key: &str, i: usize| StoredResult {
+        status: 200 + u16::try_from(i % 7).unwrap(),
+        content_type: (i % 3 != 0).then(|| format!("text/{key}")),
+        body: format!("body of {key}").repeat(i + 1).into_bytes(),
+    };
+    let wave = keys.iter().enumerate().map(|(i, key)| {
+        let (store, result) = (Arc::clone(&store), own(key, i));
+        async move { store.complete(&id(key), 1, &result).await }
+    });
+    for written in join_all(wave).await {
+        assert_eq!(written.expect("complete"), Fenced::Applied);
+    }
+    for (i, key) in keys.iter().enumerate() {
+        let row = store.lookup(&id(key)).await.unwrap().expect("row");
+        assert_eq!(row.status, Status::Done, "{key}");
+        assert_eq!(row.result, Some(own(key, i)), "{key}");
+    }
+}
+
 async fn keys_are_scoped_by_provider(store: Arc<dyn Store>) {
     let a = store
         .claim(&EventId::new("a", "k"), None, LEASE)
@@ -609,6 +636,7 @@ conformance!(
     parallel_claims_of_an_expired_lease_have_one_winner,
     keys_are_scoped_by_provider,
     concurrent_claims_and_completions_of_many_keys_keep_every_rule,
+    a_wave_of_completions_stores_each_attempts_own_result,
     a_replay_reopens_only_a_dead_row_once,
     dead_letters_are_listed_newest_first_by_provider,
     the_sweep_deletes_only_old_terminal_rows_in_bounded_batches,
