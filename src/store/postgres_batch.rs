@@ -75,7 +75,10 @@ CROSS JOIN LATERAL (
     -- hash join over a sequential scan of the whole table.
     SELECT * FROM webhook_events w
     WHERE w.provider = i.provider AND w.event_key = i.event_key
-    OFFSET 0) w"
+    OFFSET 0) w
+-- Won keys need no probe. NOT IN (never NULL here) runs as one hashed lookup per key, where
+-- NOT EXISTS would be an anti-join, nested-loop without hash joins.
+WHERE (i.provider, i.event_key) NOT IN (SELECT provider, event_key FROM claimed)"
 );
 
 /// Completions for many attempts: the single-row `COMPLETE`, fenced per row.
