@@ -82,7 +82,7 @@ impl PgStore {
         // never analyzed, and kept until the next analyze; so that no statistics can turn a
         // per-key probe into a scan of a grown table (measured once: first runs decaying from
         // ~5.8k/s to ~2.3k/s over 100k rows), hookgate's sessions rule out sequential scans
-        // and hash/merge joins. Every statement hookgate runs has an index to use;
+        // and hash/merge joins (every hot, queue and sweep statement finds rows by an index);
         // tests/api/plans.rs checks that no claim or completion scans the table.
         pg.options(format!(
             "-c search_path={schema} -c statement_timeout={} -c enable_seqscan=off \
