@@ -47,7 +47,10 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 /// Claims or completions one batch carries at most.
 const MAX_BATCH: usize = 256;
 
-/// Batches of each kind running at once (see [`PgStore::connect`]).
+/// Batches of each kind running at once. Measured on the load bench: more slots only shrink
+/// the batches and spend Postgres CPU per statement (16 slots: 2.6k first runs/s, 1-2:
+/// 3.2-3.4k/s; later one slot: less CPU, more idle, the same rate), while a second slot
+/// hides one batch's round trip behind the other's when the database is across a network.
 const BATCHES_IN_FLIGHT: usize = 2;
 
 /// The Postgres store.
@@ -75,15 +78,12 @@ impl PgStore {
             .parse()
             .map_err(|e| StoreError::Query(format!("store.url: {e}")))?;
         pg.ssl_mode(tls.mode);
-        // Planner settings. The hot statements are shaped to probe the primary key per
-        // input key (see postgres_batch.rs), and run on cached generic plans: planning every
-        // batch (plan_cache_mode = force_custom_plan) cost as much as executing it, 0.36 ms a
-        // claim batch. A generic plan is chosen once, possibly while the table is empty and
-        // never analyzed, and kept until the next analyze; so that no statistics can turn a
-        // per-key probe into a scan of a grown table (measured once: first runs decaying from
-        // ~5.8k/s to ~2.3k/s over 100k rows), hookgate's sessions rule out sequential scans
-        // and hash/merge joins (every hot, queue and sweep statement finds rows by an index);
-        // tests/api/plans.rs checks that no claim or completion scans the table.
+        // Planner settings: the hot statements probe the primary key per input key (see
+        // postgres_batch.rs) on cached generic plans (custom plans cost as much planning as
+        // execution). A plan cached on an empty, never-analyzed table must not become a scan
+        // once it holds millions of rows (measured once: ~5.8k -> ~2.3k first runs/s over 100k
+        // rows), so these sessions rule out sequential scans and hash/merge joins; every hot,
+        // queue and sweep statement finds rows by an index. Checked by tests/api/plans.rs.
         pg.options(format!(
             "-c search_path={schema} -c statement_timeout={} -c enable_seqscan=off \
              -c enable_hashjoin=off -c enable_mergejoin=off",
@@ -110,10 +110,6 @@ impl PgStore {
             deadline: config.statement_timeout,
             reconnect: Reconnect::default(),
         });
-        // Two batches of each kind at a time: measured on the load bench, more slots only
-        // shrink the batches and spend Postgres CPU per statement (16 slots: 2.6k
-        // first_run/s; 1-2 slots: 3.2-3.4k/s), while a second slot hides one batch's
-        // round trip behind the other when the database is across a network.
         let in_flight = BATCHES_IN_FLIGHT;
         let claims = Batcher::start(MAX_BATCH, in_flight, config.statement_timeout, {
             let inner = Arc::clone(&inner);
@@ -130,7 +126,6 @@ impl PgStore {
         })
     }
 
-    /// Runs `op` unless a reconnect backoff is running, and records how it went.
     /// A batched call's answer; a deadline that passed while the call waited for its batch
     /// opens the reconnect backoff like any other (the batch itself records the rest).
     async fn guarded_batch<T>(
@@ -144,6 +139,7 @@ impl PgStore {
         result
     }
 
+    /// Runs `op` unless a reconnect backoff is running, and records how it went.
     async fn guarded<T>(
         &self,
         op: impl std::future::Future<Output = Result<T, StoreError>>,
