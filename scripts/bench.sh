@@ -4,7 +4,9 @@
 #      throwaway PostgreSQL (fsync on), 64 clients: the reference for first_run;
 #   2. the load bench's `bare` scenario (a fixed-body actix-web handler): the reference
 #      for duplicate_done;
-#   3. every load-bench scenario on PostgreSQL, then on SQLite.
+#   3. every load-bench scenario on PostgreSQL, then on SQLite;
+#   4. three more pairs of pgbench and Postgres `unique`, alternated, and their ratios:
+#      this machine is noisy enough that one pair says little.
 # Usage: scripts/bench.sh [DURATION]   (default 10s per run). Loopback only.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -41,9 +43,19 @@ UPDATE pgbench_events SET status = 'done', locked_until = NULL
 WHERE provider = 'p' AND event_key = :k::text AND attempts = 1 AND status = 'in_progress';
 SQL
 chmod 644 "$dir/claim.sql"
-as_pg "$pgbin/pgbench" -n -c 64 -j 2 -T "$secs" -f "$dir/claim.sql" "$HOOKGATE_BENCH_DATABASE_URL" \
-  | grep -E "^(tps|latency)"
+run_pgbench() {
+  as_pg "$pgbin/pgbench" -n -c 64 -j 2 -T "$secs" -f "$dir/claim.sql" "$HOOKGATE_BENCH_DATABASE_URL"
+}
+run_pgbench | grep -E "^(tps|latency)"
 
 cargo bench -q --bench load -- --scenario bare --duration "$duration"
 cargo bench -q --bench load -- --store postgres --duration "$duration"
 cargo bench -q --bench load -- --store sqlite --duration "$duration"
+
+echo "## pairs: pgbench, then Postgres unique, alternated"
+for pair in 1 2 3; do
+  tps=$(run_pgbench | awk '/^tps/ {printf "%.0f", $3}')
+  rps=$(cargo bench -q --bench load -- --scenario unique --store postgres --duration "$duration" \
+    | sed -n 's/.*rps= *\([0-9]*\).*/\1/p')
+  echo "pair $pair: pgbench $tps events/s, unique $rps req/s, ratio $(awk "BEGIN {printf \"%.2f\", $rps / $tps}")"
+done
