@@ -112,6 +112,36 @@ async fn parallel_failures_and_retries_across_two_nodes_deliver_once_per_won_cla
     assert_eq!(a.target.count(&key), attempts.len() + 1, "{second:?}");
 }
 
+/// Many failed events, each redelivered by two senders at once through two nodes: the
+/// retries of different keys share claim batches (on Postgres, whose report also carries
+/// each failed row as it stood before the retake); every key is retried exactly once.
+async fn retries_of_many_failed_events_across_two_nodes_run_each_target_once_more(
+    backend: Backend,
+) {
+    let a = spawn_app_on(backend, |_| {}).await;
+    let b = a.second_node(|_| {}).await;
+    let keys: Vec<String> = (0..24).map(|i| format!("evt_mf{i}")).collect();
+    a.target.set(Behaviour::Status(503));
+    for answer in join_all(keys.iter().map(|k| a.deliver(k, "{}"))).await {
+        assert_eq!((answer.status, answer.path.as_str()), (503, "first_run"));
+    }
+
+    a.target.set(Behaviour::Accept);
+    let retries = keys
+        .iter()
+        .flat_map(|k| [a.deliver(k, "{}"), b.deliver(k, "{}")]);
+    let answers = join_all(retries).await;
+    for (key, pair) in keys.iter().zip(answers.chunks(2)) {
+        let won = pair
+            .iter()
+            .filter(|x| x.path == "retry_after_failure")
+            .count();
+        assert_eq!(won, 1, "{key}: {pair:?}");
+        assert_eq!(a.target.count(&TestApp::idem(key)), 2, "{key}");
+    }
+    assert_eq!(a.target.total(), 2 * keys.len());
+}
+
 async fn a_done_event_is_replayed_even_long_after_its_lease_expired(backend: Backend) {
     let app = spawn_app_on(backend, |c| c.cache.capacity = 0).await;
     assert_eq!(app.deliver("evt_old", "{}").await.status, 201);
@@ -132,5 +162,6 @@ on_both_stores!(
     concurrent_redeliveries_after_failure_run_the_target_once_more,
     parallel_deliveries_across_two_nodes_on_one_database_run_the_target_once,
     parallel_failures_and_retries_across_two_nodes_deliver_once_per_won_claim,
+    retries_of_many_failed_events_across_two_nodes_run_each_target_once_more,
     a_done_event_is_replayed_even_long_after_its_lease_expired,
 );
