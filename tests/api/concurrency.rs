@@ -113,8 +113,8 @@ async fn parallel_failures_and_retries_across_two_nodes_deliver_once_per_won_cla
 }
 
 /// Many failed events, each redelivered by two senders at once through two nodes: the
-/// retries of different keys share claim batches (on Postgres, whose report also carries
-/// each failed row as it stood before the retake); every key is retried exactly once.
+/// retries of different keys share claim batches (on Postgres, whose report branch reads
+/// each row as it stood before the retake); every key is retried exactly once.
 async fn retries_of_many_failed_events_across_two_nodes_run_each_target_once_more(
     backend: Backend,
 ) {

@@ -121,7 +121,7 @@ async fn a_won_retry_of_a_failed_row_holds_it_again(store: Arc<dyn Store>) {
     assert_eq!(row.attempts, 2);
 }
 
-/// Many failed rows retried at once (one claim batch on Postgres, whose report also carries
+/// Many failed rows retried at once (one claim batch on Postgres, whose report branch reads
 /// each row as it was before the retake): every retry is won, once.
 async fn retries_of_many_failed_rows_at_once_are_each_won(store: Arc<dyn Store>) {
     let keys: Vec<String> = (0..64).map(|i| format!("f{i}")).collect();
