@@ -2,6 +2,10 @@
 //! A failure prints its message and causes — never a backtrace, whatever `RUST_BACKTRACE`
 //! says — and exits with status 1.
 
+/// mimalloc: about 10 % less CPU per first run than glibc's malloc (README: Performance).
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[actix_web::main]
 async fn main() -> std::process::ExitCode {
     match hookgate::cli::run().await {
