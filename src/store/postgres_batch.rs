@@ -83,6 +83,8 @@ WHERE (i.provider, i.event_key) NOT IN (SELECT provider, event_key FROM claimed)
 ///
 /// Locks each matching row; rows whose attempt or status moved on match nothing and are
 /// not returned (stale). A deadlock with another node's batch falls back to single rows.
+/// The status is checked with `IS NOT DISTINCT FROM`, which no index serves, so the rows are
+/// found by the primary key per input key (see `postgres_sql.rs`).
 ///
 /// The joined input carries only the keys, the attempt and the position `n`; the results
 /// are read from their arrays by position. An `UPDATE … FROM` keeps a copy of each joined
@@ -98,7 +100,7 @@ FROM (SELECT * FROM unnest($1::text[], $2::text[], $3::int4[]) WITH ORDINALITY
           AS u(provider, event_key, attempts, n)
       ORDER BY provider, event_key) AS u
 WHERE e.provider = u.provider AND e.event_key = u.event_key
-  AND e.attempts = u.attempts AND e.status = 'in_progress'
+  AND e.attempts = u.attempts AND e.status IS NOT DISTINCT FROM 'in_progress'
 RETURNING e.provider, e.event_key";
 
 /// Errors after which the calls are worth retrying one by one: a deadlock or

@@ -69,7 +69,8 @@ pub(crate) const RENEW: &str = "
 UPDATE webhook_events
 SET locked_until = now() + $4::bigint * interval '1 millisecond',
     next_attempt_at = now() + $4::bigint * interval '1 millisecond'
-WHERE provider = $1 AND event_key = $2 AND attempts = $3 AND status = 'in_progress'";
+WHERE provider = $1 AND event_key = $2 AND attempts = $3
+  AND status IS NOT DISTINCT FROM 'in_progress'";
 
 /// Abandon: sync rows of one provider nobody delivered for longer than its sender's
 /// horizon — `failed`, or `in_progress` with an expired lease — become dead letters

@@ -229,8 +229,8 @@ impl TestDb {
         client.batch_execute(sql).await.expect(sql);
     }
 
-    /// Rows of `webhook_events` read by scans so far (sequential scans plus rows fetched by
-    /// index scans, from `pg_stat_user_tables`),
+    /// Rows of `webhook_events` read by sequential scans plus entries read from its indexes
+    /// so far (`pg_stat_user_tables`, `pg_stat_user_indexes`),
     /// and the server processes still connected as `application_name`.
     pub async fn rows_scanned(&self, application_name: &str) -> (i64, i64) {
         let Inspect::Pg(client) = &self.inspect else {
@@ -238,8 +238,10 @@ impl TestDb {
         };
         let row = client
             .query_one(
-                "SELECT (SELECT COALESCE(seq_tup_read, 0) + COALESCE(idx_tup_fetch, 0)
-                         FROM pg_stat_user_tables
+                "SELECT (SELECT COALESCE(t.seq_tup_read, 0)
+                                + (SELECT COALESCE(sum(i.idx_tup_read), 0)::int8
+                                   FROM pg_stat_user_indexes i WHERE i.relid = t.relid)
+                         FROM pg_stat_user_tables t
                          WHERE relname = 'webhook_events' AND schemaname = current_schema()),
                         (SELECT count(*) FROM pg_stat_activity WHERE application_name = $1)",
                 &[&application_name],
