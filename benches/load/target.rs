@@ -77,9 +77,8 @@ type State = (Arc<Mutex<Counts>>, Behaviour);
 
 /// Reads the whole body, as an application does: actix-web closes a connection whose
 /// request body was left unread, which would cost hookgate a new connection per delivery.
-async fn receive(req: HttpRequest, body: web::Bytes, state: web::Data<State>) -> HttpResponse {
+async fn receive(req: HttpRequest, _body: web::Bytes, state: web::Data<State>) -> HttpResponse {
     let (counts, behaviour) = state.get_ref();
-    let _ = body;
     let header = |name: &str| {
         req.headers()
             .get(name)

@@ -261,18 +261,14 @@ impl Shard {
     /// runs a second than any other part of the shard.
     fn expire_waits(&mut self, ctx: &mut Context<Self>) {
         let now = Instant::now();
+        let cause = format!(
+            "no worker freed up within {} ms",
+            self.settings.admission_wait.as_millis()
+        );
         while self.waiting.front().is_some_and(|w| w.until <= now) {
-            let Some(w) = self.waiting.pop_front() else {
-                break;
-            };
-            self.metrics.admission_waiting(self.index, -1);
-            let waiters = self.in_flight.forget(&w.event.id, w.token);
-            let cause = format!(
-                "no worker freed up within {} ms",
-                self.settings.admission_wait.as_millis()
-            );
-            let requests = std::iter::once((w.event, w.reply)).chain(waiters).collect();
-            self.refuse(requests, RetryReason::Overloaded, &cause);
+            if let Some(w) = self.waiting.pop_front() {
+                self.refuse_waiting(w, RetryReason::Overloaded, &cause);
+            }
         }
         self.expiry_set = match self.waiting.front() {
             Some(oldest) => {
@@ -281,6 +277,15 @@ impl Shard {
             }
             None => false,
         };
+    }
+
+    /// Refuses a request taken off the waiting queue, and every request that waited on its
+    /// key; nothing was claimed for any of them.
+    pub(super) fn refuse_waiting(&mut self, w: Waiting, reason: RetryReason, cause: &str) {
+        self.metrics.admission_waiting(self.index, -1);
+        let waiters = self.in_flight.forget(&w.event.id, w.token);
+        let requests = std::iter::once((w.event, w.reply)).chain(waiters).collect();
+        self.refuse(requests, reason, cause);
     }
 
     /// Sends the claim for `event`, whose attempt `worker` will run if it is won.

@@ -146,14 +146,7 @@ impl Handler<Drain> for Shard {
     fn handle(&mut self, _msg: Drain, _ctx: &mut Context<Self>) {
         self.draining = true;
         while let Some(w) = self.waiting.pop_front() {
-            self.metrics.admission_waiting(self.index, -1);
-            let waiters = self.in_flight.forget(&w.event.id, w.token);
-            let requests = std::iter::once((w.event, w.reply)).chain(waiters).collect();
-            self.refuse(
-                requests,
-                RetryReason::ShuttingDown,
-                "the node is shutting down",
-            );
+            self.refuse_waiting(w, RetryReason::ShuttingDown, "the node is shutting down");
         }
         self.notify_drained();
     }

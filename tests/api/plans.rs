@@ -7,14 +7,13 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use actix_web::web::Bytes;
 use futures_util::future::join_all;
 use hookgate::claim::{ClaimResult, StoredResult};
 use hookgate::config::StoreConfig;
 use hookgate::key::EventId;
-use hookgate::store::{Failure, Store};
+use hookgate::store::Store;
 
-use crate::helpers::{eventually, TestDb};
+use crate::helpers::{eventually, failure, TestDb};
 
 const ROWS: i64 = 100_000;
 
@@ -36,7 +35,7 @@ async fn claim_and_complete(store: &Arc<dyn Store>, keys: std::ops::Range<u32>, 
             if let Ok(ClaimResult::Won { attempts, .. }) = claimed {
                 match i % 3 {
                     0 => {
-                        store.fail(&id, attempts, &failure()).await.unwrap();
+                        store.fail(&id, attempts, &failure(None)).await.unwrap();
                     }
                     1 => {
                         store.renew(&id, attempts, lease).await.unwrap();
@@ -54,17 +53,6 @@ async fn claim_and_complete(store: &Arc<dyn Store>, keys: std::ops::Range<u32>, 
         }
     });
     join_all(work).await;
-}
-
-fn failure() -> Failure {
-    Failure {
-        error: "target answered 500".into(),
-        dead: None,
-        payload: Bytes::from_static(b"{}"),
-        content_type: None,
-        headers: None,
-        retry_in: None,
-    }
 }
 
 #[actix_web::test]

@@ -11,6 +11,8 @@ use hookgate::claim::{classify, ClaimResult, Path, Status, StoredResult};
 use hookgate::key::EventId;
 use hookgate::store::{DeadReason, Enqueue, Enqueued, Failure, Fenced, Store};
 
+use crate::helpers::failure;
+
 const LEASE: Duration = Duration::from_secs(30);
 const EXPIRED: Duration = Duration::ZERO;
 
@@ -23,17 +25,6 @@ fn result(body: &str) -> StoredResult {
         status: 200,
         content_type: Some("text/plain".into()),
         body: body.as_bytes().to_vec(),
-    }
-}
-
-fn failure(dead: Option<DeadReason>) -> Failure {
-    Failure {
-        error: "target answered 500".into(),
-        dead,
-        payload: Bytes::from_static(b"{\"a\":1}"),
-        content_type: Some("application/json".into()),
-        headers: Some(r#"{"x-sender":"s1"}"#.into()),
-        retry_in: None,
     }
 }
 

@@ -380,3 +380,16 @@ impl RowLock {
             .expect("rollback");
     }
 }
+
+/// A failed attempt's record: a target's 500, with a payload and kept headers; `dead`
+/// makes it a dead letter.
+pub fn failure(dead: Option<hookgate::store::DeadReason>) -> hookgate::store::Failure {
+    hookgate::store::Failure {
+        error: "target answered 500".into(),
+        dead,
+        payload: actix_web::web::Bytes::from_static(b"{\"a\":1}"),
+        content_type: Some("application/json".into()),
+        headers: Some(r#"{"x-sender":"s1"}"#.into()),
+        retry_in: None,
+    }
+}

@@ -21,7 +21,7 @@ use hookgate::store::Store;
 use hookgate::worker::{Delivery, DeliveryOutcome, DeliveryRequest, HttpDelivery};
 
 pub use binary::BinaryNode;
-pub use db::{Backend, TestDb};
+pub use db::{failure, Backend, TestDb};
 pub use log::CapturedLog;
 pub use proxy::StoreProxy;
 pub use target::{Behaviour, TestTarget};
