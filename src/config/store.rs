@@ -18,7 +18,8 @@ pub struct StoreConfig {
     pub schema: String,
     /// Connections in the Postgres pool.
     pub pool_size: usize,
-    /// How long a request waits for a free pooled connection before it is answered 503.
+    /// How long a request waits for the store — a free pooled connection, or (Postgres) its
+    /// turn in the next claim batch — before it is answered 503 `overloaded`, unclaimed.
     #[serde(with = "humantime_serde")]
     pub pool_timeout: Duration,
     /// Client-side deadline of every store operation; past it the connection is dropped

@@ -336,7 +336,10 @@ async fn an_outcome_write_that_times_out_is_retried_and_the_event_is_delivered_o
 }
 
 #[actix_web::test]
-async fn waiting_for_a_pooled_connection_is_overload_not_an_outage() {
+async fn waiting_for_the_store_past_pool_timeout_is_overload_not_an_outage() {
+    // The first claim's batch holds the only slot (and the only connection) while it waits
+    // for a row lock; the second claim waits for its batch past `pool_timeout`, is
+    // withdrawn unrun and answered 503 `overloaded`, and claims nothing.
     let app = spawn_app_with(|c| {
         c.store.pool_size = 1;
         c.store.pool_timeout = Duration::from_millis(200);
