@@ -3,7 +3,9 @@
 //!
 //! A batch starts as soon as a slot is free; while every slot is busy, new calls queue and
 //! leave together in the next batch. So a lone request never waits for company, and under
-//! load the batch size grows by itself until the store keeps up.
+//! load the batch size grows by itself until the store keeps up. Several batchers may share
+//! their slots; a batcher takes a slot only once it has a call to run, so an idle one never
+//! holds a slot the others need.
 //!
 //! A caller waits at most the statement deadline, queueing included; a call whose caller
 //! has given up before its batch leaves is dropped, not run. With a queue bound, a call
@@ -57,13 +59,13 @@ pub(crate) struct Batcher<Req, Resp> {
 }
 
 impl<Req: Send + 'static, Resp: Send + 'static> Batcher<Req, Resp> {
-    /// Starts the batching task: at most `in_flight` batches of at most `max_batch` calls
-    /// run at once, each through `run`, which answers one result per request, in order.
-    /// A caller waits at most `deadline` for its answer, and at most `queue_bound` (if
-    /// any) for its batch to leave.
+    /// Starts the batching task: batches of at most `max_batch` calls, each run through
+    /// `run` (which answers one result per request, in order) while holding one permit of
+    /// `slots`. A caller waits at most `deadline` for its answer, and at most `queue_bound`
+    /// (if any) for its batch to leave.
     pub(crate) fn start<F, Fut>(
         max_batch: usize,
-        in_flight: usize,
+        slots: Arc<Semaphore>,
         deadline: Duration,
         queue_bound: Option<Duration>,
         run: F,
@@ -73,14 +75,13 @@ impl<Req: Send + 'static, Resp: Send + 'static> Batcher<Req, Resp> {
         Fut: Future<Output = Vec<Result<Resp, StoreError>>> + Send + 'static,
     {
         let (calls, mut queue) = mpsc::channel::<Call<Req, Resp>>(QUEUE);
-        let slots = Arc::new(Semaphore::new(in_flight));
         let run = Arc::new(run);
         tokio::spawn(async move {
             loop {
-                let Ok(slot) = Arc::clone(&slots).acquire_owned().await else {
+                let Some(first) = queue.recv().await else {
                     return;
                 };
-                let Some(first) = queue.recv().await else {
+                let Ok(slot) = Arc::clone(&slots).acquire_owned().await else {
                     return;
                 };
                 let mut batch = vec![first];
@@ -158,6 +159,10 @@ mod tests {
     use super::*;
     use std::sync::atomic::{AtomicUsize, Ordering};
 
+    fn one_slot() -> Arc<Semaphore> {
+        Arc::new(Semaphore::new(1))
+    }
+
     #[tokio::test]
     async fn concurrent_calls_share_batches_and_each_gets_its_own_answer() {
         let batches = Arc::new(AtomicUsize::new(0));
@@ -165,7 +170,7 @@ mod tests {
         let deadline = std::time::Duration::from_secs(60);
         let batcher = Arc::new(Batcher::start(
             64,
-            1,
+            one_slot(),
             deadline,
             None,
             move |xs: Vec<u32>| {
@@ -199,7 +204,7 @@ mod tests {
         let gate = Arc::new(Semaphore::new(0));
         let deadline = Duration::from_secs(60);
         let bound = Some(Duration::from_millis(50));
-        let batcher = Arc::new(Batcher::start(64, 1, deadline, bound, {
+        let batcher = Arc::new(Batcher::start(64, one_slot(), deadline, bound, {
             let (ran, started, gate) = (Arc::clone(&ran), Arc::clone(&started), Arc::clone(&gate));
             move |xs: Vec<u32>| {
                 let (ran, started, gate) =
@@ -225,5 +230,60 @@ mod tests {
         // A later call runs: the withdrawn one was dropped, not left in the queue.
         assert_eq!(batcher.call(3).await.unwrap(), 3);
         assert_eq!(*ran.lock().unwrap(), vec![1, 3]);
+    }
+
+    #[tokio::test]
+    async fn batchers_sharing_a_slot_take_turns_and_an_idle_one_holds_none() {
+        let log = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let started = Arc::new(tokio::sync::Notify::new());
+        let gate = Arc::new(Semaphore::new(0));
+        let slots = one_slot();
+        let deadline = Duration::from_secs(60);
+        let gated = Batcher::start(64, Arc::clone(&slots), deadline, None, {
+            let (log, started, gate) = (Arc::clone(&log), Arc::clone(&started), Arc::clone(&gate));
+            move |xs: Vec<u32>| {
+                let (log, started, gate) =
+                    (Arc::clone(&log), Arc::clone(&started), Arc::clone(&gate));
+                async move {
+                    log.lock().unwrap().push("gated starts");
+                    started.notify_one();
+                    let _ = gate.acquire().await.unwrap();
+                    log.lock().unwrap().push("gated ends");
+                    xs.into_iter().map(Ok).collect()
+                }
+            }
+        });
+        let other = Arc::new(Batcher::start(64, Arc::clone(&slots), deadline, None, {
+            let log = Arc::clone(&log);
+            move |xs: Vec<u32>| {
+                log.lock().unwrap().push("other runs");
+                std::future::ready(xs.into_iter().map(Ok).collect())
+            }
+        }));
+        // The gated batcher is idle: the other one's call must not wait for it.
+        let answer = tokio::time::timeout(Duration::from_secs(10), other.call(1)).await;
+        assert_eq!(
+            answer
+                .expect("an idle batcher held the shared slot")
+                .unwrap(),
+            1
+        );
+        // While the gated batch runs, the other batcher's call waits for the slot.
+        let gated_call = tokio::spawn(async move { gated.call(2).await });
+        started.notified().await;
+        let waiting = tokio::spawn({
+            let other = Arc::clone(&other);
+            async move { other.call(3).await }
+        });
+        for _ in 0..10 {
+            tokio::task::yield_now().await;
+        }
+        gate.add_permits(1);
+        assert_eq!(gated_call.await.unwrap().unwrap(), 2);
+        assert_eq!(waiting.await.unwrap().unwrap(), 3);
+        assert_eq!(
+            *log.lock().unwrap(),
+            vec!["other runs", "gated starts", "gated ends", "other runs"]
+        );
     }
 }

@@ -16,6 +16,7 @@ use std::time::Duration;
 
 use actix_web::web::Bytes;
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
+use tokio::sync::Semaphore;
 
 use super::api::millis;
 use super::api::{
@@ -34,27 +35,17 @@ use crate::claim::{ClaimResult, Status, StoredResult};
 use crate::config::StoreConfig;
 use crate::key::EventId;
 
-/// The migrations, applied in order, each once.
-const MIGRATIONS: &[(i32, &str)] = &[
-    (1, include_str!("migrations/0001_webhook_events.sql")),
-    (2, include_str!("migrations/0002_request_headers.sql")),
-    (3, include_str!("migrations/0003_queue.sql")),
-];
-
 /// How long a new connection may take before the store counts as unreachable.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 
 /// Claims or completions one batch carries at most.
 const MAX_BATCH: usize = 256;
 
-/// Batches of each kind running at once. One: a claim that arrives while a batch runs
-/// waits for it and leaves in the next, with everything else that arrived meanwhile, so the
-/// statement's fixed cost (executor start, commit, WAL flush) is shared by more events.
-/// Measured on the load bench (`unique`, Postgres, three alternated pairs): two slots 8.0-8.3k
-/// first runs/s at 97 µs of Postgres CPU per event and 3.9 events per commit; one slot
-/// 9.7-10.7k/s, 70 µs, 6.7 events per commit, and a lower p99. Across a network the batch
-/// grows with the round trip instead; 256 calls per batch still carry 256k claims a second
-/// at a 1 ms round trip.
+/// Batches running at once, claims and completions together. One: a call that arrives
+/// while a batch runs leaves in a later one with everything else that arrived meanwhile,
+/// so each statement's fixed cost (executor start-up, commit, WAL flush) is shared by more
+/// events (the README's performance section has the measurements). Across a network a
+/// batch grows with the round trip instead.
 const BATCHES_IN_FLIGHT: usize = 1;
 
 /// The Postgres store.
@@ -114,13 +105,13 @@ impl PgStore {
             deadline: config.statement_timeout,
             reconnect: Reconnect::default(),
         });
-        let in_flight = BATCHES_IN_FLIGHT;
+        let slots = Arc::new(Semaphore::new(BATCHES_IN_FLIGHT));
         // A claim waiting for its batch is bounded like one waiting for a pooled connection:
         // past `pool_timeout` it is withdrawn, never run, and answered 503 `overloaded`.
         let queue_bound = Some(config.pool_timeout);
         let claims = Batcher::start(
             MAX_BATCH,
-            in_flight,
+            Arc::clone(&slots),
             config.statement_timeout,
             queue_bound,
             {
@@ -129,7 +120,7 @@ impl PgStore {
             },
         );
         // A completion is never withdrawn: it only ends on its answer or the deadline.
-        let completions = Batcher::start(MAX_BATCH, in_flight, config.statement_timeout, None, {
+        let completions = Batcher::start(MAX_BATCH, slots, config.statement_timeout, None, {
             let inner = Arc::clone(&inner);
             move |calls| postgres_batch::completions(Arc::clone(&inner), calls)
         });
@@ -167,47 +158,7 @@ impl PgStore {
 
 impl Store for PgStore {
     fn migrate(&self) -> StoreFuture<'_, ()> {
-        Box::pin(async move {
-            let mut client = self.inner.client().await?;
-            let schema = &self.inner.schema;
-            let tx = client.transaction().await.map_err(db_error)?;
-            // A migration may rewrite a large table: no statement deadline here.
-            tx.execute("SET LOCAL statement_timeout = 0", &[])
-                .await
-                .map_err(db_error)?;
-            // One migrator at a time across every node; released at commit.
-            tx.execute("SELECT pg_advisory_xact_lock(8347284)", &[])
-                .await
-                .map_err(db_error)?;
-            tx.batch_execute(&format!(
-                "CREATE SCHEMA IF NOT EXISTS {0};
-                 CREATE TABLE IF NOT EXISTS {0}.hookgate_migrations (
-                     version integer PRIMARY KEY,
-                     applied_at timestamptz NOT NULL DEFAULT now());",
-                schema
-            ))
-            .await
-            .map_err(db_error)?;
-            for (version, sql) in MIGRATIONS {
-                let applied = tx
-                    .query_opt(
-                        "SELECT 1 FROM hookgate_migrations WHERE version = $1",
-                        &[version],
-                    )
-                    .await
-                    .map_err(db_error)?;
-                if applied.is_none() {
-                    tx.batch_execute(sql).await.map_err(db_error)?;
-                    tx.execute(
-                        "INSERT INTO hookgate_migrations (version) VALUES ($1)",
-                        &[version],
-                    )
-                    .await
-                    .map_err(db_error)?;
-                }
-            }
-            tx.commit().await.map_err(db_error)
-        })
+        Box::pin(self.inner.migrate())
     }
 
     fn ping(&self) -> StoreFuture<'_, ()> {

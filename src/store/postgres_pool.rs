@@ -1,8 +1,8 @@
 //! The Postgres pool as both the store and its group-commit batches use it: every
 //! operation under the statement deadline ([`Inner::run`]: past it the connection is
 //! taken out of the pool and dropped, since an unanswered statement may still be queued on
-//! it), the reconnect backoff, and the single-row claim and completion that a batch falls
-//! back to.
+//! it), the reconnect backoff, the single-row claim and completion that a batch falls
+//! back to, and the migrations.
 
 use std::time::Duration;
 
@@ -15,6 +15,13 @@ use super::postgres_sql::{CLAIM, COMPLETE};
 use super::reconnect::Reconnect;
 use crate::claim::{ClaimResult, StoredResult};
 use crate::key::EventId;
+
+/// The migrations, applied in order, each once.
+const MIGRATIONS: &[(i32, &str)] = &[
+    (1, include_str!("migrations/0001_webhook_events.sql")),
+    (2, include_str!("migrations/0002_request_headers.sql")),
+    (3, include_str!("migrations/0003_queue.sql")),
+];
 
 /// The pool and the reconnect state, shared with the batching tasks.
 pub(crate) struct Inner {
@@ -29,6 +36,49 @@ impl Inner {
     /// A pooled connection for work outside the statement deadline (migrations).
     pub(crate) async fn client(&self) -> Result<Object, StoreError> {
         self.pool.get().await.map_err(pool_error)
+    }
+
+    /// Applies the migrations not applied yet, in one transaction, one node at a time.
+    pub(crate) async fn migrate(&self) -> Result<(), StoreError> {
+        let mut client = self.client().await?;
+        let schema = &self.schema;
+        let tx = client.transaction().await.map_err(db_error)?;
+        // A migration may rewrite a large table: no statement deadline here.
+        tx.execute("SET LOCAL statement_timeout = 0", &[])
+            .await
+            .map_err(db_error)?;
+        // One migrator at a time across every node; released at commit.
+        tx.execute("SELECT pg_advisory_xact_lock(8347284)", &[])
+            .await
+            .map_err(db_error)?;
+        tx.batch_execute(&format!(
+            "CREATE SCHEMA IF NOT EXISTS {0};
+             CREATE TABLE IF NOT EXISTS {0}.hookgate_migrations (
+                 version integer PRIMARY KEY,
+                 applied_at timestamptz NOT NULL DEFAULT now());",
+            schema
+        ))
+        .await
+        .map_err(db_error)?;
+        for (version, sql) in MIGRATIONS {
+            let applied = tx
+                .query_opt(
+                    "SELECT 1 FROM hookgate_migrations WHERE version = $1",
+                    &[version],
+                )
+                .await
+                .map_err(db_error)?;
+            if applied.is_none() {
+                tx.batch_execute(sql).await.map_err(db_error)?;
+                tx.execute(
+                    "INSERT INTO hookgate_migrations (version) VALUES ($1)",
+                    &[version],
+                )
+                .await
+                .map_err(db_error)?;
+            }
+        }
+        tx.commit().await.map_err(db_error)
     }
 
     /// Runs `op` on a pooled connection within the statement deadline. Waiting for the
