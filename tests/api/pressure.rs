@@ -364,6 +364,50 @@ async fn waiting_for_the_store_past_pool_timeout_is_overload_not_an_outage() {
     assert_eq!(app.deliver("evt_pool_b", "{}").await.status, 201);
 }
 
+/// A crowd of senders while the only claim batch waits on a row lock: each claim that
+/// waited past `pool_timeout` is withdrawn before it runs — 503 `overloaded`, no row — and
+/// when every sender then retries, twice at once, each event reaches the target once.
+#[actix_web::test]
+async fn claims_withdrawn_behind_a_stuck_batch_claim_nothing_and_retries_deliver_once() {
+    let app = spawn_app_with(|c| {
+        c.store.pool_size = 1;
+        c.store.pool_timeout = Duration::from_millis(200);
+    })
+    .await;
+    let lock = app.db.hold_new_row(PROVIDER, "evt_stuck").await;
+    let stuck = app.deliver("evt_stuck", "{}");
+    let keys: Vec<String> = (0..24).map(|i| format!("evt_crowd{i}")).collect();
+    let crowd = async {
+        app.db.wait_for_lock_waiter().await;
+        let answers = join_all(keys.iter().map(|k| app.deliver(k, "{}"))).await;
+        // Read while the batch is still stuck: a withdrawn claim left no row behind.
+        for (key, answer) in keys.iter().zip(&answers) {
+            assert_eq!(answer.status, 503, "{key}: {answer:?}");
+            assert_eq!(answer.path, "overloaded", "{key}: {answer:?}");
+            assert_eq!(app.db.status(PROVIDER, key).await, None, "{key}");
+        }
+        lock.release().await;
+    };
+    let (stuck, ()) = futures_util::join!(stuck, crowd);
+    assert_eq!(stuck.status, 201, "{stuck:?}");
+    join_all(
+        keys.iter()
+            .flat_map(|k| [app.deliver(k, "{}"), app.deliver(k, "{}")]),
+    )
+    .await;
+    for key in &keys {
+        // A sender whose parallel retries were both refused gets through now.
+        let last = app.deliver(key, "{}").await;
+        assert!(last.status < 300, "{key}: {last:?}");
+        assert_eq!(app.target.count(&TestApp::idem(key)), 1, "{key}");
+        assert_eq!(
+            app.db.status(PROVIDER, key).await.as_deref(),
+            Some("done"),
+            "{key}"
+        );
+    }
+}
+
 #[actix_web::test]
 async fn a_stalled_body_gets_408_and_trickling_senders_do_not_delay_an_honest_one() {
     let app = spawn_app_with(|c| c.server.read_timeout = Duration::from_secs(1)).await;
