@@ -34,12 +34,17 @@ pub fn init(config: &LogConfig) -> anyhow::Result<(Logger, LogGuard)> {
             Box::new(slog_term::FullFormat::new(decorator).build().fuse())
         }
     };
-    let (drain, guard) = slog_async::Async::new(drain.filter_level(level).fuse())
+    let (drain, guard) = slog_async::Async::new(drain)
         .chan_size(CHANNEL_SIZE)
         .overflow_strategy(slog_async::OverflowStrategy::DropAndReport)
         .thread_name("hookgate-log".into())
         .build_with_guard();
-    let log = Logger::root(drain.fuse(), o!("service" => "hookgate"));
+    // The level is checked on the caller's thread: a record below it is dropped there,
+    // never copied into the channel nor woken the writer thread for.
+    let log = Logger::root(
+        drain.filter_level(level).fuse(),
+        o!("service" => "hookgate"),
+    );
     Ok((log, LogGuard(guard)))
 }
 
@@ -64,4 +69,20 @@ pub fn install_panic_hook(log: Logger) {
         slog::crit!(log, "panic"; "message" => message, "location" => location,
             "thread" => std::thread::current().name().unwrap_or("unnamed").to_owned());
     }));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn records_below_the_level_are_dropped_before_the_writer_thread() {
+        let config = LogConfig {
+            level: "warning".into(),
+            ..LogConfig::default()
+        };
+        let (log, _guard) = init(&config).unwrap();
+        assert!(!log.is_enabled(Level::Info));
+        assert!(log.is_enabled(Level::Warning));
+    }
 }
