@@ -15,6 +15,9 @@ use crate::config::{LogConfig, LogFormat};
 /// reported, because blocking a shard on stdout would be worse than losing a log line.
 const CHANNEL_SIZE: usize = 16 * 1024;
 
+/// Bytes of a log line assembled before it is written (longer lines are written in parts).
+const LINE_BUFFER: usize = 8 * 1024;
+
 /// Keeps the writer thread alive; dropping it flushes the last lines.
 pub struct LogGuard(#[allow(dead_code)] slog_async::AsyncGuard);
 
@@ -24,10 +27,16 @@ pub fn init(config: &LogConfig) -> anyhow::Result<(Logger, LogGuard)> {
         .map_err(|()| anyhow::anyhow!("log.level {:?} is not a level", config.level))?;
     let drain: Box<dyn Drain<Ok = (), Err = slog::Never> + Send> = match config.format {
         LogFormat::Json => Box::new(
-            slog_json::Json::new(std::io::stdout())
-                .add_default_keys()
-                .build()
-                .fuse(),
+            // Each line is assembled in a buffer and written to stdout whole, in one
+            // write, instead of a locked stdout write per JSON token.
+            slog_json::Json::new(std::io::BufWriter::with_capacity(
+                LINE_BUFFER,
+                std::io::stdout(),
+            ))
+            .add_default_keys()
+            .set_flush(true)
+            .build()
+            .fuse(),
         ),
         LogFormat::Term => {
             let decorator = slog_term::PlainDecorator::new(std::io::stdout());

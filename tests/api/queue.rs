@@ -260,6 +260,30 @@ on_both_stores!(
     a_stale_failed_sync_row_becomes_a_sender_gave_up_dead_letter,
 );
 
+/// Log lines reach stdout as they happen, each whole, not when a buffer fills or the
+/// process exits: `grep evt_1` on a running node's output tells the story so far.
+#[actix_web::test]
+async fn a_running_binary_writes_each_log_line_whole_as_it_happens() {
+    let db = crate::helpers::TestDb::new().await;
+    let target = crate::helpers::TestTarget::start().await;
+    let node = BinaryNode::start_queue(&db, &target).await;
+    assert!(
+        node.log().contains("\"msg\":\"hookgate.listening\""),
+        "{}",
+        node.log()
+    );
+    assert_eq!(node.deliver("evt_logged").await, Some(202));
+    target.wait_for(&TestApp::idem("evt_logged"), 1).await;
+    eventually("the delivery's log lines", || async {
+        node.log().contains("\"msg\":\"webhook.done\"")
+    })
+    .await;
+    for line in node.log().lines() {
+        let parsed: serde_json::Value = serde_json::from_str(line).expect("one JSON object a line");
+        assert!(parsed["msg"].is_string(), "{line}");
+    }
+}
+
 #[actix_web::test]
 async fn a_queued_delivery_cut_by_kill_9_is_retaken_after_its_lease_by_the_next_node() {
     let db = crate::helpers::TestDb::new().await;

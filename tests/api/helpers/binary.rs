@@ -89,6 +89,11 @@ target = {{ url = "{target}", timeout = "1s" }}
             .map(|r| r.status().as_u16())
     }
 
+    /// What the node has written to stdout (its JSON log lines) so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("node.log")).unwrap_or_default()
+    }
+
     /// SIGKILL: the process dies wherever it is, recording nothing more.
     pub fn kill9(&mut self) {
         if let Some(mut child) = self.child.take() {
