@@ -335,16 +335,22 @@ async fn an_outcome_write_that_times_out_is_retried_and_the_event_is_delivered_o
     assert_eq!(app.target.count(&TestApp::idem("evt_rec")), 1);
 }
 
+/// A node with one pooled connection that waits at most 200 ms for the store: one claim
+/// batch stuck on a row lock holds up everything behind it.
+async fn spawn_app_with_one_connection() -> TestApp {
+    spawn_app_with(|c| {
+        c.store.pool_size = 1;
+        c.store.pool_timeout = Duration::from_millis(200);
+    })
+    .await
+}
+
 #[actix_web::test]
 async fn waiting_for_the_store_past_pool_timeout_is_overload_not_an_outage() {
     // The first claim's batch holds the only slot (and the only connection) while it waits
     // for a row lock; the second claim waits for its batch past `pool_timeout`, is
     // withdrawn unrun and answered 503 `overloaded`, and claims nothing.
-    let app = spawn_app_with(|c| {
-        c.store.pool_size = 1;
-        c.store.pool_timeout = Duration::from_millis(200);
-    })
-    .await;
+    let app = spawn_app_with_one_connection().await;
     let lock = app.db.hold_new_row(PROVIDER, "evt_pool_a").await;
     let blocked = app.deliver("evt_pool_a", "{}");
     let other = async {
@@ -369,11 +375,7 @@ async fn waiting_for_the_store_past_pool_timeout_is_overload_not_an_outage() {
 /// when every sender then retries, twice at once, each event reaches the target once.
 #[actix_web::test]
 async fn claims_withdrawn_behind_a_stuck_batch_claim_nothing_and_retries_deliver_once() {
-    let app = spawn_app_with(|c| {
-        c.store.pool_size = 1;
-        c.store.pool_timeout = Duration::from_millis(200);
-    })
-    .await;
+    let app = spawn_app_with_one_connection().await;
     let lock = app.db.hold_new_row(PROVIDER, "evt_stuck").await;
     let stuck = app.deliver("evt_stuck", "{}");
     let keys: Vec<String> = (0..24).map(|i| format!("evt_crowd{i}")).collect();
