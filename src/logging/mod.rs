@@ -1,5 +1,6 @@
 //! Structured logs: one JSON object a line on stdout (or human-readable lines), written
-//! by a background thread so that a slow stdout never stalls request handling.
+//! in batches by a background thread ([`writer`]) so that a slow stdout never stalls
+//! request handling.
 //!
 //! Event names are `webhook.claim`, `webhook.done`, `webhook.failed`, `webhook.dead`,
 //! `webhook.stale`, `webhook.rejected`; grepping one `event_key` tells its story. Callers
@@ -11,43 +12,35 @@ use slog::{o, Drain, Level, Logger};
 
 use crate::config::{LogConfig, LogFormat};
 
+mod writer;
+
 /// Lines buffered for the writer thread; beyond that, lines are dropped and the drop is
 /// reported, because blocking a shard on stdout would be worse than losing a log line.
 const CHANNEL_SIZE: usize = 16 * 1024;
 
-/// Bytes of a log line assembled before it is written (longer lines are written in parts).
-const LINE_BUFFER: usize = 8 * 1024;
-
-/// Keeps the writer thread alive; dropping it flushes the last lines.
-pub struct LogGuard(#[allow(dead_code)] slog_async::AsyncGuard);
+/// Keeps the writer thread alive; dropping it writes the last lines.
+pub struct LogGuard(#[allow(dead_code)] writer::Guard);
 
 /// Builds the root logger described by `[log]`.
 pub fn init(config: &LogConfig) -> anyhow::Result<(Logger, LogGuard)> {
     let level = Level::from_str(&config.level)
         .map_err(|()| anyhow::anyhow!("log.level {:?} is not a level", config.level))?;
-    let drain: Box<dyn Drain<Ok = (), Err = slog::Never> + Send> = match config.format {
-        LogFormat::Json => Box::new(
-            // Each line is assembled in a buffer and written to stdout whole, in one
-            // write, instead of a locked stdout write per JSON token.
-            slog_json::Json::new(std::io::BufWriter::with_capacity(
-                LINE_BUFFER,
-                std::io::stdout(),
-            ))
-            .add_default_keys()
-            .set_flush(true)
-            .build()
-            .fuse(),
-        ),
-        LogFormat::Term => {
-            let decorator = slog_term::PlainDecorator::new(std::io::stdout());
-            Box::new(slog_term::FullFormat::new(decorator).build().fuse())
+    let format = config.format;
+    let format = move |lines: writer::Lines| -> Box<dyn Drain<Ok = (), Err = slog::Never>> {
+        match format {
+            LogFormat::Json => Box::new(
+                slog_json::Json::new(lines)
+                    .add_default_keys()
+                    .build()
+                    .fuse(),
+            ),
+            LogFormat::Term => {
+                let decorator = slog_term::PlainDecorator::new(lines);
+                Box::new(slog_term::FullFormat::new(decorator).build().fuse())
+            }
         }
     };
-    let (drain, guard) = slog_async::Async::new(drain)
-        .chan_size(CHANNEL_SIZE)
-        .overflow_strategy(slog_async::OverflowStrategy::DropAndReport)
-        .thread_name("hookgate-log".into())
-        .build_with_guard();
+    let (drain, guard) = writer::start(format, std::io::stdout(), CHANNEL_SIZE)?;
     // The level is checked on the caller's thread: a record below it is dropped there,
     // never copied into the channel nor woken the writer thread for.
     let log = Logger::root(
