@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use actix_web::http::header::{HeaderMap, HeaderName, HeaderValue};
 use criterion::{criterion_group, criterion_main, Criterion};
-use hookgate::canonical::Body;
+use hookgate::canonical::{Body, Fingerprinter};
 use hookgate::claim::StoredResult;
 use hookgate::config::{KeySource, Secret};
 use hookgate::key::{EventId, KeyDeriver};
@@ -29,6 +29,11 @@ fn keys(c: &mut Criterion) {
     }]);
     c.bench_function("key/fields_hash", |b| {
         b.iter(|| fields.derive(&headers, &Body::new(black_box(BODY))))
+    });
+    // Every delivery's payload fingerprint, duplicates included.
+    let fingerprints = Fingerprinter::new(true, Vec::new());
+    c.bench_function("fingerprint/json_body", |b| {
+        b.iter(|| fingerprints.fingerprint(&Body::new(black_box(BODY))))
     });
 }
 
