@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Reproduces the README's performance figures on this machine:
-#   1. pgbench running the article's two statements (claim, then mark done) on a durable
-#      throwaway PostgreSQL (fsync on), 64 clients: the reference for first_run;
+#   1. pgbench running the article's two statements (claim, then mark done) as prepared
+#      statements, as hookgate runs its own, on a durable throwaway PostgreSQL (fsync
+#      on), 64 clients: the reference for first_run;
 #   2. the load bench's `bare` scenario (a fixed-body actix-web handler): the reference
 #      for duplicate_done;
 #   3. every load-bench scenario on PostgreSQL, then on SQLite;
@@ -22,7 +23,7 @@ pgbin=$(dirname "$(ls /usr/lib/postgresql/*/bin/pgbench | head -1)")
 as_pg() { if [ "$(id -u)" = 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi; }
 
 echo "## machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)"
-echo "## pgbench: claim + mark done, two autocommit statements per event, 64 clients"
+echo "## pgbench: claim + mark done, two autocommit prepared statements per event, 64 clients"
 as_pg "$pgbin/psql" -q "$HOOKGATE_BENCH_DATABASE_URL" <<'SQL'
 CREATE TABLE pgbench_events (
   provider text NOT NULL, event_key text NOT NULL, status text NOT NULL,
@@ -44,7 +45,8 @@ WHERE provider = 'p' AND event_key = :k::text AND attempts = 1 AND status = 'in_
 SQL
 chmod 644 "$dir/claim.sql"
 run_pgbench() {
-  as_pg "$pgbin/pgbench" -n -c 64 -j 2 -T "$secs" -f "$dir/claim.sql" "$HOOKGATE_BENCH_DATABASE_URL"
+  as_pg "$pgbin/pgbench" -n -M prepared -c 64 -j 2 -T "$secs" -f "$dir/claim.sql" \
+    "$HOOKGATE_BENCH_DATABASE_URL"
 }
 run_pgbench | grep -E "^(tps|latency)"
 
