@@ -44,19 +44,25 @@ UPDATE pgbench_events SET status = 'done', locked_until = NULL
 WHERE provider = 'p' AND event_key = :k::text AND attempts = 1 AND status = 'in_progress';
 SQL
 chmod 644 "$dir/claim.sql"
+# Each run starts with the previous run's dirty pages written out, so no run pays for
+# another's checkpoint.
+checkpoint() { as_pg "$pgbin/psql" -q "$HOOKGATE_BENCH_DATABASE_URL" -c CHECKPOINT; }
 run_pgbench() {
+  checkpoint
   as_pg "$pgbin/pgbench" -n -M prepared -c 64 -j 2 -T "$secs" -f "$dir/claim.sql" \
     "$HOOKGATE_BENCH_DATABASE_URL"
 }
 run_pgbench | grep -E "^(tps|latency)"
 
 cargo bench -q --bench load -- --scenario bare --duration "$duration"
+checkpoint
 cargo bench -q --bench load -- --store postgres --duration "$duration"
 cargo bench -q --bench load -- --store sqlite --duration "$duration"
 
 echo "## pairs: pgbench, then Postgres unique, alternated"
 for pair in 1 2 3; do
   tps=$(run_pgbench | awk '/^tps/ {printf "%.0f", $3}')
+  checkpoint
   rps=$(cargo bench -q --bench load -- --scenario unique --store postgres --duration "$duration" \
     | sed -n 's/.*rps= *\([0-9]*\).*/\1/p')
   echo "pair $pair: pgbench $tps events/s, unique $rps req/s, ratio $(awk "BEGIN {printf \"%.2f\", $rps / $tps}")"
