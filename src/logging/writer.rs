@@ -220,6 +220,15 @@ mod tests {
                 .recv_timeout(Duration::from_secs(30))
                 .expect("the writer thread began a write");
         }
+
+        /// Lets the write in progress finish, then `more` writes after it.
+        fn let_through(&self, more: usize) {
+            self.go.send(()).unwrap();
+            for _ in 0..more {
+                self.begun();
+                self.go.send(()).unwrap();
+            }
+        }
     }
 
     /// A JSON logger on a writer thread over `Out`, with a gate when `gated`.
@@ -270,9 +279,7 @@ mod tests {
         for n in 0..50 {
             slog::info!(log, "burst"; "n" => n);
         }
-        gate.go.send(()).unwrap();
-        gate.begun();
-        gate.go.send(()).unwrap();
+        gate.let_through(1);
         drop(guard);
         let writes = writes.lock().unwrap();
         assert_eq!(
@@ -300,11 +307,7 @@ mod tests {
         for n in 0..BATCH_RECORDS + 10 {
             slog::info!(log, "flood"; "n" => n);
         }
-        for _ in 0..2 {
-            gate.go.send(()).unwrap();
-            gate.begun();
-        }
-        gate.go.send(()).unwrap();
+        gate.let_through(2);
         drop(guard);
         let sizes: Vec<_> = writes
             .lock()
@@ -326,9 +329,7 @@ mod tests {
         for n in 0..10 {
             slog::info!(log, "waiting"; "n" => n);
         }
-        gate.go.send(()).unwrap();
-        gate.begun();
-        gate.go.send(()).unwrap();
+        gate.let_through(1);
         drop(guard);
         let writes = writes.lock().unwrap();
         let second = messages(&writes[1]);
