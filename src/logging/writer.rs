@@ -266,6 +266,26 @@ mod tests {
         )
     }
 
+    /// Logs "first" and, while the writer thread is inside that write, runs `meanwhile`;
+    /// then lets that write and `more` after it through, stops the thread and returns
+    /// every write it made.
+    fn while_stuck(
+        capacity: usize,
+        meanwhile: impl FnOnce(&slog::Logger),
+        more: usize,
+    ) -> Vec<String> {
+        let (log, guard, writes, gate) = logger(capacity, true);
+        let gate = gate.unwrap();
+        slog::info!(log, "first");
+        gate.begun();
+        meanwhile(&log);
+        gate.let_through(more);
+        drop(gate);
+        drop(guard);
+        let writes = writes.lock().unwrap().clone();
+        writes
+    }
+
     fn messages(write: &str) -> Vec<serde_json::Value> {
         write
             .lines()
@@ -275,17 +295,12 @@ mod tests {
 
     #[test]
     fn what_arrives_while_a_batch_is_written_goes_out_in_one_write() {
-        let (log, guard, writes, gate) = logger(100, true);
-        let gate = gate.unwrap();
-        slog::info!(log, "first");
-        gate.begun();
-        for n in 0..50 {
-            slog::info!(log, "burst"; "n" => n);
-        }
-        gate.let_through(1);
-        drop(gate);
-        drop(guard);
-        let writes = writes.lock().unwrap();
+        let burst = |log: &slog::Logger| {
+            for n in 0..50 {
+                slog::info!(log, "burst"; "n" => n);
+            }
+        };
+        let writes = while_stuck(100, burst, 1);
         assert_eq!(
             writes.len(),
             2,
@@ -304,40 +319,26 @@ mod tests {
 
     #[test]
     fn a_flood_is_written_in_batches_of_at_most_batch_records() {
-        let (log, guard, writes, gate) = logger(2 * BATCH_RECORDS, true);
-        let gate = gate.unwrap();
-        slog::info!(log, "first");
-        gate.begun();
-        for n in 0..BATCH_RECORDS + 10 {
-            slog::info!(log, "flood"; "n" => n);
-        }
-        gate.let_through(2);
-        drop(gate);
-        drop(guard);
-        let sizes: Vec<_> = writes
-            .lock()
-            .unwrap()
-            .iter()
-            .map(|w| w.lines().count())
-            .collect();
+        let flood = |log: &slog::Logger| {
+            for n in 0..BATCH_RECORDS + 10 {
+                slog::info!(log, "flood"; "n" => n);
+            }
+        };
+        let writes = while_stuck(2 * BATCH_RECORDS, flood, 2);
+        let sizes: Vec<_> = writes.iter().map(|w| w.lines().count()).collect();
         assert_eq!(sizes, [1, BATCH_RECORDS, 10]);
     }
 
     #[test]
     fn records_past_the_capacity_are_dropped_counted_and_the_count_logged() {
-        let (log, guard, writes, gate) = logger(2, true);
-        let gate = gate.unwrap();
-        slog::info!(log, "first");
-        gate.begun();
         // The writer is stuck in a write: two records wait, eight are dropped, and
         // logging them never blocks.
-        for n in 0..10 {
-            slog::info!(log, "waiting"; "n" => n);
-        }
-        gate.let_through(1);
-        drop(gate);
-        drop(guard);
-        let writes = writes.lock().unwrap();
+        let ten = |log: &slog::Logger| {
+            for n in 0..10 {
+                slog::info!(log, "waiting"; "n" => n);
+            }
+        };
+        let writes = while_stuck(2, ten, 1);
         let second = messages(&writes[1]);
         let kept: Vec<_> = second.iter().filter(|l| l["msg"] == "waiting").collect();
         assert_eq!(kept.len(), 2);
