@@ -10,13 +10,13 @@ use std::time::Instant;
 use anyhow::Context as _;
 use clap::{Parser, Subcommand};
 
-use crate::claim::{Path, Status};
-use crate::config::{Config, Mode, DEFAULT_PATH};
+use crate::claim::Status;
+use crate::config::{Config, DEFAULT_PATH};
 use crate::http::event_json;
 use crate::key::EventId;
 use crate::metrics::Metrics;
 use crate::provider::Provider;
-use crate::shard::{Attempt, Event, Reply};
+use crate::shard::{replay_attempt, Event, Reply};
 use crate::startup::Application;
 use crate::store;
 use crate::worker::{Delivery, HttpDelivery};
@@ -230,13 +230,15 @@ async fn dead(config: &Config, command: DeadCommand) -> anyhow::Result<()> {
 }
 
 /// Replays a dead letter from this process: reopen (of concurrent replays the store lets
-/// one win), then run it as one [`Attempt`] — the same delivery, judgement and fenced
-/// write, with the same retries through store trouble, as a shard's.
+/// one win), then run it as one [`Attempt`](crate::shard::Attempt) — the same delivery,
+/// judgement and fenced write as a shard's, and for a queue event the same lease renewal
+/// (hanging up if it cannot be confirmed), so no scheduler takes the row meanwhile.
 pub async fn replay(config: &Config, id: EventId) -> anyhow::Result<String> {
     let provider = config
         .provider(&id.provider)
         .with_context(|| format!("no provider {:?} in the config", id.provider))?;
-    let runtime = Provider::from_config(provider).map_err(anyhow::Error::msg)?;
+    let horizon = config.sender_horizon(provider);
+    let runtime = Provider::from_config(provider, horizon).map_err(anyhow::Error::msg)?;
     let store = store::open(&config.store).await?;
     let lease = config.lease.duration;
     let sent = Instant::now();
@@ -249,21 +251,20 @@ pub async fn replay(config: &Config, id: EventId) -> anyhow::Result<String> {
             None => anyhow::bail!("no event {id}"),
         }
     };
-    let attempt = Attempt {
-        event: Arc::new(Event {
+    let attempt = replay_attempt(
+        Arc::new(Event {
             id: id.clone(),
             body: reopened.payload,
             content_type: reopened.content_type,
             fingerprint: reopened.fingerprint,
             target: runtime.target,
             headers: Default::default(),
-            mode: Mode::Sync,
+            mode: reopened.mode,
         }),
-        attempts: reopened.attempts,
-        path: Path::Replay,
-        lease_ends: sent + lease,
-        renew: None,
-    };
+        reopened.attempts,
+        sent,
+        lease,
+    );
     let log = slog::Logger::root(slog::Discard, slog::o!());
     let delivery = HttpDelivery.deliver(attempt.request());
     let recorded = attempt

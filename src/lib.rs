@@ -17,6 +17,7 @@
 //! | backoff with jitter and the attempt cap (core) | [`retry`] |
 //! | what a delivery's outcome means for the row (core) | [`outcome`] |
 //! | a secret that never prints (core) | [`secret`] |
+//! | instants after a duration, never overflowing (core) | [`deadline`] |
 //! | settings, env layering, rules, loading | [`config`] |
 //! | presets resolved into a provider's runtime | [`provider`] |
 //! | Prometheus metrics, one registry per node; JSON logs | [`metrics`], [`logging`] |
@@ -36,6 +37,7 @@ pub mod canonical;
 pub mod claim;
 pub mod cli;
 pub mod config;
+pub mod deadline;
 pub mod http;
 pub mod key;
 pub mod logging;

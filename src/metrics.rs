@@ -45,6 +45,11 @@ struct ShardLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ActorLabels {
+    actor: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct KindLabels {
     kind: &'static str,
 }
@@ -74,6 +79,7 @@ pub struct Metrics {
     queue_oldest: Family<ProviderLabels, Gauge<f64, std::sync::atomic::AtomicU64>>,
     scheduler_polls: Counter,
     queue_taken: Family<ProviderLabels, Counter>,
+    panics: Family<ActorLabels, Counter>,
 }
 
 impl Default for Metrics {
@@ -105,6 +111,12 @@ impl Metrics {
             Family::<ProviderLabels, Gauge<f64, std::sync::atomic::AtomicU64>>::default();
         let scheduler_polls = Counter::default();
         let queue_taken = Family::<ProviderLabels, Counter>::default();
+        let panics = Family::<ActorLabels, Counter>::default();
+        registry.register(
+            "actor_panics",
+            "Panics caught in a worker (restarted) or seen in a shard (the node stops)",
+            panics.clone(),
+        );
         registry.register(
             "attempts",
             "Deliveries received, by provider and path",
@@ -203,7 +215,13 @@ impl Metrics {
             queue_oldest,
             scheduler_polls,
             queue_taken,
+            panics,
         }
+    }
+
+    /// A panic in an actor: `worker` (caught, restarted) or `shard` (the node stops).
+    pub fn actor_panic(&self, actor: &'static str) {
+        self.panics.get_or_create(&ActorLabels { actor }).inc();
     }
 
     /// A queue row of `provider` was taken for an attempt.
@@ -259,12 +277,17 @@ impl Metrics {
                 reason: "unknown_provider",
             })
             .inc_by(0);
+        self.dead_letter_n("unknown", "provider_removed", 0);
+        for actor in ["shard", "worker"] {
+            self.panics.get_or_create(&ActorLabels { actor }).inc_by(0);
+        }
         for &(provider, queue) in providers {
             for reason in [
                 "attempts_exhausted",
                 "non_retryable",
                 "replay_failed",
                 "sender_gave_up",
+                "throttled_too_long",
             ] {
                 self.dead_letter_n(provider, reason, 0);
             }

@@ -3,6 +3,8 @@
 //! it — [`DeliveryOutcome`], [`DeadReason`], [`Verdict`] — and the pure rule ([`judge`]).
 //! Imports only the core: the attempt runner writes the row and answers.
 
+use std::time::Duration;
+
 use crate::claim::StoredResult;
 use crate::retry::RetryPolicy;
 
@@ -15,7 +17,8 @@ pub enum DeliveryOutcome {
     Refused {
         /// The target's status.
         status: u16,
-        /// The target's `Retry-After`, in seconds, if it sent one.
+        /// The target's `Retry-After`, in seconds, if it sent one (as sent: the judge holds
+        /// it within the retry policy's bounds).
         retry_after: Option<u64>,
     },
     /// No answer: timeout, connection refused, broken connection.
@@ -39,6 +42,11 @@ pub enum DeadReason {
     ReplayFailed,
     /// A sync-mode event nobody delivered for longer than its sender retries.
     SenderGaveUp,
+    /// A queue event the target kept asking to be sent later (429/503 with
+    /// `Retry-After`) past its provider's horizon.
+    ThrottledTooLong,
+    /// A queue event whose provider was removed from the config: nobody can deliver it.
+    ProviderRemoved,
 }
 
 impl DeadReason {
@@ -49,6 +57,8 @@ impl DeadReason {
             DeadReason::NonRetryable => "non_retryable",
             DeadReason::ReplayFailed => "replay_failed",
             DeadReason::SenderGaveUp => "sender_gave_up",
+            DeadReason::ThrottledTooLong => "throttled_too_long",
+            DeadReason::ProviderRemoved => "provider_removed",
         }
     }
 }
@@ -88,10 +98,11 @@ pub enum Verdict {
         /// Why it did not start.
         error: String,
     },
-    /// The worker crashed: nobody knows whether the target acted. The row keeps its lease
-    /// and is retaken after it expires.
+    /// The worker crashed, or the runner hung up on the target when it could not confirm
+    /// its lease: nobody knows whether the target acted. The row keeps its lease and is
+    /// retaken after it expires.
     Unknown {
-        /// The panic message.
+        /// What happened.
         error: String,
     },
 }
@@ -107,8 +118,12 @@ pub enum Redeliverer {
     /// The sender (sync mode): a failure is answered with our backoff.
     Sender,
     /// hookgate itself (queue mode): a target's `Retry-After` on 429/503 pauses, and does
-    /// not count against the attempts.
-    Queue,
+    /// not count against the attempts — until the pause would reach past the event's
+    /// horizon (`horizon_left` from now), which makes it a dead letter.
+    Queue {
+        /// How much longer the event may wait for its delivery.
+        horizon_left: Duration,
+    },
     /// Nobody (an operator's replay): a failure is dead again at once.
     Nobody,
 }
@@ -121,12 +136,21 @@ pub fn judge(
     redeliverer: Redeliverer,
 ) -> Verdict {
     let attempt = u32::try_from(attempt).unwrap_or(0);
-    if redeliverer == Redeliverer::Queue {
+    if let Redeliverer::Queue { horizon_left } = redeliverer {
         if let DeliveryOutcome::Refused {
             status: status @ (429 | 503),
-            retry_after: Some(retry_after),
+            retry_after: Some(asked),
         } = outcome
         {
+            let retry_after = policy.bounded_retry_after(asked);
+            if Duration::from_secs(retry_after) >= horizon_left {
+                return Verdict::Dead {
+                    error: format!(
+                        "target answered {status}, retry after {asked} s: past the event's horizon"
+                    ),
+                    reason: DeadReason::ThrottledTooLong,
+                };
+            }
             return Verdict::Throttled {
                 error: format!("target answered {status}, retry after {retry_after} s"),
                 retry_after,
@@ -136,7 +160,11 @@ pub fn judge(
     let replay = redeliverer == Redeliverer::Nobody;
     let (error, target_retry_after) = match outcome {
         DeliveryOutcome::Delivered(result) => return Verdict::Done(result),
-        DeliveryOutcome::Crashed(error) => return Verdict::Unknown { error },
+        DeliveryOutcome::Crashed(error) => {
+            return Verdict::Unknown {
+                error: format!("worker crashed: {error}"),
+            }
+        }
         DeliveryOutcome::NotStarted(error) => return Verdict::Release { error },
         DeliveryOutcome::Refused { status, .. } if !is_retryable_status(status) => {
             return Verdict::Dead {
@@ -164,14 +192,13 @@ pub fn judge(
     }
     let retry_after = policy
         .retry_after_secs(attempt)
-        .max(target_retry_after.unwrap_or(0));
+        .max(target_retry_after.map_or(0, |s| policy.bounded_retry_after(s)));
     Verdict::Retry { error, retry_after }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::time::Duration;
 
     fn policy() -> RetryPolicy {
         RetryPolicy::new(
@@ -286,7 +313,14 @@ mod tests {
     #[test]
     fn a_queue_target_asking_for_time_is_throttled_not_failed() {
         assert!(matches!(
-            judge(refused(429, Some(30)), 8, &policy(), Redeliverer::Queue),
+            judge(
+                refused(429, Some(30)),
+                8,
+                &policy(),
+                Redeliverer::Queue {
+                    horizon_left: Duration::MAX
+                }
+            ),
             Verdict::Throttled {
                 retry_after: 30,
                 ..
@@ -297,8 +331,50 @@ mod tests {
             Verdict::Retry { .. }
         ));
         assert!(matches!(
-            judge(refused(500, None), 1, &policy(), Redeliverer::Queue),
+            judge(
+                refused(500, None),
+                1,
+                &policy(),
+                Redeliverer::Queue {
+                    horizon_left: Duration::MAX
+                }
+            ),
             Verdict::Retry { .. }
+        ));
+    }
+
+    #[test]
+    fn a_targets_retry_after_is_held_within_one_second_and_the_cap() {
+        let queue = Redeliverer::Queue {
+            horizon_left: Duration::MAX,
+        };
+        for (asked, held) in [(0, 1), (u64::MAX, 6 * 3600), (31_536_000, 6 * 3600)] {
+            assert!(matches!(
+                judge(refused(503, Some(asked)), 1, &policy(), queue),
+                Verdict::Throttled { retry_after, .. } if retry_after == held
+            ));
+        }
+        assert!(matches!(
+            judge(refused(429, Some(u64::MAX)), 1, &policy(), Redeliverer::Sender),
+            Verdict::Retry { retry_after, .. } if retry_after == 6 * 3600
+        ));
+    }
+
+    #[test]
+    fn a_throttle_past_the_events_horizon_is_a_dead_letter() {
+        let near = Redeliverer::Queue {
+            horizon_left: Duration::from_secs(10),
+        };
+        assert!(matches!(
+            judge(refused(429, Some(30)), 1, &policy(), near),
+            Verdict::Dead {
+                reason: DeadReason::ThrottledTooLong,
+                ..
+            }
+        ));
+        assert!(matches!(
+            judge(refused(429, Some(5)), 1, &policy(), near),
+            Verdict::Throttled { retry_after: 5, .. }
         ));
     }
 

@@ -32,6 +32,9 @@ pub struct Target {
     pub signing_key: Option<Arc<[u8]>>,
     /// For an `https://` URL: the certificate checks (system roots or `target.ca_file`).
     pub tls: Option<Arc<rustls::ClientConfig>>,
+    /// How long an event may wait for its delivery (the provider's sender horizon): a
+    /// queue event the target keeps throttling past it becomes a dead letter.
+    pub horizon: Duration,
 }
 
 /// Everything a request to `POST /webhooks/{name}` needs.
@@ -119,8 +122,9 @@ fn signing_key(config: &ProviderConfig) -> Result<Option<Arc<[u8]>>, String> {
 }
 
 impl Provider {
-    /// Resolves a validated `[[providers]]` entry (with its secrets read).
-    pub fn from_config(config: &ProviderConfig) -> Result<Self, String> {
+    /// Resolves a validated `[[providers]]` entry (with its secrets read); `horizon` is its
+    /// sender horizon (`Config::sender_horizon`).
+    pub fn from_config(config: &ProviderConfig, horizon: Duration) -> Result<Self, String> {
         let scheme = scheme(config)?;
         if !matches!(scheme, Scheme::None) && config.signing_keys.is_empty() {
             return Err(format!(
@@ -159,6 +163,7 @@ impl Provider {
                 keep_headers,
                 signing_key: signing_key(config)?,
                 tls: target_tls(config)?,
+                horizon,
             }),
             mode: effective_mode(config),
             max_rate: config.target.max_rate,

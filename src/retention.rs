@@ -3,7 +3,9 @@
 //!
 //! It also gives up on sync-mode events no sender will retry: a `failed` row, or an
 //! `in_progress` one whose lease expired, untouched for longer than its provider's sender
-//! horizon becomes a `sender_gave_up` dead letter, which people can read and replay.
+//! horizon becomes a `sender_gave_up` dead letter, which people can read and replay. And a
+//! queue row whose provider is no longer configured — nobody can deliver it — becomes a
+//! `provider_removed` dead letter.
 //!
 //! [`Sweeper::run_once`] and [`Sweeper::abandon_once`] are one pass each (tests call them
 //! by hand); the server runs both every `retention.sweep_interval`. Only terminal rows are
@@ -66,10 +68,23 @@ impl Sweeper {
     }
 
     /// One pass turning every provider's stale sync rows into `sender_gave_up` dead
-    /// letters; answers how many.
+    /// letters, and the due queue rows of providers not configured (none of the
+    /// horizons' names) into `provider_removed` ones; answers how many.
     pub async fn abandon_once(&self) -> Result<u64, StoreError> {
         let batch = self.retention.sweep_batch;
         let mut total = 0;
+        let known: Vec<String> = self.horizons.iter().map(|(p, _)| p.clone()).collect();
+        for _ in 0..MAX_BATCHES_PER_PASS {
+            let n = self.store.orphan(&known, batch).await?;
+            total += n;
+            if n > 0 {
+                self.metrics.dead_letter_n("unknown", "provider_removed", n);
+                warn!(self.log, "webhook.dead"; "reason" => "provider_removed", "rows" => n);
+            }
+            if n < u64::from(batch) {
+                break;
+            }
+        }
         for (provider, horizon) in &self.horizons {
             for _ in 0..MAX_BATCHES_PER_PASS {
                 let n = self.store.abandon(provider, *horizon, batch).await?;

@@ -68,6 +68,22 @@ impl RetryPolicy {
             .max(1.0) as u64
     }
 
+    /// A target's `Retry-After` of `secs` seconds held within `[1 s, cap]`: a target can
+    /// neither make hookgate hammer it (0) nor park an event for a year.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use hookgate::retry::RetryPolicy;
+    ///
+    /// let policy = RetryPolicy::new(Duration::from_secs(45), 2.0, Duration::from_secs(3600), 0.2, 8);
+    /// assert_eq!(policy.bounded_retry_after(0), 1);
+    /// assert_eq!(policy.bounded_retry_after(30), 30);
+    /// assert_eq!(policy.bounded_retry_after(u64::MAX), 3600);
+    /// ```
+    pub fn bounded_retry_after(&self, secs: u64) -> u64 {
+        secs.clamp(1, self.cap.as_secs().max(1))
+    }
+
     /// Whether an event whose attempt number `attempt` just failed has used them all.
     pub fn exhausted(&self, attempt: u32) -> bool {
         attempt >= self.max_attempts

@@ -3,15 +3,18 @@
 //! offers each to the shard that owns its key, which takes it through the claim rule only
 //! if a worker is idle and the provider's limits allow.
 //!
-//! Bounded: a pass asks the store for no more rows than the node's idle workers and the
-//! provider's gate allow, and offers go through the shards' bounded mailboxes — no queue
-//! builds up in memory. It backs off while the store is unavailable. [`Scheduler::run_once`]
-//! is one pass (tests call it by hand); the node runs it every `queue.poll_interval`, at
-//! once again after a pass that found work.
+//! It serves the queue rows of every configured provider, whatever mode the provider is in
+//! now: a row keeps the mode it was accepted in. Bounded: a pass asks the store for no more
+//! rows than the node's idle workers and the provider's gate allow, and offers go through
+//! the shards' bounded mailboxes — no queue builds up in memory. It backs off while the
+//! store is unavailable, and offers nothing once the node drains. [`Scheduler::run_once`]
+//! is one pass (tests call it by hand); the node runs it every `queue.poll_interval`, and
+//! at once again only after a pass that started attempts.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use futures_util::future::join_all;
 use slog::{warn, Logger};
 
 use crate::metrics::Metrics;
@@ -29,7 +32,7 @@ const MAX_BACKOFF: Duration = Duration::from_secs(10);
 pub struct Scheduler {
     store: Arc<dyn Store>,
     dispatcher: Dispatcher,
-    /// The queue-mode providers, by name, with their targets.
+    /// Every configured provider, by name, with its target.
     providers: Vec<(Arc<str>, Arc<Target>)>,
     metrics: Arc<Metrics>,
     log: Logger,
@@ -57,10 +60,14 @@ impl Scheduler {
     }
 
     /// One pass: offers each provider's due rows, as many as can start now; answers how
-    /// many were offered.
+    /// many attempts started (rows offered but not taken — another node had them, or the
+    /// worker was gone by then — do not count).
     pub async fn run_once(&self) -> Result<usize, StoreError> {
+        if self.dispatcher.draining() {
+            return Ok(0);
+        }
         self.metrics.scheduler_poll();
-        let mut offered = 0;
+        let mut taken = 0;
         for (provider, target) in &self.providers {
             let room = self
                 .dispatcher
@@ -71,13 +78,13 @@ impl Scheduler {
                 continue;
             }
             let limit = u32::try_from(room).unwrap_or(u32::MAX);
-            for id in self.store.due(provider, limit).await? {
-                if self.dispatcher.offer(id, Arc::clone(target)) {
-                    offered += 1;
-                }
-            }
+            let due = self.store.due(provider, limit).await?;
+            let offers = due
+                .into_iter()
+                .map(|id| self.dispatcher.offer(id, Arc::clone(target)));
+            taken += join_all(offers).await.into_iter().filter(|&t| t).count();
         }
-        Ok(offered)
+        Ok(taken)
     }
 
     /// Refreshes the queue depth metrics.
@@ -89,8 +96,8 @@ impl Scheduler {
         Ok(())
     }
 
-    /// Runs passes until the task is dropped: at once again after a pass that offered
-    /// rows, after `queue.poll_interval` otherwise, backing off while the store fails.
+    /// Runs passes until the task is dropped: at once again after a pass that started
+    /// attempts, after `queue.poll_interval` otherwise, backing off while the store fails.
     pub async fn run_forever(self: Arc<Self>) {
         if self.providers.is_empty() {
             return;
@@ -105,8 +112,8 @@ impl Scheduler {
                 measured = Some(Instant::now());
             }
             let pause = match self.run_once().await {
-                // Offers were made: give the shards a moment to start them, then look again.
-                Ok(n) if n > 0 => Duration::from_millis(10),
+                // Attempts started: there may be more due rows and idle workers.
+                Ok(n) if n > 0 => Duration::ZERO,
                 Ok(_) => self.poll,
                 Err(e) => {
                     warn!(self.log, "queue.poll_failed"; "error" => %e,
@@ -117,7 +124,11 @@ impl Scheduler {
                 }
             };
             backoff = self.poll;
-            tokio::time::sleep(pause).await;
+            if pause.is_zero() {
+                tokio::task::yield_now().await;
+            } else {
+                tokio::time::sleep(pause).await;
+            }
         }
     }
 }

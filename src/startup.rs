@@ -7,10 +7,16 @@
 //! target runs to its end (bounded by its target timeout), is recorded and answered; only
 //! attempts that never reached the target are released (`failed`, fenced). Then the node
 //! waits for the shards to be drained and stops.
+//!
+//! A shard that dies (a panic in code it ran) cannot be missed: the node logs
+//! `shard.crashed`, counts it, fails `/readyz`, shuts down as above and returns an error,
+//! so the process exits non-zero and its supervisor (systemd) starts it again; the dead
+//! shard's leases run out and its keys are retaken, as after a crash.
 
 use std::collections::HashMap;
 use std::net::TcpListener;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
 
 use actix_web::dev::{Server, ServerHandle};
 use actix_web::{web, App, HttpServer};
@@ -33,6 +39,9 @@ pub struct Application {
     server: Server,
     sweeping: actix_rt::task::JoinHandle<()>,
     scheduling: actix_rt::task::JoinHandle<()>,
+    watching: actix_rt::task::JoinHandle<()>,
+    /// The shards found dead, once the watch found any.
+    crashed: Arc<OnceLock<Vec<usize>>>,
     scheduler: Arc<Scheduler>,
     stopper: Stopper,
     log: Logger,
@@ -68,7 +77,10 @@ impl Application {
         let providers = config
             .providers
             .iter()
-            .map(|p| Ok((p.name.clone(), Provider::from_config(p)?)))
+            .map(|p| {
+                let runtime = Provider::from_config(p, config.sender_horizon(p))?;
+                Ok((p.name.clone(), runtime))
+            })
             .collect::<Result<HashMap<_, _>, String>>()
             .map_err(anyhow::Error::msg)?;
         let listener = TcpListener::bind(&config.server.listen)
@@ -104,9 +116,9 @@ impl Application {
         )
         .with_horizons(horizons);
         let sweeping = actix_rt::spawn(sweeper.run_forever());
+        // Every provider's queue rows are delivered, whatever its mode is now.
         let queued: Vec<_> = providers
             .values()
-            .filter(|p| p.mode == Mode::Queue)
             .map(|p| {
                 dispatcher
                     .gate()
@@ -124,6 +136,7 @@ impl Application {
         ));
         let scheduling = actix_rt::spawn(Arc::clone(&scheduler).run_forever());
         warn_if_not_durable(Arc::clone(&store), log.clone());
+        let metrics_for_watch = Arc::clone(&metrics);
         let state = web::Data::new(AppState {
             providers,
             dispatcher: dispatcher.clone(),
@@ -141,11 +154,19 @@ impl Application {
             dispatcher,
             log: log.clone(),
         };
+        let crashed = Arc::new(OnceLock::new());
+        let watching = actix_rt::spawn(watch_shards(
+            stopper.clone(),
+            metrics_for_watch,
+            Arc::clone(&crashed),
+        ));
         Ok(Self {
             port,
             server,
             sweeping,
             scheduling,
+            watching,
+            crashed,
             scheduler,
             stopper,
             log,
@@ -175,10 +196,16 @@ impl Application {
         signals.abort();
         self.sweeping.abort();
         self.scheduling.abort();
+        self.watching.abort();
         self.stopper.dispatcher.drained().await;
         info!(self.log, "hookgate.stopped");
         self.stopper.dispatcher.stop();
-        Ok(())
+        match self.crashed.get() {
+            Some(shards) => anyhow::bail!(
+                "shard(s) {shards:?} crashed; the node stopped so that it is started afresh"
+            ),
+            None => Ok(()),
+        }
     }
 }
 
@@ -216,6 +243,30 @@ fn http_server(
             .shutdown_timeout(config.shutdown_limit().as_secs().max(1))
             .run(),
     )
+}
+
+/// How often the node checks that every shard is alive: a dead shard's keys are refused
+/// 503 until then, so a fraction of a second.
+const SHARD_CHECK: Duration = Duration::from_millis(250);
+
+/// Watches the shards; on finding one dead, logs and counts it, notes it in `crashed` and
+/// shuts the node down.
+async fn watch_shards(stopper: Stopper, metrics: Arc<Metrics>, crashed: Arc<OnceLock<Vec<usize>>>) {
+    loop {
+        tokio::time::sleep(SHARD_CHECK).await;
+        let gone = stopper.dispatcher.crashed_shards();
+        if gone.is_empty() {
+            continue;
+        }
+        for &shard in &gone {
+            slog::error!(stopper.log, "shard.crashed"; "shard" => shard,
+                "why" => "a panic in code the shard ran; the node stops and must be restarted");
+            metrics.actor_panic("shard");
+        }
+        let _ = crashed.set(gone);
+        stopper.stop().await;
+        return;
+    }
 }
 
 /// Starts the graceful shutdown on the first SIGTERM or SIGINT.

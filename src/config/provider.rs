@@ -100,6 +100,15 @@ impl Mode {
             Mode::Queue => "queue",
         }
     }
+
+    /// The mode named `text` (as stored on a row), if any.
+    pub fn parse(text: &str) -> Option<Mode> {
+        match text {
+            "sync" => Some(Mode::Sync),
+            "queue" => Some(Mode::Queue),
+            _ => None,
+        }
+    }
 }
 
 /// `"on"` or `"off"`.

@@ -300,9 +300,11 @@ impl Config {
             .map(|p| p.target.timeout)
             .max()
             .unwrap_or_default();
-        self.shutdown
-            .grace
-            .max(longest + self.store.statement_timeout + Duration::from_secs(1))
+        self.shutdown.grace.max(
+            longest
+                .saturating_add(self.store.statement_timeout)
+                .saturating_add(Duration::from_secs(1)),
+        )
     }
 
     /// How long `provider`'s sender retries: its own setting, its preset's, else

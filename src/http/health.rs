@@ -12,8 +12,14 @@ pub async fn healthz() -> HttpResponse {
     HttpResponse::Ok().json(json!({"status": "ok"}))
 }
 
-/// 200 when the store answers a query now, else 503 (a load balancer stops sending).
+/// 200 when every shard is alive and the store answers a query now, else 503 (a load
+/// balancer stops sending).
 pub async fn readyz(state: web::Data<AppState>) -> HttpResponse {
+    let crashed = state.dispatcher.crashed_shards();
+    if !crashed.is_empty() {
+        return HttpResponse::ServiceUnavailable()
+            .json(json!({"status": "shard_crashed", "shards": crashed}));
+    }
     match state.store.ping().await {
         Ok(()) => HttpResponse::Ok().json(json!({"status": "ready"})),
         Err(e) => {

@@ -235,7 +235,7 @@ impl Shard {
                 event,
                 reply,
                 token,
-                until: Instant::now() + self.settings.admission_wait,
+                until: crate::deadline::from_now(self.settings.admission_wait),
             });
             self.metrics.admission_waiting(self.index, 1);
             if !self.expiry_set {

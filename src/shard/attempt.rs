@@ -1,11 +1,17 @@
 //! One attempt of one event — the one home of the steps after a won claim: deliver →
-//! judge → record (fenced, retried through store trouble within the lease) → answer.
+//! judge → record (fenced) → answer. The shard runs every sender's attempt, every queue
+//! attempt and every admin replay through here; the command line's `dead replay` does too.
+//! Nothing else builds a delivery request or writes a verdict. What is not here is the
+//! shard's own bookkeeping (its workers, in-flight set and done cache: `running.rs`).
 //!
-//! The shard runs every sender's attempt and every admin replay through here; the command
-//! line's `dead replay` does too, and queue mode will. Nothing else builds a delivery
-//! request or writes a verdict. What is not here is the shard's own bookkeeping (its
-//! workers, in-flight set and done cache: `running.rs`).
+//! A sync attempt's lease outlasts its delivery (a config rule), and its outcome write is
+//! retried within the lease. A queue attempt renews its lease every third of it while the
+//! delivery runs and while its outcome is written; if it cannot confirm the lease before
+//! the lease ends, it hangs up on the target and records nothing (the retake will), so no
+//! two attempts of a key are ever open at the target at once. Its outcome write is retried
+//! until it lands: nobody waits on it, and it is fenced.
 
+use std::cell::Cell;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -17,11 +23,22 @@ use super::event::Event;
 use super::record::write_verdict_retrying;
 use crate::claim::Path;
 use crate::config::Mode;
+use crate::deadline::{after, from_now};
 use crate::metrics::Metrics;
 use crate::outcome::{judge, DeliveryOutcome, Redeliverer, Verdict};
 use crate::retry::RetryPolicy;
 use crate::store::{Fenced, Store, StoreError};
 use crate::worker::DeliveryRequest;
+
+/// Pause between tries of a renewal that failed, after the first try again at once.
+const RENEW_RETRY: Duration = Duration::from_millis(100);
+
+/// How long before the lease ends a queue attempt that could not confirm it hangs up: a
+/// tenth of the lease, at most a second — ample to close a connection, small next to the
+/// lease's thirds between renewals.
+fn hang_up_margin(lease: Duration) -> Duration {
+    (lease / 10).min(Duration::from_secs(1))
+}
 
 /// A won claim, on its way to the target and its recorded outcome.
 #[derive(Debug, Clone)]
@@ -30,6 +47,9 @@ pub struct Attempt {
     pub event: Arc<Event>,
     /// The fencing token: the row's `attempts` after the claim.
     pub attempts: i32,
+    /// This attempt's number among the tries that count against `retry.max_attempts`:
+    /// `attempts`, less (in queue mode) the throttled and never-started tries.
+    pub tries: i32,
     /// `first_run`, `retry_after_failure`, `lease_retake` or `replay`.
     pub path: Path,
     /// When the lease ends at the latest by this node's clock: counted from just before
@@ -39,6 +59,9 @@ pub struct Attempt {
     /// short lease (fast crash recovery) can go with a long target timeout. `None` in sync
     /// mode, where the lease must outlast the target timeout.
     pub renew: Option<Duration>,
+    /// Queue mode: how much longer the event may wait for its delivery (its provider's
+    /// horizon less its age); a throttle past it makes it a dead letter.
+    pub horizon_left: Duration,
 }
 
 /// What running an attempt did.
@@ -53,6 +76,30 @@ pub struct Recorded {
 }
 
 impl Attempt {
+    /// A won claim whose lease, taken at `lease_ends`, outlasts its delivery (sync mode).
+    pub fn held(event: Arc<Event>, attempts: i32, path: Path, lease_ends: Instant) -> Self {
+        Self {
+            event,
+            attempts,
+            tries: attempts,
+            path,
+            lease_ends,
+            renew: None,
+            horizon_left: Duration::MAX,
+        }
+    }
+
+    /// This attempt with its `lease` renewed while it runs (queue mode), as try number
+    /// `tries`, the event's horizon `horizon_left` away.
+    pub fn renewed(self, lease: Duration, tries: i32, horizon_left: Duration) -> Self {
+        Self {
+            tries,
+            renew: Some(lease),
+            horizon_left,
+            ..self
+        }
+    }
+
     /// What the target is sent: the original body and content type, the key as ASCII and
     /// the attempt number.
     pub fn request(&self) -> DeliveryRequest {
@@ -86,15 +133,21 @@ impl Attempt {
     fn redeliverer(&self) -> Redeliverer {
         match (self.path, self.event.mode) {
             (Path::Replay, _) => Redeliverer::Nobody,
-            (_, Mode::Queue) => Redeliverer::Queue,
+            (_, Mode::Queue) => Redeliverer::Queue {
+                horizon_left: self.horizon_left,
+            },
             (_, Mode::Sync) => Redeliverer::Sender,
         }
     }
 
     /// Awaits `outcome` (the delivery, or the reason it did not start), judges it, and
-    /// writes the verdict fenced by the attempt, retried on transient store failures until
-    /// the lease ends (past it another attempt may hold the row and the write would be
-    /// stale anyway).
+    /// writes the verdict fenced by the attempt.
+    ///
+    /// Sync mode: the write is retried on transient store failures until the lease ends
+    /// (past it another attempt may hold the row, and the sender is waiting). Queue mode:
+    /// the lease is renewed meanwhile and the write retried until it lands; if the lease
+    /// cannot be confirmed while the delivery runs, `outcome` is dropped — which must hang
+    /// up on the target — before the lease ends, and nothing is written.
     pub async fn run(
         &self,
         outcome: impl Future<Output = DeliveryOutcome>,
@@ -103,14 +156,48 @@ impl Attempt {
         log: &Logger,
     ) -> Recorded {
         let started = Instant::now();
-        let (outcome, lease_ends) = match self.renew {
-            Some(lease) => self.renewing(outcome, store, lease, log).await,
-            None => (outcome.await, self.lease_ends),
+        let Some(lease) = self.renew else {
+            let verdict = judge(outcome.await, self.tries, retry, self.redeliverer());
+            let deadline = Some(self.lease_ends);
+            let written =
+                write_verdict_retrying(store, &self.event, self.attempts, &verdict, deadline, log)
+                    .await;
+            return Recorded {
+                verdict,
+                written,
+                took: started.elapsed(),
+            };
         };
-        let verdict = judge(outcome, self.attempts, retry, self.redeliverer());
-        let written =
-            write_verdict_retrying(store, &self.event, self.attempts, &verdict, lease_ends, log)
-                .await;
+        let lease_ends = Cell::new(self.lease_ends);
+        let mut keeper = std::pin::pin!(self.keep_lease(store, lease, &lease_ends, log));
+        let mut delivery = Box::pin(outcome);
+        let outcome = tokio::select! {
+            done = &mut delivery => done,
+            why = &mut keeper => {
+                drop(delivery);
+                let id = &self.event.id;
+                warn!(log, "webhook.hung_up";
+                    "provider" => &*id.provider, "event_key" => &*id.key,
+                    "attempts" => self.attempts, "error" => &why);
+                return Recorded {
+                    verdict: Verdict::Unknown { error: why },
+                    written: None,
+                    took: started.elapsed(),
+                };
+            }
+        };
+        let verdict = judge(outcome, self.tries, retry, self.redeliverer());
+        let written = {
+            let write =
+                write_verdict_retrying(store, &self.event, self.attempts, &verdict, None, log);
+            let mut write = std::pin::pin!(write);
+            tokio::select! {
+                written = &mut write => written,
+                // The lease is gone (or another attempt has the row): the write is fenced
+                // and says which, so it goes on.
+                _ = &mut keeper => write.await,
+            }
+        };
         Recorded {
             verdict,
             written,
@@ -118,33 +205,64 @@ impl Attempt {
         }
     }
 
-    /// Awaits `outcome` while renewing the lease every third of it, fenced by the attempt;
-    /// answers the outcome and when the lease now ends.
-    async fn renewing(
+    /// Renews the lease every third of it, fenced by the attempt, keeping `lease_ends`
+    /// up to date; a failed renewal is tried again at once and then every
+    /// [`RENEW_RETRY`]. Resolves — with the reason — only when the lease can no longer be
+    /// confirmed: another attempt took the row, or no renewal succeeded by the lease's end
+    /// less [`hang_up_margin`].
+    async fn keep_lease(
         &self,
-        outcome: impl Future<Output = DeliveryOutcome>,
         store: &dyn Store,
         lease: Duration,
+        lease_ends: &Cell<Instant>,
         log: &Logger,
-    ) -> (DeliveryOutcome, Instant) {
-        let mut lease_ends = self.lease_ends;
-        let mut outcome = std::pin::pin!(outcome);
+    ) -> String {
         let id = &self.event.id;
+        let margin = hang_up_margin(lease);
+        let since = |t: Instant| after(t, lease / 3);
+        let mut next = since(
+            lease_ends
+                .get()
+                .checked_sub(lease)
+                .unwrap_or_else(Instant::now),
+        );
+        let mut failures = 0u32;
         loop {
-            tokio::select! {
-                done = &mut outcome => return (done, lease_ends),
-                () = tokio::time::sleep(lease / 3) => {
-                    let asked = Instant::now();
-                    match store.renew(id, self.attempts, lease).await {
-                        Ok(Fenced::Applied) => lease_ends = asked + lease,
-                        Ok(Fenced::Stale) => warn!(log, "webhook.renew_lost";
-                            "provider" => &*id.provider, "event_key" => &*id.key,
-                            "attempts" => self.attempts),
-                        Err(e) => warn!(log, "webhook.renew_failed";
-                            "provider" => &*id.provider, "event_key" => &*id.key,
-                            "attempts" => self.attempts, "error" => %e),
-                    }
+            let hang_up_at = lease_ends
+                .get()
+                .checked_sub(margin)
+                .unwrap_or_else(Instant::now);
+            tokio::time::sleep_until(next.min(hang_up_at).into()).await;
+            if Instant::now() >= hang_up_at {
+                return "the lease could not be confirmed before it ended".into();
+            }
+            let asked = Instant::now();
+            let renewed = store.renew(id, self.attempts, lease);
+            match tokio::time::timeout_at(hang_up_at.into(), renewed).await {
+                Ok(Ok(Fenced::Applied)) => {
+                    lease_ends.set(after(asked, lease));
+                    next = since(asked);
+                    failures = 0;
                 }
+                Ok(Ok(Fenced::Stale)) => {
+                    warn!(log, "webhook.renew_lost";
+                        "provider" => &*id.provider, "event_key" => &*id.key,
+                        "attempts" => self.attempts);
+                    return "another attempt took the row over".into();
+                }
+                Ok(Err(e)) => {
+                    warn!(log, "webhook.renew_failed";
+                        "provider" => &*id.provider, "event_key" => &*id.key,
+                        "attempts" => self.attempts, "error" => %e);
+                    let pause = if failures == 0 {
+                        Duration::ZERO
+                    } else {
+                        RENEW_RETRY
+                    };
+                    failures += 1;
+                    next = from_now(pause);
+                }
+                Err(_) => return "the lease could not be confirmed before it ended".into(),
             }
         }
     }
@@ -259,7 +377,7 @@ impl Attempt {
                 let retry_after = ceil_secs(lease);
                 error!(log, "webhook.failed";
                     "provider" => provider, "event_key" => key,
-                    "error" => format!("worker crashed: {error}"), "attempts" => attempts,
+                    "error" => &error, "attempts" => attempts,
                     "retry_after_s" => retry_after, "duration_ms" => duration_ms);
                 Reply::RetryLater {
                     retry_after,

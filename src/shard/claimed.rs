@@ -35,15 +35,10 @@ impl Shard {
         match result {
             Ok(ClaimResult::Won { attempts, path }) => {
                 self.log_claim(&event, path, Some(attempts));
-                let waiters = self.in_flight.won(&event.id, token, attempts);
+                let waiters = self.in_flight.won(&event, token, attempts);
                 self.answer_waiters_of_won(&event, attempts, waiters);
-                let attempt = Attempt {
-                    event,
-                    attempts,
-                    path,
-                    lease_ends: sent + self.settings.lease,
-                    renew: None,
-                };
+                let lease_ends = crate::deadline::after(sent, self.settings.lease);
+                let attempt = Attempt::held(event, attempts, path, lease_ends);
                 let running = Running {
                     attempt,
                     token,

@@ -6,7 +6,7 @@
 //! at once (`overloaded`), so memory stays bounded under any load.
 
 use std::hash::{DefaultHasher, Hash, Hasher};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use actix::prelude::*;
@@ -43,6 +43,8 @@ pub struct Dispatcher {
     metrics: Arc<Metrics>,
     log: slog::Logger,
     arbiters: Arc<[ArbiterHandle]>,
+    /// Set by [`drain`](Self::drain): the scheduler offers nothing more.
+    draining: Arc<AtomicBool>,
 }
 
 impl Dispatcher {
@@ -74,8 +76,10 @@ impl Dispatcher {
                 let workers = (0..workers_per_shard)
                     .map(|_| {
                         let delivery = Arc::clone(&delivery);
-                        let log = log.clone();
-                        Supervisor::start_in_arbiter(arbiter, move |_| Worker::new(delivery, log))
+                        let (metrics, log) = (Arc::clone(&metrics), log.clone());
+                        Supervisor::start_in_arbiter(arbiter, move |_| {
+                            Worker::new(delivery, metrics, log)
+                        })
                     })
                     .collect();
                 let node = Arc::clone(&node);
@@ -90,6 +94,7 @@ impl Dispatcher {
             metrics,
             log: log.clone(),
             arbiters: arbiters.into(),
+            draining: Arc::default(),
         }
     }
 
@@ -120,14 +125,32 @@ impl Dispatcher {
             .await
     }
 
-    /// Offers a due queue row to its shard; `false` when the shard's mailbox is full.
-    pub fn offer(&self, id: EventId, target: Arc<Target>) -> bool {
+    /// Offers a due queue row to its shard; answers whether an attempt started (`false`
+    /// too when the shard's mailbox is full, or the shard is gone).
+    pub async fn offer(&self, id: EventId, target: Arc<Target>) -> bool {
         let index = shard_for(&id, self.shards.len());
-        let sent = self.shards[index].try_send(Due { id, target }).is_ok();
-        if sent {
-            self.metrics.mailbox(index, 1);
+        let (taken, answer) = oneshot::channel();
+        if self.shards[index]
+            .try_send(Due { id, target, taken })
+            .is_err()
+        {
+            return false;
         }
-        sent
+        self.metrics.mailbox(index, 1);
+        answer.await.unwrap_or(false)
+    }
+
+    /// The shards that are gone: their actor stopped without being asked to (a panic in
+    /// code it ran). Their keys' claims and outcomes can no longer be served.
+    pub fn crashed_shards(&self) -> Vec<usize> {
+        (0..self.shards.len())
+            .filter(|&i| !self.shards[i].connected())
+            .collect()
+    }
+
+    /// Whether the node has begun its shutdown ([`drain`](Self::drain)).
+    pub fn draining(&self) -> bool {
+        self.draining.load(Ordering::Relaxed)
     }
 
     /// Workers idle now, over all shards (a queue scheduler offers no more rows).
@@ -188,6 +211,7 @@ impl Dispatcher {
 
     /// Shutdown, first step: every shard stops claiming (see [`Drain`]).
     pub async fn drain(&self) {
+        self.draining.store(true, Ordering::Relaxed);
         join_all(self.shards.iter().map(|s| s.send(Drain))).await;
     }
 

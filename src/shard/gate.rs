@@ -113,7 +113,7 @@ impl Gate {
     pub fn pause(&self, provider: &str, pause: Duration) {
         let mut buckets = self.buckets.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(bucket) = buckets.get_mut(provider) {
-            let until = Instant::now() + pause;
+            let until = crate::deadline::from_now(pause);
             bucket.paused_until = Some(bucket.paused_until.map_or(until, |t| t.max(until)));
         }
     }

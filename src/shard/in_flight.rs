@@ -65,18 +65,21 @@ impl InFlightSet {
         self.entries.get_mut(id)
     }
 
-    /// Records that the claim made under `token` was won with `attempts`, and hands over
-    /// the requests that waited on it. Changes nothing (and answers no waiters) when the
-    /// entry for `id` is no longer the one `token` made.
+    /// Records that the claim made under `token` was won with `attempts` for `event` (as
+    /// the row holds it: a taken or reopened row brings its payload's fingerprint, so a
+    /// redelivery with another payload is refused), and hands over the requests that
+    /// waited on it. Changes nothing (and answers no waiters) when the entry for the key is
+    /// no longer the one `token` made.
     pub(super) fn won(
         &mut self,
-        id: &EventId,
+        event: &Arc<Event>,
         token: u64,
         attempts: i32,
     ) -> Vec<(Arc<Event>, oneshot::Sender<Answer>)> {
-        match self.entries.get_mut(id) {
+        match self.entries.get_mut(&event.id) {
             Some(entry) if entry.token == token => {
                 entry.attempts = Some(attempts);
+                entry.event = Arc::clone(event);
                 std::mem::take(&mut entry.waiters)
             }
             _ => Vec::new(),
@@ -123,6 +126,7 @@ mod tests {
                 keep_headers: Vec::new(),
                 signing_key: None,
                 tls: None,
+                horizon: std::time::Duration::from_secs(3600),
             }),
             headers: Default::default(),
             mode: crate::config::Mode::Sync,
@@ -134,14 +138,14 @@ mod tests {
         let mut set = InFlightSet::default();
         let old = set.begin(&event("k"), None);
         let new = set.begin(&event("k"), None);
-        assert!(set.won(&EventId::new("p", "k"), old, 7).is_empty());
+        assert!(set.won(&event("k"), old, 7).is_empty());
         assert_eq!(set.get(&EventId::new("p", "k")).unwrap().attempts, None);
         assert!(set.forget(&EventId::new("p", "k"), old).is_empty());
         assert!(
             set.contains(&EventId::new("p", "k")),
             "the old token forgot nothing"
         );
-        set.won(&EventId::new("p", "k"), new, 8);
+        set.won(&event("k"), new, 8);
         assert_eq!(set.get(&EventId::new("p", "k")).unwrap().attempts, Some(8));
         set.forget(&EventId::new("p", "k"), new);
         assert!(!set.contains(&EventId::new("p", "k")));

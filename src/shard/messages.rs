@@ -1,4 +1,5 @@
-//! The messages a shard takes: a sender's delivery, an operator's replay, and the two
+//! The messages a shard takes: a sender's delivery (sync: [`Ingest`]; queue: [`Enqueue`]),
+//! a due queue row offered by the scheduler ([`Due`]), an operator's replay, and the two
 //! steps of a graceful shutdown.
 
 use std::sync::Arc;
@@ -71,4 +72,6 @@ pub struct Due {
     pub id: EventId,
     /// Where its provider delivers.
     pub target: Arc<Target>,
+    /// Told whether the row was taken (an attempt started) once the store has answered.
+    pub taken: oneshot::Sender<bool>,
 }

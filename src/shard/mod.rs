@@ -31,6 +31,7 @@ pub use dispatcher::Dispatcher;
 pub use event::Event;
 pub use gate::Gate;
 pub use messages::{Drain, Drained, Due, Enqueue, Ingest, Replay};
+pub use operator::replay_attempt;
 pub use record::write_verdict;
 
 pub use crate::provider::Target;

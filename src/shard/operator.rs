@@ -3,7 +3,7 @@
 //! [`Attempt`] like a sender's delivery.
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use actix::prelude::*;
 use tokio::sync::oneshot;
@@ -16,6 +16,7 @@ use super::messages::{Drain, Drained, Replay};
 use super::running::Running;
 use crate::claim::Path;
 use crate::config::Mode;
+use crate::deadline::after;
 use crate::key::EventId;
 use crate::provider::Target;
 use crate::store::{Reopened, StoreError};
@@ -100,18 +101,12 @@ impl Shard {
                     fingerprint: row.fingerprint,
                     target: r.target,
                     headers: Default::default(),
-                    mode: Mode::Sync,
+                    mode: row.mode,
                 });
-                let waiters = self.in_flight.won(&event.id, r.token, row.attempts);
+                let waiters = self.in_flight.won(&event, r.token, row.attempts);
                 self.log_claim(&event, Path::Replay, Some(row.attempts));
                 self.answer_waiters_of_won(&event, row.attempts, waiters);
-                let attempt = Attempt {
-                    event,
-                    attempts: row.attempts,
-                    path: Path::Replay,
-                    lease_ends: r.sent + self.settings.lease,
-                    renew: None,
-                };
+                let attempt = replay_attempt(event, row.attempts, r.sent, self.settings.lease);
                 let running = Running {
                     attempt,
                     token: r.token,
@@ -137,6 +132,17 @@ impl Shard {
                 self.refuse(requests, RetryReason::StoreUnavailable, &e.to_string());
             }
         }
+    }
+}
+
+/// The attempt of a reopened dead letter: like any other of its mode — a queue event's
+/// replay renews its lease while it runs, so it may outlast the lease as queue deliveries
+/// do, and no scheduler takes the row meanwhile.
+pub fn replay_attempt(event: Arc<Event>, attempts: i32, sent: Instant, lease: Duration) -> Attempt {
+    let attempt = Attempt::held(event, attempts, Path::Replay, after(sent, lease));
+    match attempt.event.mode {
+        Mode::Queue => attempt.renewed(lease, attempts, Duration::MAX),
+        Mode::Sync => attempt,
     }
 }
 

@@ -18,6 +18,7 @@ use super::messages::{Due, Enqueue};
 use super::running::Running;
 use crate::claim::{Path, RowState};
 use crate::config::Mode;
+use crate::deadline::after;
 use crate::store::{Enqueued, StoreError, Taken};
 
 impl Handler<Enqueue> for Shard {
@@ -61,7 +62,7 @@ impl Handler<Due> for Shard {
     fn handle(&mut self, msg: Due, ctx: &mut Context<Self>) {
         self.metrics.mailbox(self.index, -1);
         let event = Arc::new(Event::bare(msg.id, msg.target).queued());
-        self.try_take(event, ctx);
+        self.try_take(event, Some(msg.taken), ctx);
     }
 }
 
@@ -114,7 +115,7 @@ impl Shard {
                     self.log_claim(&waiter, answer.path, answer.attempts);
                     let _ = waiter_reply.send(answer);
                 }
-                self.try_take(event, ctx);
+                self.try_take(event, None, ctx);
             }
             Ok(Enqueued::Existing(row)) => {
                 for (event, reply) in std::iter::once((event, reply)).chain(waiters) {
@@ -151,18 +152,28 @@ impl Shard {
 
     /// Takes `event`'s row for an attempt if a worker is idle and the provider's limits
     /// allow; otherwise leaves it due for the scheduler. Nothing is claimed without a
-    /// worker to start it.
-    pub(super) fn try_take(&mut self, event: Arc<Event>, ctx: &mut Context<Self>) {
+    /// worker to start it. `taken` (the scheduler's) is told whether an attempt started.
+    pub(super) fn try_take(
+        &mut self,
+        event: Arc<Event>,
+        taken: Option<oneshot::Sender<bool>>,
+        ctx: &mut Context<Self>,
+    ) {
+        let not_taken = |taken: Option<oneshot::Sender<bool>>| {
+            if let Some(taken) = taken {
+                let _ = taken.send(false);
+            }
+        };
         if self.draining || self.in_flight.contains(&event.id) {
-            return;
+            return not_taken(taken);
         }
         let provider = Arc::clone(&event.id.provider);
         if !self.gate.try_acquire(&provider) {
-            return;
+            return not_taken(taken);
         }
         let Some(worker) = self.take_idle() else {
             self.gate.release(&provider);
-            return;
+            return not_taken(taken);
         };
         let token = self.in_flight.begin(&event, None);
         self.claiming += 1;
@@ -173,14 +184,17 @@ impl Shard {
         let take = async move { store.take(&id, lease).await };
         ctx.spawn(take.into_actor(self).map(move |result, act, ctx| {
             act.claiming -= 1;
-            act.taken(event, token, worker, sent, result, ctx);
+            if let Some(taken) = taken {
+                let _ = taken.send(matches!(result, Ok(Some(_))));
+            }
+            act.start_taken(event, token, worker, sent, result, ctx);
             act.notify_drained();
         }));
     }
 
     /// The store answered a take: start the attempt, or give the worker and the provider's
     /// slot back.
-    fn taken(
+    fn start_taken(
         &mut self,
         event: Arc<Event>,
         token: u64,
@@ -210,18 +224,17 @@ impl Shard {
         self.metrics.queue_taken(&event.id.provider);
         let event = Arc::new(event.taken(taken.payload, taken.content_type, taken.fingerprint));
         self.log_claim(&event, taken.path, Some(taken.attempts));
-        let waiters = self.in_flight.won(&event.id, token, taken.attempts);
+        let waiters = self.in_flight.won(&event, token, taken.attempts);
         for (waiter, reply) in waiters {
             let _ = reply.send(self.duplicate_queued(&waiter, &event, Some(taken.attempts)));
         }
         let lease = self.settings.lease;
-        let attempt = Attempt {
-            event,
-            attempts: taken.attempts,
-            path: taken.path,
-            lease_ends: sent + lease,
-            renew: Some(lease),
-        };
+        let horizon_left = event.target.horizon.saturating_sub(taken.age);
+        let attempt = Attempt::held(event, taken.attempts, taken.path, after(sent, lease)).renewed(
+            lease,
+            taken.tries,
+            horizon_left,
+        );
         let running = Running {
             attempt,
             token,

@@ -9,6 +9,7 @@ use slog::{warn, Logger};
 use super::event::Event;
 use crate::claim::Status;
 use crate::config::Mode;
+use crate::deadline::from_now;
 use crate::outcome::Verdict;
 use crate::store::{DeadReason, Failure, Fenced, Store, StoreError};
 
@@ -23,22 +24,27 @@ pub async fn write_verdict(
     let id = &event.id;
     // A queue row says when the scheduler may take it again; a sync row's sender decides.
     let due_in = |secs: u64| (event.mode == Mode::Queue).then(|| Duration::from_secs(secs));
-    let failed = |error: &str, dead, retry_in| Failure {
+    let failed = |error: &str, dead, retry_in, uncounted| Failure {
         retry_in,
+        uncounted,
         ..failure(event, error, dead)
     };
     Some(match verdict {
         Verdict::Done(result) => store.complete(id, attempts, result).await,
-        Verdict::Retry { error, retry_after } | Verdict::Throttled { error, retry_after } => {
-            let f = failed(error, None, due_in(*retry_after));
+        Verdict::Retry { error, retry_after } => {
+            let f = failed(error, None, due_in(*retry_after), false);
+            store.fail(id, attempts, &f).await
+        }
+        Verdict::Throttled { error, retry_after } => {
+            let f = failed(error, None, due_in(*retry_after), true);
             store.fail(id, attempts, &f).await
         }
         Verdict::Dead { error, reason } => {
-            let f = failed(error, Some(*reason), None);
+            let f = failed(error, Some(*reason), None, false);
             store.fail(id, attempts, &f).await
         }
         Verdict::Release { error } => {
-            let f = failed(error, None, due_in(0));
+            let f = failed(error, None, due_in(0), true);
             store.fail(id, attempts, &f).await
         }
         Verdict::Unknown { .. } => return None,
@@ -52,7 +58,9 @@ const MAX_RETRY: Duration = Duration::from_secs(1);
 
 /// [`write_verdict`], tried again after every transient failure (the store unreachable, a
 /// missed deadline, a serialization failure or deadlock, a read-only database after a
-/// failover, a busy pool), until `deadline` (the attempt's lease).
+/// failover, a busy pool), until `deadline` (a sync attempt's lease: past it another
+/// attempt may hold the row and the sender is waiting) — or, with no deadline (queue
+/// mode: nobody waits, and the write is fenced), until it lands.
 ///
 /// Once the target has acted, losing the write would leave the row `in_progress` and a
 /// later retake would run the target again; waiting for the store is worth the sender's
@@ -64,7 +72,7 @@ pub(crate) async fn write_verdict_retrying(
     event: &Event,
     attempts: i32,
     verdict: &Verdict,
-    deadline: Instant,
+    deadline: Option<Instant>,
     log: &Logger,
 ) -> Option<Result<Fenced, StoreError>> {
     let mut pause = FIRST_RETRY;
@@ -76,7 +84,7 @@ pub(crate) async fn write_verdict_retrying(
                 return Some(Ok(landed_earlier(store, event, attempts, verdict).await));
             }
             Some(Err(e)) if e.is_transient() => {
-                if Instant::now() + pause >= deadline {
+                if deadline.is_some_and(|d| from_now(pause) >= d) {
                     return written;
                 }
                 timed_out |= matches!(e, StoreError::TimedOut(_));
@@ -119,6 +127,7 @@ pub(crate) fn failure(event: &Event, error: &str, dead: Option<DeadReason>) -> F
         content_type: event.content_type.clone(),
         headers: kept_headers(event),
         retry_in: None,
+        uncounted: false,
     }
 }
 

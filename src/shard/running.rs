@@ -42,12 +42,17 @@ impl Shard {
             let released = async { DeliveryOutcome::NotStarted("released at shutdown".into()) };
             self.record(running, reply, ctx, released);
         } else {
+            // A renewed attempt may hang up: dropping its outcome future drops `hang_up`,
+            // and the worker closes the target's connection.
+            let (hang_up, hung_up) = oneshot::channel::<()>();
             let deliver = Deliver {
                 request: running.attempt.request(),
                 start_by: running.attempt.start_by(),
+                hang_up: running.attempt.renew.map(|_| hung_up),
             };
             let sent = self.workers[running.worker].send(deliver);
             self.record(running, reply, ctx, async move {
+                let _hang_up = hang_up;
                 sent.await.unwrap_or_else(|e| {
                     DeliveryOutcome::Crashed(format!("worker unreachable: {e}"))
                 })

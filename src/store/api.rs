@@ -12,6 +12,7 @@ use actix_web::web::Bytes;
 use futures_util::future::BoxFuture;
 
 use crate::claim::{ClaimResult, Path, RowState, Status, StoredResult};
+use crate::config::Mode;
 use crate::key::EventId;
 use crate::outcome::DeadReason;
 
@@ -91,6 +92,8 @@ pub struct Reopened {
     pub content_type: Option<String>,
     /// The payload's fingerprint, as first claimed.
     pub fingerprint: Option<String>,
+    /// The mode the event was accepted in: a queue event's replay renews its lease.
+    pub mode: Mode,
 }
 
 /// The outcome of a failed attempt, written by [`Store::fail`].
@@ -109,6 +112,9 @@ pub struct Failure {
     /// Queue mode: when the scheduler may take the row again (a `failed` row's backoff);
     /// `None` for sync rows, whose sender redelivers.
     pub retry_in: Option<Duration>,
+    /// Whether this try does not count against `retry.max_attempts` (the target asked for
+    /// time, or the attempt never reached it).
+    pub uncounted: bool,
 }
 
 /// A queue-mode event to write before its sender is answered.
@@ -141,6 +147,11 @@ pub enum Enqueued {
 pub struct Taken {
     /// The fencing token of this attempt.
     pub attempts: i32,
+    /// This attempt's number among the tries that count against `retry.max_attempts`
+    /// (`attempts` less the throttled and never-started ones).
+    pub tries: i32,
+    /// How long ago the event was accepted (store clock).
+    pub age: Duration,
     /// `first_run`, `retry_after_failure` or `lease_retake`.
     pub path: Path,
     /// The kept payload.
@@ -270,7 +281,8 @@ pub trait Store: Send + Sync + 'static {
     fn take<'a>(&'a self, id: &'a EventId, lease: Duration) -> StoreFuture<'a, Option<Taken>>;
 
     /// Queue mode: keys of `provider` due for an attempt, longest due first, at most
-    /// `limit`; rows another node is taking right now are skipped.
+    /// `limit`; rows another node is taking right now, and rows with a live lease (an
+    /// attempt or a replay running), are skipped.
     fn due<'a>(&'a self, provider: &'a str, limit: u32) -> StoreFuture<'a, Vec<EventId>>;
 
     /// Queue mode: extends attempt `attempts`'s lease to `lease` from now, if the row is
@@ -291,6 +303,11 @@ pub trait Store: Send + Sync + 'static {
         horizon: Duration,
         batch: u32,
     ) -> StoreFuture<'a, u64>;
+
+    /// Queue mode: makes at most `batch` due queue rows whose provider is none of `known`
+    /// (it was removed from the config) dead letters with reason `provider_removed`;
+    /// answers how many. Rows with a live lease are left alone.
+    fn orphan<'a>(&'a self, known: &'a [String], batch: u32) -> StoreFuture<'a, u64>;
 
     /// Rows, oldest first, optionally of one provider and one status.
     fn list<'a>(

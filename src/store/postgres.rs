@@ -27,7 +27,7 @@ use super::batcher::Batcher;
 use super::postgres_batch::{self, ClaimCall, CompleteCall};
 use super::postgres_pool::Inner;
 use super::postgres_queue;
-use super::postgres_rows::{db_error, get, record};
+use super::postgres_rows::{db_error, get, parse_mode, record};
 use super::postgres_sql::{DEAD_LETTERS, FAIL, LIST, LOOKUP, REPLAY, SWEEP};
 use super::postgres_tls;
 use super::reconnect::Reconnect;
@@ -251,6 +251,7 @@ impl Store for PgStore {
                         &failure.content_type,
                         &failure.headers,
                         &retry_in,
+                        &i32::from(failure.uncounted),
                     ],
                 )
                 .await
@@ -281,6 +282,7 @@ impl Store for PgStore {
                     payload: Bytes::from(get::<Vec<u8>>(&row, "payload")?),
                     content_type: get(&row, "content_type")?,
                     fingerprint: get(&row, "fingerprint")?,
+                    mode: parse_mode(&get::<String>(&row, "mode")?)?,
                 })
             })
             .transpose()
@@ -344,6 +346,10 @@ impl Store for PgStore {
             horizon,
             batch,
         )))
+    }
+
+    fn orphan<'a>(&'a self, known: &'a [String], batch: u32) -> StoreFuture<'a, u64> {
+        Box::pin(self.guarded(postgres_queue::orphan(&self.inner, known, batch)))
     }
 
     fn list<'a>(

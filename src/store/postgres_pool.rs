@@ -21,6 +21,7 @@ const MIGRATIONS: &[(i32, &str)] = &[
     (1, include_str!("migrations/0001_webhook_events.sql")),
     (2, include_str!("migrations/0002_request_headers.sql")),
     (3, include_str!("migrations/0003_queue.sql")),
+    (4, include_str!("migrations/0004_throttles.sql")),
 ];
 
 /// The pool and the reconnect state, shared with the batching tasks.
@@ -88,7 +89,7 @@ impl Inner {
         &self,
         op: impl AsyncFnOnce(&Client) -> Result<T, StoreError>,
     ) -> Result<T, StoreError> {
-        let until = tokio::time::Instant::now() + self.deadline;
+        let until = tokio::time::Instant::from_std(crate::deadline::from_now(self.deadline));
         let client = self.client().await?;
         match tokio::time::timeout_at(until, op(&client)).await {
             Ok(result) => result,

@@ -7,7 +7,7 @@ use actix_web::web::Bytes;
 
 use super::api::{millis, Enqueue, Enqueued, Fenced, QueueDepth, StoreError, Taken};
 use super::postgres_pool::Inner;
-use super::postgres_queue_sql::{ABANDON, DUE, ENQUEUE, QUEUE_DEPTH, RENEW, TAKE};
+use super::postgres_queue_sql::{ABANDON, DUE, ENQUEUE, ORPHAN, QUEUE_DEPTH, RENEW, TAKE};
 use super::postgres_rows::{db_error, get, parse_path, row_state};
 use crate::key::EventId;
 
@@ -67,6 +67,8 @@ pub(crate) async fn take(
     row.map(|row| {
         Ok(Taken {
             attempts: get(&row, "attempts")?,
+            tries: get(&row, "tries")?,
+            age: Duration::from_millis(u64::try_from(get::<i64>(&row, "age_ms")?).unwrap_or(0)),
             path: parse_path(&get::<String>(&row, "last_path")?)?,
             payload: Bytes::from(get::<Option<Vec<u8>>>(&row, "payload")?.unwrap_or_default()),
             content_type: get(&row, "content_type")?,
@@ -121,6 +123,18 @@ pub(crate) async fn abandon(
         .run(async |client| {
             client
                 .execute(ABANDON, &[&provider, &horizon_ms, &i64::from(batch)])
+                .await
+                .map_err(db_error)
+        })
+        .await
+}
+
+/// [`Store::orphan`](super::api::Store::orphan).
+pub(crate) async fn orphan(inner: &Inner, known: &[String], batch: u32) -> Result<u64, StoreError> {
+    inner
+        .run(async |client| {
+            client
+                .execute(ORPHAN, &[&known, &i64::from(batch)])
                 .await
                 .map_err(db_error)
         })

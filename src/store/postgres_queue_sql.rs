@@ -46,10 +46,13 @@ FROM (SELECT provider, event_key FROM webhook_events
              OR (status = 'in_progress' AND locked_until <= now()))
       FOR UPDATE SKIP LOCKED) AS d
 WHERE e.provider = d.provider AND e.event_key = d.event_key
-RETURNING e.attempts, e.last_path, e.payload, e.content_type, e.fingerprint";
+RETURNING e.attempts, e.attempts - e.throttles AS tries, e.last_path, e.payload,
+          e.content_type, e.fingerprint,
+          GREATEST(0, extract(epoch FROM now() - e.created_at) * 1000)::bigint AS age_ms";
 
 /// Due: keys of one provider the scheduler may take, longest due first (the partial
-/// `webhook_events_due` index).
+/// `webhook_events_due` index). A row with a live lease is never offered, whatever its
+/// `next_attempt_at` says.
 ///
 /// Takes no lasting lock: `FOR UPDATE SKIP LOCKED` only skips rows another node is taking
 /// this instant, and the locks end with the statement. The take itself decides.
@@ -57,6 +60,7 @@ pub(crate) const DUE: &str = "
 SELECT event_key FROM webhook_events
 WHERE provider = $1 AND mode = 'queue' AND status IN ('queued', 'failed', 'in_progress')
   AND next_attempt_at <= now()
+  AND (status <> 'in_progress' OR locked_until <= now())
 ORDER BY next_attempt_at
 LIMIT $2
 FOR UPDATE SKIP LOCKED";
@@ -88,6 +92,23 @@ WHERE (provider, event_key) IN (
       AND updated_at <= now() - $2::bigint * interval '1 millisecond'
       AND (status = 'failed' OR (status = 'in_progress' AND locked_until <= now()))
     LIMIT $3
+    FOR UPDATE SKIP LOCKED)";
+
+/// Orphan: due queue rows whose provider is none of `$1` (removed from the config) become
+/// dead letters (`provider_removed`), at most `$2` at a time.
+///
+/// The inner select locks at most `$2` rows and skips any another transaction holds; a row
+/// with a live lease (an attempt running somewhere) is left to finish first.
+pub(crate) const ORPHAN: &str = "
+UPDATE webhook_events
+SET status = 'dead', dead_reason = 'provider_removed', locked_until = NULL,
+    last_error = 'its provider is no longer configured', updated_at = now()
+WHERE (provider, event_key) IN (
+    SELECT provider, event_key FROM webhook_events
+    WHERE mode = 'queue' AND status IN ('queued', 'failed', 'in_progress')
+      AND NOT (provider = ANY($1)) AND next_attempt_at <= now()
+      AND (status <> 'in_progress' OR locked_until <= now())
+    LIMIT $2
     FOR UPDATE SKIP LOCKED)";
 
 /// Queue depth per provider: unfinished queue rows and how long the oldest due one has

@@ -8,6 +8,7 @@ use tokio_postgres::Row;
 
 use super::api::{EventRecord, StoreError};
 use crate::claim::{ClaimResult, Path, RowState, Status, StoredResult};
+use crate::config::Mode;
 use crate::key::EventId;
 
 pub(crate) fn claim_result(row: &Row) -> Result<ClaimResult, StoreError> {
@@ -84,6 +85,10 @@ pub(crate) fn get<'a, T: tokio_postgres::types::FromSql<'a>>(
 
 fn parse_status(text: &str) -> Result<Status, StoreError> {
     Status::parse(text).ok_or_else(|| StoreError::Corrupt(format!("status {text:?}")))
+}
+
+pub(crate) fn parse_mode(text: &str) -> Result<Mode, StoreError> {
+    Mode::parse(text).ok_or_else(|| StoreError::Corrupt(format!("mode {text:?}")))
 }
 
 pub(crate) fn parse_path(text: &str) -> Result<Path, StoreError> {

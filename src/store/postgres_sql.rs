@@ -81,7 +81,8 @@ WHERE provider = $1 AND event_key = $2 AND attempts = $3
 /// Fail (or dead-letter), fenced the same way as [`COMPLETE`]; releases the lease at once
 /// so the sender's next retry can claim the row without waiting for it to expire. Kept
 /// request headers are replaced only by another request's (a replay has none). A queue
-/// row's next attempt is due after `$10` ms.
+/// row's next attempt is due after `$10` ms; `$11` (0 or 1) is added to the tries that did
+/// not count against the attempt cap (throttled, or never started).
 ///
 /// Locks the one row; a concurrent claimer waits, then sees `failed` (and may win it) or
 /// `dead` (and never does).
@@ -90,7 +91,8 @@ UPDATE webhook_events
 SET status = $4, last_error = $5, dead_reason = $6, payload = $7, content_type = $8,
     request_headers = COALESCE($9, request_headers), locked_until = NULL, updated_at = now(),
     next_attempt_at = CASE WHEN $10::bigint IS NULL THEN next_attempt_at
-                           ELSE now() + $10::bigint * interval '1 millisecond' END
+                           ELSE now() + $10::bigint * interval '1 millisecond' END,
+    throttles = throttles + $11::int
 WHERE provider = $1 AND event_key = $2 AND attempts = $3
   AND status IS NOT DISTINCT FROM 'in_progress'";
 
@@ -133,16 +135,20 @@ pub(crate) const LIST: &str = concat!(
 /// Replay: reopen a dead letter as a new attempt, the claim's way (attempts + 1 is the new
 /// fencing token, the lease from the database clock).
 ///
+/// A queue row is due no earlier than the replay's lease ends (renewals move both on), so
+/// no scheduler offers it while the replay runs.
+///
 /// Locks the one row. A concurrent replay of the same key waits for the lock, re-checks
 /// `status = 'dead'` against the committed row, finds `in_progress` and changes nothing:
 /// exactly one replay wins. A sender's delivery arriving meanwhile sees a live lease.
 pub(crate) const REPLAY: &str = "
 UPDATE webhook_events
 SET status = 'in_progress', attempts = attempts + 1, last_path = 'replay',
-    locked_until = now() + $3::bigint * interval '1 millisecond', updated_at = now()
+    locked_until = now() + $3::bigint * interval '1 millisecond',
+    next_attempt_at = now() + $3::bigint * interval '1 millisecond', updated_at = now()
 WHERE provider = $1 AND event_key = $2 AND status IS NOT DISTINCT FROM 'dead'
   AND payload IS NOT NULL
-RETURNING attempts, payload, content_type, fingerprint";
+RETURNING attempts, payload, content_type, fingerprint, mode";
 
 /// Sweep: delete one bounded batch of old rows of one status.
 ///

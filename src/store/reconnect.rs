@@ -43,7 +43,7 @@ impl Reconnect {
         match result {
             Err(e) if e.is_outage() => {
                 let backoff = state.map_or(FIRST_BACKOFF, |(_, b)| (b * 2).min(MAX_BACKOFF));
-                *state = Some((Instant::now() + backoff, backoff));
+                *state = Some((crate::deadline::from_now(backoff), backoff));
             }
             // A busy pool never reached the database: it says nothing about it.
             Err(StoreError::Busy(_)) => {}

@@ -25,6 +25,7 @@ use super::sqlite_queue;
 use super::sqlite_rows::{fenced, record, select_record};
 use super::sqlite_writer::{sql_error, Writer};
 use crate::claim::{ClaimResult, Path as ClaimPath, RowState, Status, StoredResult};
+use crate::config::Mode;
 use crate::key::EventId;
 
 /// The migrations, applied in order, each once.
@@ -35,6 +36,7 @@ const MIGRATIONS: &[(i32, &str)] = &[
         include_str!("migrations/sqlite_0002_request_headers.sql"),
     ),
     (3, include_str!("migrations/sqlite_0003_queue.sql")),
+    (4, include_str!("migrations/sqlite_0004_throttles.sql")),
 ];
 
 /// How long a statement waits for another process's write lock before failing.
@@ -80,17 +82,19 @@ SET status = ?4, last_error = ?5, dead_reason = ?6, payload = ?7, content_type =
     request_headers = COALESCE(?9, request_headers), locked_until = NULL,
     updated_at = unixepoch('subsec'),
     next_attempt_at = CASE WHEN ?10 IS NULL THEN next_attempt_at
-                           ELSE unixepoch('subsec') + ?10 / 1000.0 END
+                           ELSE unixepoch('subsec') + ?10 / 1000.0 END,
+    throttles = throttles + ?11
 WHERE provider = ?1 AND event_key = ?2 AND attempts = ?3 AND status = 'in_progress'";
 
-/// Replay: reopen a dead letter as a new attempt. Under the write lock, of concurrent
-/// replays only the first still sees `dead`.
+/// Replay: reopen a dead letter as a new attempt, due for no scheduler before its lease
+/// ends. Under the write lock, of concurrent replays only the first still sees `dead`.
 const REPLAY: &str = "
 UPDATE webhook_events
 SET status = 'in_progress', attempts = attempts + 1, last_path = 'replay',
-    locked_until = unixepoch('subsec') + ?3 / 1000.0, updated_at = unixepoch('subsec')
+    locked_until = unixepoch('subsec') + ?3 / 1000.0,
+    next_attempt_at = unixepoch('subsec') + ?3 / 1000.0, updated_at = unixepoch('subsec')
 WHERE provider = ?1 AND event_key = ?2 AND status = 'dead' AND payload IS NOT NULL
-RETURNING attempts, payload, content_type, fingerprint";
+RETURNING attempts, payload, content_type, fingerprint, mode";
 
 /// Sweep one bounded batch of old rows of one status (oldest first, by the index).
 const SWEEP: &str = "
@@ -256,6 +260,7 @@ impl Store for SqliteStore {
                     failure.content_type,
                     failure.headers,
                     failure.retry_in.map(millis),
+                    i32::from(failure.uncounted),
                 ])
             }))
         }))
@@ -277,16 +282,27 @@ impl Store for SqliteStore {
             conn.prepare_cached(REPLAY)
                 .and_then(|mut s| {
                     s.query_row(params![&*provider, &*key, millis(lease)], |r| {
-                        Ok(Reopened {
-                            attempts: r.get(0)?,
-                            payload: Bytes::from(r.get::<_, Vec<u8>>(1)?),
-                            content_type: r.get(2)?,
-                            fingerprint: r.get(3)?,
-                        })
+                        let mode = r.get::<_, String>(4)?;
+                        Ok((
+                            Reopened {
+                                attempts: r.get(0)?,
+                                payload: Bytes::from(r.get::<_, Vec<u8>>(1)?),
+                                content_type: r.get(2)?,
+                                fingerprint: r.get(3)?,
+                                mode: Mode::Sync,
+                            },
+                            mode,
+                        ))
                     })
                     .optional()
                 })
-                .map_err(sql_error)
+                .map_err(sql_error)?
+                .map(|(reopened, mode)| {
+                    let mode = Mode::parse(&mode)
+                        .ok_or_else(|| StoreError::Corrupt(format!("mode {mode:?}")))?;
+                    Ok(Reopened { mode, ..reopened })
+                })
+                .transpose()
         }))
     }
 
@@ -366,6 +382,14 @@ impl Store for SqliteStore {
         Box::pin(
             self.writer
                 .call(move |conn| sqlite_queue::abandon(conn, &provider, horizon, batch)),
+        )
+    }
+
+    fn orphan<'a>(&'a self, known: &'a [String], batch: u32) -> StoreFuture<'a, u64> {
+        let known = known.to_vec();
+        Box::pin(
+            self.writer
+                .call(move |conn| sqlite_queue::orphan(conn, &known, batch)),
         )
     }
 

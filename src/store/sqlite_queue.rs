@@ -36,13 +36,16 @@ WHERE provider = ?1 AND event_key = ?2 AND mode = 'queue'
   AND next_attempt_at <= unixepoch('subsec')
   AND (status IN ('queued', 'failed')
        OR (status = 'in_progress' AND locked_until <= unixepoch('subsec')))
-RETURNING attempts, last_path, payload, content_type, fingerprint";
+RETURNING attempts, attempts - throttles, last_path, payload, content_type, fingerprint,
+          CAST(MAX(0, unixepoch('subsec') - created_at) * 1000 AS INTEGER)";
 
-/// Due keys of one provider, longest due first (the partial `webhook_events_due` index).
+/// Due keys of one provider, longest due first (the partial `webhook_events_due` index);
+/// never a row with a live lease.
 const DUE: &str = "
 SELECT event_key FROM webhook_events
 WHERE provider = ?1 AND mode = 'queue' AND status IN ('queued', 'failed', 'in_progress')
   AND next_attempt_at <= unixepoch('subsec')
+  AND (status <> 'in_progress' OR locked_until <= unixepoch('subsec'))
 ORDER BY next_attempt_at LIMIT ?2";
 
 /// Renew a running queue attempt's lease, fenced by its attempt number.
@@ -65,12 +68,29 @@ WHERE rowid IN (
            OR (status = 'in_progress' AND locked_until <= unixepoch('subsec')))
     LIMIT ?3)";
 
-/// Unfinished queue rows per provider and the age of the oldest due one.
+/// Orphan: due queue rows whose provider is not in the JSON array `?1` become
+/// `provider_removed` dead letters (see Postgres's `ORPHAN`); read from the due index alone.
+const ORPHAN: &str = "
+UPDATE webhook_events
+SET status = 'dead', dead_reason = 'provider_removed', locked_until = NULL,
+    last_error = 'its provider is no longer configured', updated_at = unixepoch('subsec')
+WHERE rowid IN (
+    SELECT rowid FROM webhook_events INDEXED BY webhook_events_due
+    WHERE mode = 'queue' AND status IN ('queued', 'failed', 'in_progress')
+      AND provider NOT IN (SELECT value FROM json_each(?1))
+      AND next_attempt_at <= unixepoch('subsec')
+      AND (status <> 'in_progress' OR locked_until <= unixepoch('subsec'))
+    LIMIT ?2)";
+
+/// Unfinished queue rows per provider and the age of the oldest due one, read from the
+/// partial due index alone (`INDEXED BY`: without statistics the planner would walk the
+/// status index — every `in_progress` and `failed` row, sync ones included — on the single
+/// writer, every few seconds).
 const QUEUE_DEPTH: &str = "
 SELECT provider, count(*),
        CAST(COALESCE(MAX(0, unixepoch('subsec') - min(next_attempt_at)
            FILTER (WHERE next_attempt_at <= unixepoch('subsec'))), 0) * 1000 AS INTEGER)
-FROM webhook_events
+FROM webhook_events INDEXED BY webhook_events_due
 WHERE mode = 'queue' AND status IN ('queued', 'failed', 'in_progress')
 GROUP BY provider";
 
@@ -140,27 +160,32 @@ pub(crate) fn take(
         .and_then(|mut s| {
             s.query_row(params![&*id.provider, &*id.key, millis(lease)], |r| {
                 Ok((
-                    r.get::<_, i32>(0)?,
-                    r.get::<_, String>(1)?,
-                    r.get::<_, Option<Vec<u8>>>(2)?,
-                    r.get::<_, Option<String>>(3)?,
+                    (r.get::<_, i32>(0)?, r.get::<_, i32>(1)?),
+                    r.get::<_, String>(2)?,
+                    r.get::<_, Option<Vec<u8>>>(3)?,
                     r.get::<_, Option<String>>(4)?,
+                    r.get::<_, Option<String>>(5)?,
+                    r.get::<_, i64>(6)?,
                 ))
             })
             .optional()
         })
         .map_err(sql_error)?;
     taken
-        .map(|(attempts, path, payload, content_type, fingerprint)| {
-            Ok(Taken {
-                attempts,
-                path: Path::parse(&path)
-                    .ok_or_else(|| StoreError::Corrupt(format!("last_path {path:?}")))?,
-                payload: Bytes::from(payload.unwrap_or_default()),
-                content_type,
-                fingerprint,
-            })
-        })
+        .map(
+            |((attempts, tries), path, payload, content_type, fingerprint, age_ms)| {
+                Ok(Taken {
+                    attempts,
+                    tries,
+                    age: Duration::from_millis(u64::try_from(age_ms).unwrap_or(0)),
+                    path: Path::parse(&path)
+                        .ok_or_else(|| StoreError::Corrupt(format!("last_path {path:?}")))?,
+                    payload: Bytes::from(payload.unwrap_or_default()),
+                    content_type,
+                    fingerprint,
+                })
+            },
+        )
         .transpose()
 }
 
@@ -207,6 +232,15 @@ pub(crate) fn abandon(
     Ok(changed as u64)
 }
 
+pub(crate) fn orphan(conn: &Connection, known: &[String], batch: u32) -> Result<u64, StoreError> {
+    let known = serde_json::to_string(known).map_err(|e| StoreError::Query(e.to_string()))?;
+    let changed = conn
+        .prepare_cached(ORPHAN)
+        .and_then(|mut s| s.execute(params![known, batch]))
+        .map_err(sql_error)?;
+    Ok(changed as u64)
+}
+
 pub(crate) fn queue_depth(conn: &Connection) -> Result<Vec<QueueDepth>, StoreError> {
     let mut stmt = conn.prepare_cached(QUEUE_DEPTH).map_err(sql_error)?;
     let rows = stmt
@@ -219,4 +253,55 @@ pub(crate) fn queue_depth(conn: &Connection) -> Result<Vec<QueueDepth>, StoreErr
         })
         .map_err(sql_error)?;
     rows.map(|r| r.map_err(sql_error)).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The plan SQLite picks for `sql` on the migrated schema, one detail line a step.
+    fn plan(sql: &str) -> Vec<String> {
+        let conn = Connection::open_in_memory().unwrap();
+        for migration in [
+            include_str!("migrations/sqlite_0001_webhook_events.sql"),
+            include_str!("migrations/sqlite_0002_request_headers.sql"),
+            include_str!("migrations/sqlite_0003_queue.sql"),
+            include_str!("migrations/sqlite_0004_throttles.sql"),
+        ] {
+            conn.execute_batch(migration).unwrap();
+        }
+        let mut stmt = conn.prepare(&format!("EXPLAIN QUERY PLAN {sql}")).unwrap();
+        let nulls = vec![rusqlite::types::Null; stmt.parameter_count()];
+        let details = stmt
+            .query_map(rusqlite::params_from_iter(nulls), |r| r.get::<_, String>(3))
+            .unwrap();
+        details.map(Result::unwrap).collect()
+    }
+
+    #[test]
+    fn the_queue_depth_reads_the_due_index_not_every_unfinished_row() {
+        let steps = plan(QUEUE_DEPTH);
+        assert!(
+            steps.iter().any(|s| s.contains("INDEX webhook_events_due")),
+            "{steps:?}"
+        );
+        assert!(
+            !steps
+                .iter()
+                .any(|s| s.contains("webhook_events_status_updated")
+                    || s.trim_end() == "SCAN webhook_events"),
+            "{steps:?}"
+        );
+    }
+
+    #[test]
+    fn the_due_and_orphan_reads_use_the_due_index() {
+        for sql in [DUE, ORPHAN] {
+            let steps = plan(sql);
+            assert!(
+                steps.iter().any(|s| s.contains("webhook_events_due")),
+                "{sql}: {steps:?}"
+            );
+        }
+    }
 }

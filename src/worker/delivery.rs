@@ -118,7 +118,7 @@ impl Delivery for HttpDelivery {
                     .headers()
                     .get("Retry-After")
                     .and_then(|v| v.to_str().ok())
-                    .and_then(|v| v.trim().parse().ok());
+                    .and_then(|v| retry_after_secs(v, SystemTime::now()));
                 return DeliveryOutcome::Refused {
                     status,
                     retry_after,
@@ -140,5 +140,46 @@ impl Delivery for HttpDelivery {
                 body,
             })
         })
+    }
+}
+
+/// A `Retry-After` value read as RFC 9110 says: delay-seconds (a number too large for 64
+/// bits is the largest one), or an HTTP-date (seconds from `now`, rounded up; 0 once past).
+/// Anything else is no `Retry-After` at all. The judge bounds what this answers.
+pub fn retry_after_secs(value: &str, now: SystemTime) -> Option<u64> {
+    let value = value.trim();
+    if !value.is_empty() && value.bytes().all(|b| b.is_ascii_digit()) {
+        return Some(value.parse().unwrap_or(u64::MAX));
+    }
+    let date: SystemTime = value
+        .parse::<actix_web::http::header::HttpDate>()
+        .ok()?
+        .into();
+    Some(
+        date.duration_since(now)
+            .map_or(0, |d| d.as_secs() + u64::from(d.subsec_nanos() > 0)),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retry_after_is_delay_seconds_or_an_http_date() {
+        let now = UNIX_EPOCH + Duration::from_secs(1_700_000_000);
+        assert_eq!(retry_after_secs("120", now), Some(120));
+        assert_eq!(retry_after_secs(" 0 ", now), Some(0));
+        assert_eq!(
+            retry_after_secs("18446744073709551616000", now),
+            Some(u64::MAX)
+        );
+        let later = actix_web::http::header::HttpDate::from(now + Duration::from_secs(90));
+        assert_eq!(retry_after_secs(&later.to_string(), now), Some(90));
+        let earlier = actix_web::http::header::HttpDate::from(now - Duration::from_secs(90));
+        assert_eq!(retry_after_secs(&earlier.to_string(), now), Some(0));
+        for junk in ["", "soon", "-5", "1.5", "Tue, 99 Foo 2026"] {
+            assert_eq!(retry_after_secs(junk, now), None, "{junk:?}");
+        }
     }
 }

@@ -14,18 +14,25 @@ use std::sync::Arc;
 use actix::prelude::*;
 use futures_util::FutureExt;
 
+use crate::metrics::Metrics;
+
 pub use delivery::{Delivery, DeliveryOutcome, DeliveryRequest, HttpDelivery};
 
 /// One supervised delivery worker.
 pub struct Worker {
     delivery: Arc<dyn Delivery>,
+    metrics: Arc<Metrics>,
     log: slog::Logger,
 }
 
 impl Worker {
-    /// A worker delivering through `delivery`.
-    pub fn new(delivery: Arc<dyn Delivery>, log: slog::Logger) -> Self {
-        Self { delivery, log }
+    /// A worker delivering through `delivery`, counting its panics in `metrics`.
+    pub fn new(delivery: Arc<dyn Delivery>, metrics: Arc<Metrics>, log: slog::Logger) -> Self {
+        Self {
+            delivery,
+            metrics,
+            log,
+        }
     }
 }
 
@@ -49,6 +56,10 @@ pub struct Deliver {
     /// lease. Later, the worker answers [`DeliveryOutcome::NotStarted`] without calling
     /// the target: a delivery that could outlive its lease could run beside a retake.
     pub start_by: std::time::Instant,
+    /// Queue mode: when its sender is dropped (or sends), the worker hangs up on the
+    /// target at once — the attempt runner could not confirm the lease, and a retake may
+    /// start once it ends. `None`: the delivery runs to its end (or its timeout).
+    pub hang_up: Option<tokio::sync::oneshot::Receiver<()>>,
 }
 
 impl Handler<Deliver> for Worker {
@@ -67,13 +78,30 @@ impl Handler<Deliver> for Worker {
             ))));
         }
         let delivery = Arc::clone(&self.delivery);
-        let attempt = AssertUnwindSafe(async move { delivery.deliver(msg.request).await });
+        let log = self.log.clone();
+        let attempt = AssertUnwindSafe(async move {
+            let key = msg.request.idempotency_key.clone();
+            let delivery = delivery.deliver(msg.request);
+            let Some(hang_up) = msg.hang_up else {
+                return delivery.await;
+            };
+            tokio::select! {
+                biased;
+                _ = hang_up => {
+                    // Dropping the delivery closes its connection to the target.
+                    slog::warn!(log, "worker.hung_up"; "idempotency_key" => &key);
+                    DeliveryOutcome::Unreachable("hung up: the lease was not confirmed".into())
+                }
+                outcome = delivery => outcome,
+            }
+        });
         AtomicResponse::new(Box::pin(attempt.catch_unwind().into_actor(self).map(
             |result, act, ctx| match result {
                 Ok(outcome) => outcome,
                 Err(panic) => {
                     let message = panic_message(panic.as_ref());
                     slog::error!(act.log, "worker.crashed"; "error" => &message);
+                    act.metrics.actor_panic("worker");
                     ctx.stop();
                     DeliveryOutcome::Crashed(message)
                 }
@@ -127,12 +155,13 @@ mod tests {
         let calls = Arc::new(AtomicUsize::new(0));
         let delivery: Arc<dyn Delivery> = Arc::new(Counting(Arc::clone(&calls)));
         let log = slog::Logger::root(slog::Discard, slog::o!());
-        let worker = Worker::new(delivery, log).start();
+        let worker = Worker::new(delivery, Arc::new(Metrics::new()), log).start();
         let late = Instant::now() - Duration::from_millis(1);
         let outcome = worker
             .send(Deliver {
                 request: request(),
                 start_by: late,
+                hang_up: None,
             })
             .await
             .unwrap();
@@ -151,6 +180,7 @@ mod tests {
             .send(Deliver {
                 request: request(),
                 start_by: in_time,
+                hang_up: None,
             })
             .await
             .unwrap();

@@ -34,5 +34,6 @@ mod plans;
 mod pressure;
 mod providers;
 mod queue;
+mod queue_promise;
 mod store_conformance;
 mod tls;

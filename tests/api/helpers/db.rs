@@ -204,6 +204,81 @@ impl TestDb {
         }
     }
 
+    /// Seconds from a row's last change to when it is due again: the backoff its last
+    /// failure wrote.
+    pub async fn backoff(&self, provider: &str, key: &str) -> f64 {
+        match &self.inspect {
+            Inspect::Pg(client) => client
+                .query_one(
+                    "SELECT extract(epoch FROM next_attempt_at - updated_at)::float8
+                     FROM webhook_events WHERE provider = $1 AND event_key = $2",
+                    &[&provider, &key],
+                )
+                .await
+                .expect("backoff")
+                .get(0),
+            Inspect::Sqlite(file) => Self::sqlite(file)
+                .query_row(
+                    "SELECT next_attempt_at - updated_at FROM webhook_events
+                     WHERE provider = ?1 AND event_key = ?2",
+                    [provider, key],
+                    |r| r.get(0),
+                )
+                .expect("backoff"),
+        }
+    }
+
+    /// Moves a row's creation `days` into the past, as if it had been accepted long ago.
+    pub async fn age(&self, provider: &str, key: &str, days: u32) {
+        let n = match &self.inspect {
+            Inspect::Pg(client) => client
+                .execute(
+                    "UPDATE webhook_events SET created_at = now() - $3::int * interval '1 day'
+                     WHERE provider = $1 AND event_key = $2",
+                    &[&provider, &key, &(days as i32)],
+                )
+                .await
+                .expect("age row"),
+            Inspect::Sqlite(file) => Self::sqlite(file)
+                .execute(
+                    "UPDATE webhook_events SET created_at = unixepoch('subsec') - ?3 * 86400
+                     WHERE provider = ?1 AND event_key = ?2",
+                    rusqlite::params![provider, key, days],
+                )
+                .expect("age row") as u64,
+        };
+        assert_eq!(n, 1, "no row {provider}:{key} to age");
+    }
+
+    /// Locks the whole events table in a transaction left open, so that every statement
+    /// of the store waits until [`TableLock::release`]: Postgres's `ACCESS EXCLUSIVE`
+    /// lock, SQLite's exclusive transaction.
+    pub async fn lock_table(&self) -> TableLock {
+        match &self.inspect {
+            Inspect::Pg(_) => {
+                let mut config: tokio_postgres::Config =
+                    self.url.parse().expect("test database URL");
+                config.options(format!("-c search_path={}", self.schema));
+                let (client, connection) = config
+                    .connect(tokio_postgres::NoTls)
+                    .await
+                    .expect("connect");
+                actix_rt::spawn(connection);
+                client
+                    .batch_execute("BEGIN; LOCK TABLE webhook_events IN ACCESS EXCLUSIVE MODE")
+                    .await
+                    .expect("lock the table");
+                TableLock::Pg(client)
+            }
+            Inspect::Sqlite(file) => {
+                let conn = Self::sqlite(file);
+                conn.execute_batch("BEGIN EXCLUSIVE")
+                    .expect("lock the database");
+                TableLock::Sqlite(conn)
+            }
+        }
+    }
+
     /// `(connections, encrypted ones)` of this cluster whose `application_name` is `name`.
     pub async fn tls_connections(&self, name: &str) -> (i64, i64) {
         let Inspect::Pg(client) = &self.inspect else {
@@ -381,6 +456,22 @@ impl RowLock {
     }
 }
 
+/// The whole events table locked (see [`TestDb::lock_table`]).
+pub enum TableLock {
+    Pg(tokio_postgres::Client),
+    Sqlite(rusqlite::Connection),
+}
+
+impl TableLock {
+    /// Ends the transaction: every statement that waited goes on.
+    pub async fn release(self) {
+        match self {
+            TableLock::Pg(client) => client.batch_execute("ROLLBACK").await.expect("rollback"),
+            TableLock::Sqlite(conn) => conn.execute_batch("ROLLBACK").expect("rollback"),
+        }
+    }
+}
+
 /// A failed attempt's record: a target's 500, with a payload and kept headers; `dead`
 /// makes it a dead letter.
 pub fn failure(dead: Option<hookgate::store::DeadReason>) -> hookgate::store::Failure {
@@ -391,5 +482,6 @@ pub fn failure(dead: Option<hookgate::store::DeadReason>) -> hookgate::store::Fa
         content_type: Some("application/json".into()),
         headers: Some(r#"{"x-sender":"s1"}"#.into()),
         retry_in: None,
+        uncounted: false,
     }
 }

@@ -39,4 +39,9 @@ impl CapturedLog {
             .filter(|l| l["msg"] == msg && l["event_key"] == key)
             .collect()
     }
+
+    /// How many lines have message `msg`, whatever they are about.
+    pub fn count(&self, msg: &str) -> usize {
+        self.lines().iter().filter(|l| l["msg"] == msg).count()
+    }
 }

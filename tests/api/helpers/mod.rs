@@ -5,6 +5,7 @@
 
 mod binary;
 mod db;
+mod faults;
 mod log;
 mod proxy;
 mod target;
@@ -22,6 +23,7 @@ use hookgate::worker::{Delivery, DeliveryOutcome, DeliveryRequest, HttpDelivery}
 
 pub use binary::BinaryNode;
 pub use db::{failure, Backend, TestDb};
+pub use faults::PanickingStore;
 pub use log::CapturedLog;
 pub use proxy::StoreProxy;
 pub use target::{Behaviour, TestTarget};
@@ -143,6 +145,17 @@ pub async fn start_node(
     delivery: Arc<dyn Delivery>,
 ) -> TestApp {
     let store = db.store_with(config.store.clone()).await;
+    start_node_on(db, target, config, delivery, store).await
+}
+
+/// [`start_node`] on a store the caller made (for example one with a fault put in).
+pub async fn start_node_on(
+    db: TestDb,
+    target: TestTarget,
+    config: Config,
+    delivery: Arc<dyn Delivery>,
+    store: Arc<dyn Store>,
+) -> TestApp {
     let log = CapturedLog::default();
     let app = Application::build(&config, Arc::clone(&store), delivery, log.logger())
         .await
@@ -260,6 +273,21 @@ impl TestApp {
             retry_after,
             body: String::from_utf8_lossy(&body).into_owned(),
         }
+    }
+
+    /// Starts the node's graceful shutdown (as SIGTERM does) without waiting for it.
+    pub fn start_shutdown(&self) {
+        let stopper = self.stopper.clone();
+        actix_rt::spawn(async move { stopper.stop().await });
+    }
+
+    /// Waits (bounded) until the node has stopped by itself; its result.
+    pub async fn stopped_by_itself(&mut self) -> anyhow::Result<()> {
+        let stopped = self.stopped.take().expect("the node is running");
+        tokio::time::timeout(Duration::from_secs(20), stopped)
+            .await
+            .expect("the node did not stop by itself")
+            .expect("node task")
     }
 
     /// Stops the node the way SIGTERM does and waits until everything in flight has

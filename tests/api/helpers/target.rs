@@ -1,8 +1,13 @@
-//! The target: a real HTTP server that counts deliveries per `Idempotency-Key`, and can be
-//! told to fail or hang.
+//! The target: a real HTTP server that counts deliveries per `Idempotency-Key`, records
+//! when each one started and ended (answered, or the client hung up), and can be told to
+//! fail, throttle or hang.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
 
 use actix_web::{web, App, HttpRequest, HttpResponse, HttpServer};
 use tokio::sync::watch;
@@ -20,9 +25,20 @@ pub enum Behaviour {
     Hang,
     /// 200 with a body of this many bytes (`b'r'`), as a large application answer.
     Large(usize),
+    /// This status with this `Retry-After` value (a rate-limited or overloaded target).
+    Throttle(u16, &'static str),
 }
 
-/// What the target saw of the last delivery of a key.
+/// One delivery as the target's connection lived it: from its request to its answer, or
+/// to the moment the client closed the connection (`None` while it is still open).
+/// Recorded by a TCP watch in front of the server, since an HTTP handler is not told when
+/// its client hangs up.
+#[derive(Debug, Clone, Copy)]
+pub struct Span {
+    pub start: Instant,
+    pub end: Option<Instant>,
+}
+
 #[derive(Debug, Clone, Default)]
 pub struct Seen {
     pub attempt: Option<String>,
@@ -35,6 +51,7 @@ pub struct Seen {
 struct TargetState {
     counts: Mutex<HashMap<String, usize>>,
     last: Mutex<HashMap<String, Seen>>,
+    spans: Mutex<HashMap<String, Vec<Span>>>,
     behaviour: Mutex<Behaviour>,
     release: watch::Sender<bool>,
 }
@@ -51,6 +68,7 @@ impl TestTarget {
         let state = Arc::new(TargetState {
             counts: Mutex::default(),
             last: Mutex::default(),
+            spans: Mutex::default(),
             behaviour: Mutex::new(Behaviour::Accept),
             release,
         });
@@ -67,8 +85,9 @@ impl TestTarget {
         .expect("bind target");
         let port = server.addrs()[0].port();
         actix_rt::spawn(server.run());
+        let watched = watch(port, Arc::clone(&state)).await;
         Self {
-            url: format!("http://127.0.0.1:{port}/effects"),
+            url: format!("http://127.0.0.1:{watched}/effects"),
             state,
         }
     }
@@ -106,6 +125,25 @@ impl TestTarget {
             .get(idempotency_key)
             .cloned()
             .unwrap_or_default()
+    }
+
+    /// Every delivery of `provider:key` so far, in arrival order.
+    pub fn spans(&self, idempotency_key: &str) -> Vec<Span> {
+        self.state
+            .spans
+            .lock()
+            .unwrap()
+            .get(idempotency_key)
+            .cloned()
+            .unwrap_or_default()
+    }
+
+    /// Deliveries of `provider:key` whose connection is still open.
+    pub fn open(&self, idempotency_key: &str) -> usize {
+        self.spans(idempotency_key)
+            .iter()
+            .filter(|s| s.end.is_none())
+            .count()
     }
 
     /// Forgets every count (between sub-cases of one test).
@@ -162,10 +200,103 @@ async fn receive(
             return HttpResponse::build(code.try_into().unwrap()).finish();
         }
         Behaviour::Large(n) => return HttpResponse::Ok().body(vec![b'r'; n]),
+        Behaviour::Throttle(code, retry_after) => {
+            return HttpResponse::build(code.try_into().unwrap())
+                .insert_header(("Retry-After", retry_after))
+                .finish();
+        }
         Behaviour::Hang => {
             let mut released = state.release.subscribe();
             let _ = released.wait_for(|r| *r).await;
         }
     }
     HttpResponse::Created().json(serde_json::json!({ "received": key }))
+}
+
+/// A TCP watch in front of the target server on `port`: forwards every connection, and
+/// records a [`Span`] per request — opened when a request's `Idempotency-Key` header goes
+/// by, ended by the first bytes of the answer or by the connection's close. Answers the
+/// port it listens on.
+async fn watch(port: u16, state: Arc<TargetState>) -> u16 {
+    let listener = TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind the watch");
+    let watched = listener.local_addr().unwrap().port();
+    actix_rt::spawn(async move {
+        while let Ok((inbound, _)) = listener.accept().await {
+            let state = Arc::clone(&state);
+            actix_rt::spawn(async move {
+                let Ok(outbound) = TcpStream::connect(("127.0.0.1", port)).await else {
+                    return;
+                };
+                let open: Mutex<Option<(String, usize)>> = Mutex::new(None);
+                let close = || {
+                    if let Some((key, index)) = open.lock().unwrap().take() {
+                        if let Some(span) = state
+                            .spans
+                            .lock()
+                            .unwrap()
+                            .get_mut(&key)
+                            .and_then(|s| s.get_mut(index))
+                        {
+                            span.end = Some(Instant::now());
+                        }
+                    }
+                };
+                let (mut client_read, mut client_write) = inbound.into_split();
+                let (mut server_read, mut server_write) = outbound.into_split();
+                let requests = async {
+                    let mut buf = vec![0u8; 64 * 1024];
+                    loop {
+                        let n = match client_read.read(&mut buf).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => n,
+                        };
+                        if let Some(key) = idempotency_key(&buf[..n]) {
+                            let mut spans = state.spans.lock().unwrap();
+                            let spans = spans.entry(key.clone()).or_default();
+                            spans.push(Span {
+                                start: Instant::now(),
+                                end: None,
+                            });
+                            *open.lock().unwrap() = Some((key, spans.len() - 1));
+                        }
+                        if server_write.write_all(&buf[..n]).await.is_err() {
+                            return;
+                        }
+                    }
+                };
+                let answers = async {
+                    let mut buf = vec![0u8; 64 * 1024];
+                    loop {
+                        let n = match server_read.read(&mut buf).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => n,
+                        };
+                        close();
+                        if client_write.write_all(&buf[..n]).await.is_err() {
+                            return;
+                        }
+                    }
+                };
+                tokio::select! {
+                    () = requests => {}
+                    () = answers => {}
+                }
+                close();
+            });
+        }
+    });
+    watched
+}
+
+/// The `Idempotency-Key` header's value in a request's bytes, if they hold one.
+fn idempotency_key(bytes: &[u8]) -> Option<String> {
+    let text = String::from_utf8_lossy(bytes);
+    text.split("\r\n").find_map(|line| {
+        let (name, value) = line.split_once(':')?;
+        name.trim()
+            .eq_ignore_ascii_case("idempotency-key")
+            .then(|| value.trim().to_owned())
+    })
 }

@@ -1,0 +1,442 @@
+//! Queue mode keeps its promise in ordinary operations: no two attempts of one key are
+//! ever open at the target at once, and a key the target answered 2xx is never sent again
+//! while its process lives — through replays, lost renewals, slow outcome writes, a
+//! target's `Retry-After`, a redelivery with another payload, a shutdown, and a provider
+//! that left queue mode. The scheduler's background loop is slowed to an hour; every pass
+//! here is driven by hand (`run_once`).
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use hookgate::config::{Config, Mode};
+use hookgate::key::EventId;
+use hookgate::metrics::Metrics;
+use hookgate::retention::Sweeper;
+use hookgate::secret::Secret;
+
+use crate::helpers::{
+    base_config, eventually, spawn_app_behind_proxy_with, spawn_app_on, start_node_on, Backend,
+    Behaviour, PanickingStore, TestApp, TestDb, TestTarget, PROVIDER,
+};
+
+const TOKEN: &str = "queue-admin-token";
+
+/// Queue mode with a lease (2 s) shorter than the target's timeout (30 s): every long
+/// delivery lives on renewals.
+fn long_deliveries(c: &mut Config) {
+    c.providers[0].mode = Some(Mode::Queue);
+    c.queue.poll_interval = Duration::from_secs(3600);
+    c.lease.duration = Duration::from_secs(2);
+    c.retry.base = Duration::from_secs(3);
+    c.retry.cap = Duration::from_secs(30);
+    c.store.statement_timeout = Duration::from_secs(1);
+    c.providers[0].target.timeout = Duration::from_secs(30);
+}
+
+async fn wait_status(app: &TestApp, key: &str, status: &str) {
+    eventually(&format!("{key} to be {status}"), || async {
+        app.db.status(PROVIDER, key).await.as_deref() == Some(status)
+    })
+    .await;
+}
+
+/// A queue event the target refused for good (400): a dead letter after one attempt.
+async fn dead_letter(app: &TestApp, key: &str) {
+    app.target.set(Behaviour::Status(400));
+    assert_eq!(
+        app.deliver(key, &format!(r#"{{"id":"{key}"}}"#))
+            .await
+            .status,
+        202
+    );
+    wait_status(app, key, "dead").await;
+}
+
+/// Waits until the attempt running on `key` has outlived its first lease (so only
+/// renewals can have kept it), then checks that its lease is live and that no scheduler
+/// — this node's or another's — offers or takes the row.
+async fn outlives_its_lease_untaken(app: &TestApp, key: &str, attempts: i32) {
+    eventually("the attempt to outlive its first lease", || async {
+        app.db.lease_state(PROVIDER, key).await.2 > 2.5
+    })
+    .await;
+    let (status, now_attempts, _, left) = app.db.lease_state(PROVIDER, key).await;
+    assert_eq!((status.as_str(), now_attempts), ("in_progress", attempts));
+    assert!(left > 0.0, "the lease was renewed: {left} s left");
+    let due = app.store.due(PROVIDER, 10).await.unwrap();
+    assert!(
+        due.is_empty(),
+        "a row with a live lease is not due: {due:?}"
+    );
+    assert_eq!(app.scheduler.run_once().await.unwrap(), 0, "nothing taken");
+    let other = app.second_node(long_deliveries).await;
+    assert_eq!(
+        other.scheduler.run_once().await.unwrap(),
+        0,
+        "nothing taken"
+    );
+    assert_eq!(app.target.open(&TestApp::idem(key)), 1, "one attempt open");
+}
+
+async fn a_command_line_replay_of_a_queue_event_renews_its_lease_and_no_scheduler_takes_it(
+    backend: Backend,
+) {
+    let app = spawn_app_on(backend, long_deliveries).await;
+    dead_letter(&app, "evt_rp").await;
+    app.target.set(Behaviour::Hang);
+    let mut config = base_config(&app.db, &app.target);
+    long_deliveries(&mut config);
+    let replay = hookgate::cli::replay(&config, EventId::new(PROVIDER, "evt_rp"));
+    let watch = async {
+        app.target.wait_for(&TestApp::idem("evt_rp"), 2).await;
+        outlives_its_lease_untaken(&app, "evt_rp", 2).await;
+        app.target.release();
+    };
+    let (line, ()) = futures_util::join!(replay, watch);
+    let line = line.expect("replayed");
+    assert!(line.contains("done"), "{line}");
+    wait_status(&app, "evt_rp", "done").await;
+    assert_eq!(app.target.count(&TestApp::idem("evt_rp")), 2);
+}
+
+async fn an_admin_replay_of_a_queue_event_reaches_a_target_slower_than_the_lease(backend: Backend) {
+    let app = spawn_app_on(backend, |c| {
+        long_deliveries(c);
+        c.admin.token = Some(Secret::new(TOKEN));
+    })
+    .await;
+    dead_letter(&app, "evt_ar").await;
+    app.target.set(Behaviour::Hang);
+    let auth = format!("Bearer {TOKEN}");
+    let path = format!("/admin/dead/{PROVIDER}/evt_ar/replay");
+    let headers = [("Authorization", auth.as_str())];
+    let replay = app.post(&path, &headers, String::new());
+    let watch = async {
+        app.target.wait_for(&TestApp::idem("evt_ar"), 2).await;
+        outlives_its_lease_untaken(&app, "evt_ar", 2).await;
+        app.target.release();
+    };
+    let (answer, ()) = futures_util::join!(replay, watch);
+    assert_eq!(answer.status, 200, "{answer:?}");
+    assert!(answer.body.contains(r#""status":"done""#), "{answer:?}");
+    assert_eq!(app.target.count(&TestApp::idem("evt_ar")), 2);
+}
+
+/// Two nodes; A's database connection freezes (packets dropped, sockets open) while its
+/// delivery runs, for longer than the lease. A cannot confirm its lease, so it must hang
+/// up on the target before the lease ends: B's retake arrives only after A's connection
+/// is closed.
+#[actix_web::test]
+async fn a_node_that_cannot_renew_its_lease_hangs_up_before_another_node_retakes_the_row() {
+    let (a, proxy) = spawn_app_behind_proxy_with(long_deliveries).await;
+    let b = a.second_node(long_deliveries).await;
+    // B's own first pass (at its start) is over: the event is A's to take.
+    eventually("node B's first scheduler pass", || async {
+        b.get("/metrics")
+            .await
+            .body
+            .contains("hookgate_scheduler_polls_total 1")
+    })
+    .await;
+    let idem = TestApp::idem("evt_fz");
+    a.target.set(Behaviour::Hang);
+    assert_eq!(a.deliver("evt_fz", "{}").await.status, 202);
+    a.target.wait_for(&idem, 1).await;
+    proxy.freeze();
+    eventually("the lease to run out by the database's clock", || async {
+        a.db.lease_state(PROVIDER, "evt_fz").await.3 <= 0.0
+    })
+    .await;
+    eventually("node B to retake the row", || async {
+        b.scheduler.run_once().await.unwrap();
+        a.target.count(&idem) >= 2
+    })
+    .await;
+    let spans = a.target.spans(&idem);
+    assert_eq!(spans.len(), 2, "{spans:?}");
+    let first_closed = spans[0].end.expect("node A hung up on the target");
+    assert!(
+        first_closed <= spans[1].start,
+        "two attempts open at once: {spans:?}"
+    );
+
+    proxy.thaw();
+    a.target.release();
+    wait_status(&b, "evt_fz", "done").await;
+    let row = b
+        .store
+        .lookup(&EventId::new(PROVIDER, "evt_fz"))
+        .await
+        .unwrap();
+    assert_eq!(
+        row.expect("row").attempts,
+        2,
+        "A's hung-up attempt recorded nothing"
+    );
+    assert_eq!(a.target.count(&idem), 2);
+}
+
+/// The target answered; then the store stalls (the table locked) for longer than the
+/// lease. In queue mode nobody waits on the answer and the write is fenced: it is retried
+/// until it lands, and the key stays in flight meanwhile, so the node's own scheduler
+/// never sends the event again.
+async fn an_outcome_write_held_up_past_the_lease_lands_and_the_event_is_not_sent_again(
+    backend: Backend,
+) {
+    let app = spawn_app_on(backend, long_deliveries).await;
+    let idem = TestApp::idem("evt_lk");
+    app.target.set(Behaviour::Hang);
+    assert_eq!(app.deliver("evt_lk", "{}").await.status, 202);
+    app.target.wait_for(&idem, 1).await;
+    let lock = app.db.lock_table().await;
+    app.target.release();
+    // Six tries of the write: its pauses alone (0.1 + 0.2 + 0.4 + 0.8 + 1 s) outlast
+    // the 2 s lease.
+    eventually("the outcome write to be retried past the lease", || async {
+        app.log.events("webhook.record_retry", "evt_lk").len() >= 6
+    })
+    .await;
+    lock.release().await;
+    // The scheduler runs meanwhile (failing while the store's reconnect backoff lasts, after
+    // the timed-out statements): the row is due by then, but its key is still in flight.
+    eventually("the outcome to land", || async {
+        let _ = app.scheduler.run_once().await;
+        app.db.status(PROVIDER, "evt_lk").await.as_deref() == Some("done")
+    })
+    .await;
+    eventually("a scheduler pass that reaches the store", || async {
+        app.scheduler.run_once().await.is_ok()
+    })
+    .await;
+    assert_eq!(app.target.count(&idem), 1, "delivered once");
+}
+
+/// The target's `Retry-After` on a 503, read as RFC 9110 says (delay-seconds or an
+/// HTTP-date) and held within `[1 s, retry.cap]`: the row's next try is due within those
+/// bounds, the shard answers on, the node stays ready.
+async fn a_targets_retry_after_is_bounded_and_can_never_take_a_shard_down(backend: Backend) {
+    let in_ten_seconds =
+        actix_web::http::header::HttpDate::from(SystemTime::now() + Duration::from_secs(10))
+            .to_string();
+    let date: &'static str = Box::leak(in_ten_seconds.into_boxed_str());
+    let cases: [(&'static str, f64, f64); 5] = [
+        ("18446744073709551615", 1.0, 30.0),
+        ("31536000", 1.0, 30.0),
+        ("0", 1.0, 30.0),
+        ("soon", 1.0, 30.0),
+        (date, 5.0, 11.0),
+    ];
+    for (value, low, high) in cases {
+        let app = spawn_app_on(backend, long_deliveries).await;
+        app.target.set(Behaviour::Throttle(503, value));
+        assert_eq!(app.deliver("evt_ra", "{}").await.status, 202);
+        wait_status(&app, "evt_ra", "failed").await;
+        let backoff = app.db.backoff(PROVIDER, "evt_ra").await;
+        assert!(
+            (low - 0.01..=high + 0.01).contains(&backoff),
+            "Retry-After: {value} gave a backoff of {backoff} s, not {low}..{high}"
+        );
+        let again = app.deliver("evt_ra", "{}").await;
+        assert_eq!(
+            (again.status, again.path.as_str()),
+            (202, "duplicate_queued"),
+            "the shard still answers after Retry-After: {value}"
+        );
+        assert_eq!(app.get("/readyz").await.status, 200);
+    }
+}
+
+/// Four throttled tries (503 with `Retry-After: 1`) use none of the three attempts: after
+/// them one real failure (500) leaves the event `failed`, waiting for its retry.
+async fn throttled_tries_do_not_use_up_the_attempts(backend: Backend) {
+    let app = spawn_app_on(backend, |c| {
+        long_deliveries(c);
+        c.retry.max_attempts = 3;
+    })
+    .await;
+    let idem = TestApp::idem("evt_th");
+    app.target.set(Behaviour::Throttle(503, "1"));
+    assert_eq!(app.deliver("evt_th", "{}").await.status, 202);
+    for n in 1..=5 {
+        if n == 5 {
+            app.target.set(Behaviour::Status(500));
+        }
+        if n > 1 {
+            app.db.make_due(PROVIDER, "evt_th").await;
+            // The node holds the provider back for the second the target asked for.
+            eventually("the next try", || async {
+                app.scheduler.run_once().await.unwrap();
+                app.target.count(&idem) >= n
+            })
+            .await;
+        }
+        app.target.wait_for(&idem, n).await;
+        wait_status(&app, "evt_th", "failed").await;
+    }
+    let row = app.store.lookup(&EventId::new(PROVIDER, "evt_th")).await;
+    let row = row.unwrap().expect("row");
+    assert_eq!((row.status.as_str(), row.attempts), ("failed", 5));
+}
+
+/// A target that always says "later" cannot keep an event forever: a throttled try of an
+/// event older than its provider's horizon makes it a dead letter with its own reason.
+async fn an_event_throttled_past_its_horizon_is_a_dead_letter(backend: Backend) {
+    let app = spawn_app_on(backend, long_deliveries).await;
+    let idem = TestApp::idem("evt_old");
+    app.target.set(Behaviour::Throttle(429, "1"));
+    assert_eq!(app.deliver("evt_old", "{}").await.status, 202);
+    wait_status(&app, "evt_old", "failed").await;
+    app.db.age(PROVIDER, "evt_old", 30).await;
+    app.db.make_due(PROVIDER, "evt_old").await;
+    eventually("the next try", || async {
+        app.scheduler.run_once().await.unwrap();
+        app.target.count(&idem) >= 2
+    })
+    .await;
+    wait_status(&app, "evt_old", "dead").await;
+    let dead = app.store.dead_letters(Some(PROVIDER), 10).await.unwrap();
+    assert_eq!(dead.len(), 1);
+    assert_eq!(dead[0].dead_reason.as_deref(), Some("throttled_too_long"));
+}
+
+/// A redelivery with another payload is refused (422) while an attempt the scheduler
+/// started runs, as it is on every other node.
+async fn another_payload_is_refused_while_a_scheduled_attempt_runs(backend: Backend) {
+    let app = spawn_app_on(backend, long_deliveries).await;
+    let idem = TestApp::idem("evt_fp");
+    app.target.set(Behaviour::Status(500));
+    assert_eq!(
+        app.deliver("evt_fp", r#"{"id":"evt_fp","a":1}"#)
+            .await
+            .status,
+        202
+    );
+    wait_status(&app, "evt_fp", "failed").await;
+    app.target.set(Behaviour::Hang);
+    app.db.make_due(PROVIDER, "evt_fp").await;
+    assert_eq!(app.scheduler.run_once().await.unwrap(), 1);
+    app.target.wait_for(&idem, 2).await;
+    let other = app.deliver("evt_fp", r#"{"id":"evt_fp","a":2}"#).await;
+    assert_eq!(
+        (other.status, other.path.as_str()),
+        (422, "payload_mismatch")
+    );
+    let same = app.deliver("evt_fp", r#"{"id":"evt_fp","a":1}"#).await;
+    assert_eq!((same.status, same.path.as_str()), (202, "duplicate_queued"));
+    app.target.release();
+    wait_status(&app, "evt_fp", "done").await;
+}
+
+/// A row keeps the mode it was accepted in: a node whose provider is now in sync mode
+/// still delivers the queue rows accepted before.
+async fn queue_rows_are_delivered_after_their_provider_left_queue_mode(backend: Backend) {
+    let app = spawn_app_on(backend, long_deliveries).await;
+    app.target.set(Behaviour::Status(500));
+    assert_eq!(app.deliver("evt_mv", "{}").await.status, 202);
+    wait_status(&app, "evt_mv", "failed").await;
+    let sync_node = app
+        .second_node(|c| c.queue.poll_interval = Duration::from_secs(3600))
+        .await;
+    app.target.set(Behaviour::Accept);
+    app.db.make_due(PROVIDER, "evt_mv").await;
+    eventually("the sync node to deliver the queue row", || async {
+        sync_node.scheduler.run_once().await.unwrap();
+        app.db.status(PROVIDER, "evt_mv").await.as_deref() == Some("done")
+    })
+    .await;
+    assert_eq!(app.target.count(&TestApp::idem("evt_mv")), 2);
+}
+
+/// Queue rows whose provider is no longer configured become dead letters that say so.
+async fn queue_rows_of_a_removed_provider_become_dead_letters(backend: Backend) {
+    let app = spawn_app_on(backend, long_deliveries).await;
+    app.target.set(Behaviour::Status(500));
+    assert_eq!(app.deliver("evt_rm", "{}").await.status, 202);
+    wait_status(&app, "evt_rm", "failed").await;
+    let config = base_config(&app.db, &app.target);
+    let sweeper = |providers: &[&str]| {
+        let horizons = providers
+            .iter()
+            .map(|p| ((*p).to_owned(), Duration::from_secs(3600)))
+            .collect();
+        Sweeper::new(
+            app.store.clone(),
+            config.retention.clone(),
+            Arc::new(Metrics::new()),
+            hookgate::logging::discard(),
+        )
+        .with_horizons(horizons)
+    };
+    assert_eq!(sweeper(&[PROVIDER]).abandon_once().await.unwrap(), 0);
+    assert_eq!(
+        app.db.status(PROVIDER, "evt_rm").await.as_deref(),
+        Some("failed")
+    );
+    app.db.make_due(PROVIDER, "evt_rm").await;
+    assert_eq!(sweeper(&["github"]).abandon_once().await.unwrap(), 1);
+    let dead = app.store.dead_letters(Some(PROVIDER), 10).await.unwrap();
+    assert_eq!(dead.len(), 1);
+    assert_eq!(dead[0].dead_reason.as_deref(), Some("provider_removed"));
+}
+
+/// A node that is shutting down takes no more queue rows: its scheduler finds nothing to
+/// do (and so does not spin) while its last delivery runs.
+async fn a_draining_node_takes_no_queue_rows(backend: Backend) {
+    let app = spawn_app_on(backend, long_deliveries).await;
+    app.target.set(Behaviour::Status(500));
+    assert_eq!(app.deliver("evt_wait", "{}").await.status, 202);
+    wait_status(&app, "evt_wait", "failed").await;
+    app.target.set(Behaviour::Hang);
+    assert_eq!(app.deliver("evt_last", "{}").await.status, 202);
+    app.target.wait_for(&TestApp::idem("evt_last"), 1).await;
+    app.db.make_due(PROVIDER, "evt_wait").await;
+    app.start_shutdown();
+    eventually("the node to drain", || async {
+        app.log.count("hookgate.draining") > 0
+    })
+    .await;
+    assert_eq!(app.scheduler.run_once().await.unwrap(), 0);
+    app.target.release();
+    wait_status(&app, "evt_last", "done").await;
+    assert_eq!(app.target.count(&TestApp::idem("evt_wait")), 1);
+    assert_eq!(
+        app.db.status(PROVIDER, "evt_wait").await.as_deref(),
+        Some("failed")
+    );
+}
+
+on_both_stores!(
+    a_command_line_replay_of_a_queue_event_renews_its_lease_and_no_scheduler_takes_it,
+    an_admin_replay_of_a_queue_event_reaches_a_target_slower_than_the_lease,
+    an_outcome_write_held_up_past_the_lease_lands_and_the_event_is_not_sent_again,
+    a_targets_retry_after_is_bounded_and_can_never_take_a_shard_down,
+    throttled_tries_do_not_use_up_the_attempts,
+    an_event_throttled_past_its_horizon_is_a_dead_letter,
+    another_payload_is_refused_while_a_scheduled_attempt_runs,
+    queue_rows_are_delivered_after_their_provider_left_queue_mode,
+    queue_rows_of_a_removed_provider_become_dead_letters,
+    a_draining_node_takes_no_queue_rows,
+);
+
+/// A panic in code a shard runs (here: the store, while recording an outcome) cannot go
+/// unnoticed: it is logged, and the node shuts down and stops with an error so that its
+/// supervisor (systemd) starts it again — where it kept serving before, every request for
+/// the dead shard's keys was answered 503 while `/healthz` said OK.
+#[actix_web::test]
+async fn a_panicking_shard_stops_the_node_with_an_error() {
+    let db = TestDb::new().await;
+    let target = TestTarget::start().await;
+    let config = base_config(&db, &target);
+    let store = db.store_with(config.store.clone()).await;
+    let store = Arc::new(PanickingStore(store));
+    let delivery = Arc::new(hookgate::worker::HttpDelivery);
+    let mut app = start_node_on(db, target, config, delivery, store).await;
+    let _ = app.deliver("evt_panic", "{}").await;
+    eventually("the crash to be logged", || async {
+        app.log.count("shard.crashed") > 0
+    })
+    .await;
+    let stopped = app.stopped_by_itself().await;
+    let error = stopped.expect_err("the node stops with an error");
+    assert!(error.to_string().contains("shard"), "{error:#}");
+}
