@@ -150,6 +150,54 @@ mod tests {
         }
     }
 
+    /// Never answers; counts how many of its deliveries were dropped (hung up).
+    struct Endless(Arc<AtomicUsize>);
+
+    struct Dropped(Arc<AtomicUsize>);
+
+    impl Drop for Dropped {
+        fn drop(&mut self) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    impl Delivery for Endless {
+        fn deliver(&self, _: DeliveryRequest) -> LocalBoxFuture<'static, DeliveryOutcome> {
+            let dropped = Dropped(Arc::clone(&self.0));
+            Box::pin(async move {
+                let _dropped = dropped;
+                futures_util::future::pending::<()>().await;
+                DeliveryOutcome::Unreachable("unreachable".into())
+            })
+        }
+    }
+
+    #[actix_rt::test]
+    async fn a_worker_hangs_up_on_the_target_when_its_runner_lets_go() {
+        let dropped = Arc::new(AtomicUsize::new(0));
+        let delivery: Arc<dyn Delivery> = Arc::new(Endless(Arc::clone(&dropped)));
+        let log = slog::Logger::root(slog::Discard, slog::o!());
+        let worker = Worker::new(delivery, Arc::new(Metrics::new()), log).start();
+        let (hang_up, hung_up) = tokio::sync::oneshot::channel::<()>();
+        let outcome = worker.send(Deliver {
+            request: request(),
+            start_by: Instant::now() + Duration::from_secs(60),
+            hang_up: Some(hung_up),
+        });
+        let outcome = async move {
+            // The delivery is running when the runner lets go.
+            tokio::task::yield_now().await;
+            drop(hang_up);
+            outcome.await.unwrap()
+        };
+        assert!(matches!(outcome.await, DeliveryOutcome::Unreachable(_)));
+        assert_eq!(
+            dropped.load(Ordering::SeqCst),
+            1,
+            "the delivery was dropped"
+        );
+    }
+
     #[actix_rt::test]
     async fn a_worker_refuses_an_attempt_whose_lease_no_longer_covers_the_timeout() {
         let calls = Arc::new(AtomicUsize::new(0));
