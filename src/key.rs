@@ -59,7 +59,8 @@ impl EventId {
 
 impl EventId {
     /// `provider:key` as sent to the target in `Idempotency-Key`: printable ASCII as it is,
-    /// every other byte (and `%` itself) percent-encoded as `%XX` of its UTF-8 bytes, so a
+    /// every other byte (and space, `"`, `,` and `%`) percent-encoded as `%XX` of its UTF-8
+    /// bytes, so a
     /// key read from JSON with non-ASCII characters reaches the target as unambiguous
     /// ASCII (`évt` becomes `%C3%A9vt`).
     pub fn header_value(&self) -> String {
@@ -69,7 +70,9 @@ impl EventId {
                 out.push(':');
             }
             for byte in part.bytes() {
-                if (b' '..=b'~').contains(&byte) && byte != b'%' {
+                // Space, `"` and `,` too: receivers trim or split header values on them,
+                // and the key (and a signature over it) would no longer match.
+                if (b'!'..=b'~').contains(&byte) && !matches!(byte, b'%' | b'"' | b',') {
                     out.push(char::from(byte));
                 } else {
                     out.push_str(&format!("%{byte:02X}"));
@@ -346,7 +349,11 @@ mod tests {
         assert_eq!(EventId::new("p", "evt_1").header_value(), "p:evt_1");
         assert_eq!(
             EventId::new("p", "évt 1%").header_value(),
-            "p:%C3%A9vt 1%25"
+            "p:%C3%A9vt%201%25"
+        );
+        assert_eq!(
+            EventId::new("p", r#" a"b,c "#).header_value(),
+            "p:%20a%22b%2Cc%20"
         );
         assert_ne!(
             EventId::new("p", "%C3%A9").header_value(),

@@ -253,8 +253,10 @@ impl Metrics {
 
     /// Creates the series whose label sets are known at start, at zero, so dashboards and
     /// alerts see every family from the first scrape: per-shard gauges, store error
-    /// kinds, dead-letter reasons per provider, queue gauges per queue-mode provider.
-    pub fn prime(&self, shards: usize, providers: &[(&str, bool)]) {
+    /// kinds, dead-letter reasons per provider, queue gauges per provider (any provider
+    /// may hold queue rows: a row keeps the mode it was accepted in, and the shipped
+    /// alerts read these families whatever the config).
+    pub fn prime(&self, shards: usize, providers: &[&str]) {
         for shard in 0..shards {
             self.mailbox(shard, 0);
             self.admission_waiting(shard, 0);
@@ -281,7 +283,7 @@ impl Metrics {
         for actor in ["shard", "worker"] {
             self.panics.get_or_create(&ActorLabels { actor }).inc_by(0);
         }
-        for &(provider, queue) in providers {
+        for &provider in providers {
             for reason in [
                 "attempts_exhausted",
                 "non_retryable",
@@ -291,14 +293,12 @@ impl Metrics {
             ] {
                 self.dead_letter_n(provider, reason, 0);
             }
-            if queue {
-                self.queue_depth(provider, 0, 0.0);
-                self.queue_taken
-                    .get_or_create(&ProviderLabels {
-                        provider: provider.to_owned(),
-                    })
-                    .inc_by(0);
-            }
+            self.queue_depth(provider, 0, 0.0);
+            self.queue_taken
+                .get_or_create(&ProviderLabels {
+                    provider: provider.to_owned(),
+                })
+                .inc_by(0);
         }
     }
 

@@ -23,7 +23,7 @@ use actix_web::{web, App, HttpServer};
 use anyhow::Context as _;
 use slog::{info, Logger};
 
-use crate::config::{cpus, Config, Mode};
+use crate::config::{cpus, Config};
 use crate::http::{routes, AppState};
 use crate::metrics::Metrics;
 use crate::provider::Provider;
@@ -89,10 +89,7 @@ impl Application {
         let shards = config.server.shard_count();
         let settings = shard_settings(config, shards);
         let metrics = Arc::new(Metrics::new());
-        let primed: Vec<(&str, bool)> = providers
-            .values()
-            .map(|p| (&*p.name, p.mode == Mode::Queue))
-            .collect();
+        let primed: Vec<&str> = providers.values().map(|p| &*p.name).collect();
         metrics.prime(shards, &primed);
         let dispatcher = Dispatcher::start(
             shards,

@@ -7,7 +7,7 @@
 use std::sync::Arc;
 
 use actix_web::http::header;
-use actix_web::{web, HttpRequest, HttpResponse};
+use actix_web::{guard, web, HttpRequest, HttpResponse};
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
@@ -23,10 +23,16 @@ use crate::shard::Reply;
 const DEFAULT_LIMIT: u32 = 50;
 const MAX_LIMIT: u32 = 1000;
 
-/// Registers the admin routes.
+/// Registers the admin routes. With the API disabled no `/admin/` route matches at all: the
+/// request meets the node's 404 before any extractor reads it, so nothing shows the API.
 pub fn routes(cfg: &mut web::ServiceConfig) {
+    let enabled = guard::fn_guard(|ctx| {
+        ctx.app_data::<web::Data<AppState>>()
+            .is_some_and(|state| state.admin_token.is_some())
+    });
     cfg.service(
         web::scope("/admin")
+            .guard(enabled)
             .route("/events/{provider}/{key}", web::get().to(show_event))
             .route("/dead", web::get().to(list_dead))
             .route("/dead/{provider}/{key}/replay", web::post().to(replay)),

@@ -1,13 +1,13 @@
 //! The dispatcher: starts the shards and their workers, and routes every event to the one
 //! shard that owns its key.
 //!
-//! Routing is a pure hash of `(provider, key)`, so the same key always meets the same
-//! shard on this node. The dispatcher never queues: a full shard mailbox is answered 503
+//! Routing is a hash of `(provider, key)` keyed once per process, so the same key always
+//! meets the same shard on this node. The dispatcher never queues: a full shard mailbox is answered 503
 //! at once (`overloaded`), so memory stays bounded under any load.
 
-use std::hash::{DefaultHasher, Hash, Hasher};
+use std::hash::{BuildHasher, RandomState};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use actix::prelude::*;
 use futures_util::future::join_all;
@@ -26,11 +26,15 @@ use crate::provider::Target;
 use crate::store::Store;
 use crate::worker::{Delivery, Worker};
 
+/// The hasher keys of this process, drawn at random once: the same key meets the same
+/// shard for the life of the process, but a sender cannot choose keys that all land on one
+/// shard (with fixed keys it could, and starve that shard's workers).
+static ROUTING: OnceLock<RandomState> = OnceLock::new();
+
 /// The shard index for `id` among `shards` (`shards` ≥ 1).
 pub fn shard_for(id: &EventId, shards: usize) -> usize {
-    let mut hasher = DefaultHasher::new();
-    id.hash(&mut hasher);
-    (hasher.finish() % shards.max(1) as u64) as usize
+    let hash = ROUTING.get_or_init(RandomState::new).hash_one(id);
+    (hash % shards.max(1) as u64) as usize
 }
 
 /// The running shards of one node.
@@ -243,6 +247,24 @@ mod tests {
             used[shard_for(&EventId::new("stripe", format!("evt_{i}")), 8)] += 1;
         }
         assert!(used.iter().all(|&n| n > 800), "{used:?}");
+    }
+
+    #[test]
+    fn routing_is_keyed_per_process_not_fixed() {
+        use std::hash::{DefaultHasher, Hash, Hasher};
+        let fixed = |id: &EventId| {
+            let mut hasher = DefaultHasher::new();
+            id.hash(&mut hasher);
+            (hasher.finish() % 8) as usize
+        };
+        let ids: Vec<EventId> = (0..64)
+            .map(|i| EventId::new("stripe", format!("evt_{i}")))
+            .collect();
+        let same = ids
+            .iter()
+            .filter(|id| shard_for(id, 8) == fixed(id))
+            .count();
+        assert!(same < ids.len(), "routing follows the fixed-key hasher");
     }
 
     #[test]

@@ -116,6 +116,7 @@ impl SqliteStore {
             std::fs::create_dir_all(dir)
                 .map_err(|e| StoreError::Query(format!("creating {}: {e}", dir.display())))?;
         }
+        create_private(path)?;
         let conn = Connection::open(path).map_err(sql_error)?;
         conn.busy_timeout(BUSY_TIMEOUT).map_err(sql_error)?;
         conn.pragma_update(None, "journal_mode", "WAL")
@@ -130,6 +131,24 @@ impl SqliteStore {
     /// The path in a `sqlite://PATH` URL (`sqlite:///abs` is absolute).
     pub fn path_of(url: &str) -> Option<&str> {
         url.strip_prefix("sqlite://").filter(|p| !p.is_empty())
+    }
+}
+
+/// Creates the database file readable and writable by its owner only (it holds payloads
+/// and request headers), unless it exists; SQLite gives its `-wal` and `-shm` files the
+/// same permissions.
+fn create_private(path: &Path) -> Result<(), StoreError> {
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create_new(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+    match options.open(path) {
+        Ok(_) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
+        Err(e) => Err(StoreError::Query(format!(
+            "creating {}: {e}",
+            path.display()
+        ))),
     }
 }
 
@@ -416,5 +435,23 @@ impl Store for SqliteStore {
 
     fn queue_depth(&self) -> StoreFuture<'_, Vec<QueueDepth>> {
         Box::pin(self.writer.call(sqlite_queue::queue_depth))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[cfg(unix)]
+    #[test]
+    fn a_new_database_file_is_private_to_its_owner() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = std::env::temp_dir().join(format!("hookgate-perm-{}", fastrand::u64(..)));
+        let path = dir.join("events.db");
+        let store = SqliteStore::open(&path, Duration::from_secs(5)).expect("open");
+        drop(store);
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode();
+        let _ = std::fs::remove_dir_all(&dir);
+        assert_eq!(mode & 0o077, 0, "mode {mode:o}");
     }
 }
