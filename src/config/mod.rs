@@ -5,9 +5,10 @@
 //! policy, secrets); it never opens a socket or a database.
 //!
 //! The files import one another one way only: `settings` → `store`, `provider`;
-//! `validate` → `provider_rules` → `rule`, `settings`; `load` → `settings`, `validate`.
+//! `validate` → `provider_rules`, `bounds` → `rule`, `settings`; `load` → `settings`, `validate`.
 //! This file only re-exports.
 
+mod bounds;
 pub mod load;
 pub mod provider;
 mod provider_rules;

@@ -7,6 +7,7 @@
 
 use std::time::Duration;
 
+use super::bounds::bounds_rules;
 use super::provider_rules::provider_rules;
 use super::rule::{advice, rule, show};
 use super::settings::Config;
@@ -21,7 +22,8 @@ const ADVISED_RETENTION: Duration = Duration::from_secs(75 * 3600);
 
 /// Every rule, in the order `check-config` prints them.
 pub(super) fn rules(config: &Config) -> Vec<Rule> {
-    let mut rules = node_rules(config);
+    let mut rules = bounds_rules(config);
+    rules.extend(node_rules(config));
     rules.extend(retry_rules(config));
     rules.extend(retention_rules(config));
     rules.extend(provider_rules(config));
