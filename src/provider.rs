@@ -13,6 +13,7 @@ use crate::config::{Mode, Preset, ProviderConfig, Switch};
 use crate::key::KeyDeriver;
 use crate::key::KeySource;
 use crate::signature::hmac::HmacSpec;
+use crate::signature::standard::decode_secret;
 use crate::signature::{Scheme, Verifier};
 
 /// The window most senders document for their signed timestamps.
@@ -111,7 +112,7 @@ fn signing_key(config: &ProviderConfig) -> Result<Option<Arc<[u8]>>, String> {
     let Some(secret) = &config.target.signing_key else {
         return Ok(None);
     };
-    crate::signature::standard::decode_secret(secret.expose().as_bytes())
+    decode_secret(secret.expose().as_bytes())
         .map(|key| Some(key.into()))
         .ok_or_else(|| {
             format!(
@@ -132,6 +133,18 @@ impl Provider {
                 config.name,
                 config.preset.as_str()
             ));
+        }
+        if matches!(scheme, Scheme::Standard) {
+            let named = config.secrets.iter().map(|s| s.env.as_str());
+            for (key, var) in config.signing_keys.iter().zip(named) {
+                if decode_secret(key.secret.expose().as_bytes()).is_none() {
+                    return Err(format!(
+                        "providers.{}.secrets: {var} is not a whsec_<base64> secret with a \
+                         non-empty key",
+                        config.name
+                    ));
+                }
+            }
         }
         let exclude = config
             .fingerprint_exclude

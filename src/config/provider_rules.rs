@@ -144,6 +144,33 @@ fn one_provider_rules(p: &ProviderConfig, unique: bool) -> Vec<Rule> {
         (p.preset == Preset::Hmac) == p.signature.is_some(),
         format!("preset {}", p.preset.as_str()),
     ));
+    rules.push(rule(
+        format!("providers.{name}.target.signing_secret has no not_after"),
+        p.target
+            .signing_secret
+            .as_ref()
+            .is_none_or(|s| s.not_after.is_none()),
+        "the forwarding secret is used until it is replaced; not_after applies to secrets",
+    ));
+    let now = std::time::SystemTime::now();
+    let expired: Vec<&str> = p
+        .secrets
+        .iter()
+        .filter(|s| matches!(s.not_after(), Ok(Some(t)) if t <= now))
+        .map(|s| s.env.as_str())
+        .collect();
+    rules.push(advice(
+        format!("providers.{name}.secrets are not past their not_after"),
+        expired.is_empty(),
+        if expired.is_empty() {
+            "ok".to_owned()
+        } else {
+            format!(
+                "{} already past not_after: ignored, signatures made with it fail",
+                expired.join(", ")
+            )
+        },
+    ));
     let bad_dates: Vec<String> = p
         .secrets
         .iter()
@@ -164,6 +191,73 @@ fn one_provider_rules(p: &ProviderConfig, unique: bool) -> Vec<Rule> {
 #[cfg(test)]
 mod tests {
     use crate::config::Config;
+
+    #[test]
+    fn a_forwarding_secret_with_not_after_is_refused_and_an_expired_secret_warned() {
+        let err = Config::from_toml(
+            r#"
+            [[providers]]
+            name = "p"
+            key = [{ json = "/id" }]
+            target = { url = "http://127.0.0.1:9/", signing_secret = { env = "S", not_after = "2030-01-01T00:00:00Z" } }
+            "#,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            err.contains("providers.p.target.signing_secret has no not_after"),
+            "{err}"
+        );
+        let config = Config::from_toml(
+            r#"
+            [[providers]]
+            name = "p"
+            preset = "stripe"
+            secrets = [{ env = "OLD", not_after = "2020-01-01T00:00:00Z" }, { env = "NEW" }]
+            target = { url = "http://127.0.0.1:9/" }
+            "#,
+        )
+        .expect("allowed");
+        let warned: Vec<_> = config
+            .rules()
+            .into_iter()
+            .filter(|r| r.verdict == super::super::Verdict::Warn)
+            .map(|r| r.to_string())
+            .collect();
+        assert!(
+            warned
+                .iter()
+                .any(|r| r.contains("OLD already past not_after")),
+            "{warned:?}"
+        );
+    }
+
+    #[test]
+    fn a_standard_webhooks_secret_that_is_empty_or_not_base64_is_refused_by_name() {
+        use crate::config::Secret;
+        use crate::signature::SigningKey;
+        for value in ["whsec_", "whsec_not base64!"] {
+            let mut config = Config::from_toml(
+                r#"
+                [[providers]]
+                name = "sw"
+                preset = "standard-webhooks"
+                secrets = [{ env = "SW_SECRET" }]
+                target = { url = "http://127.0.0.1:9/" }
+                "#,
+            )
+            .expect("valid");
+            let p = &mut config.providers[0];
+            p.signing_keys = vec![SigningKey {
+                secret: Secret::new(value),
+                not_after: None,
+            }];
+            let err = crate::provider::Provider::from_config(p, std::time::Duration::from_secs(60))
+                .err()
+                .expect("refused");
+            assert!(err.contains("SW_SECRET"), "{value}: {err}");
+        }
+    }
 
     #[test]
     fn a_signing_preset_without_secrets_is_refused() {

@@ -20,13 +20,16 @@ const ID: &str = "webhook-id";
 const TIMESTAMP: &str = "webhook-timestamp";
 const SIGNATURE: &str = "webhook-signature";
 
-/// The key bytes of a `whsec_<base64>` secret (a bare base64 secret is accepted too).
+/// The key bytes of a `whsec_<base64>` secret (a bare base64 secret is accepted too);
+/// `None` when it is not base64 or decodes to no bytes (an empty HMAC key, which anyone
+/// can sign with).
 pub fn decode_secret(secret: &[u8]) -> Option<Vec<u8>> {
     let text = std::str::from_utf8(secret).ok()?;
     let encoded = text.strip_prefix("whsec_").unwrap_or(text);
     base64::engine::general_purpose::STANDARD
         .decode(encoded)
         .ok()
+        .filter(|key| !key.is_empty())
 }
 
 /// The `webhook-signature` value for a message `id` sent at `timestamp` with `body`:
