@@ -144,6 +144,27 @@ fn one_provider_rules(p: &ProviderConfig, unique: bool) -> Vec<Rule> {
         (p.preset == Preset::Hmac) == p.signature.is_some(),
         format!("preset {}", p.preset.as_str()),
     ));
+    if let Some(sig) = &p.signature {
+        rules.push(rule(
+            format!("providers.{name}.signature.template signs {{body}}"),
+            sig.template.contains("{body}"),
+            format!(
+                "template {:?}: a signature over a template without {{body}} says nothing \
+                 about the body",
+                sig.template
+            ),
+        ));
+        rules.push(rule(
+            format!("providers.{name}.signature.template signs {{timestamp}} when timestamp_header is set"),
+            sig.timestamp_header.is_none() || sig.template.contains("{timestamp}"),
+            format!(
+                "template {:?}, timestamp_header {:?}: an unsigned timestamp can be replaced, \
+                 so the replay window protects nothing; write e.g. \"{{timestamp}}.{{body}}\"",
+                sig.template,
+                sig.timestamp_header.as_deref().unwrap_or("-")
+            ),
+        ));
+    }
     rules.push(rule(
         format!("providers.{name}.target.signing_secret has no not_after"),
         p.target
@@ -191,6 +212,36 @@ fn one_provider_rules(p: &ProviderConfig, unique: bool) -> Vec<Rule> {
 #[cfg(test)]
 mod tests {
     use crate::config::Config;
+
+    #[test]
+    fn an_hmac_template_must_sign_the_body_and_a_checked_timestamp() {
+        let config = |signature: &str| {
+            Config::from_toml(&format!(
+                r#"
+                [[providers]]
+                name = "h"
+                preset = "hmac"
+                key = [{{ json = "/id" }}]
+                secrets = [{{ env = "H" }}]
+                signature = {signature}
+                target = {{ url = "http://127.0.0.1:9/" }}
+                "#
+            ))
+        };
+        let unsigned_ts = config(r#"{ header = "X-Sig", timestamp_header = "X-Ts" }"#);
+        let err = unsigned_ts.unwrap_err().to_string();
+        assert!(
+            err.contains("signs {timestamp} when timestamp_header is set"),
+            "{err}"
+        );
+        let no_body = config(r#"{ header = "X-Sig", template = "{timestamp}" }"#);
+        let err = no_body.unwrap_err().to_string();
+        assert!(err.contains("signs {body}"), "{err}");
+        let good =
+            r#"{ header = "X-Sig", timestamp_header = "X-Ts", template = "{timestamp}.{body}" }"#;
+        config(good).expect("valid");
+        config(r#"{ header = "X-Sig" }"#).expect("valid");
+    }
 
     #[test]
     fn a_forwarding_secret_with_not_after_is_refused_and_an_expired_secret_warned() {
