@@ -58,15 +58,19 @@ pub async fn ingest(
             }))
         }
         Err(e) => {
-            // Only configured names become label values; anything else is `unknown`.
+            // Only configured names reach a label or a log line; anything else is
+            // `unknown`: the segment is the unauthenticated caller's own text (it could
+            // forge lines, or be 100 KB long). A bounded, escaped excerpt goes to debug.
             let label = if state.providers.contains_key(&provider) {
                 provider.as_str()
             } else {
+                slog::debug!(state.log, "webhook.unknown_provider";
+                    "excerpt" => excerpt(&provider));
                 "unknown"
             };
             state.metrics.rejected(label, e.code());
             slog::info!(state.log, "webhook.rejected";
-                "provider" => &provider, "reason" => e.code());
+                "provider" => label, "reason" => e.code());
             Err(e)
         }
     }
@@ -91,7 +95,7 @@ async fn accept(
     let runtime = state
         .providers
         .get(provider)
-        .ok_or_else(|| ApiError::UnknownProvider(provider.to_owned()))?;
+        .ok_or_else(|| ApiError::UnknownProvider(excerpt(provider)))?;
     let body = tokio::time::timeout(
         state.read_timeout,
         read_body(req, payload, state.max_body_bytes),
@@ -192,4 +196,15 @@ fn labelled(status: StatusCode, answer: &Answer) -> HttpResponseBuilder {
         builder.insert_header(("Hookgate-Attempt", attempts.to_string()));
     }
     builder
+}
+
+/// Characters of an unknown provider name kept in its debug line.
+const EXCERPT_CHARS: usize = 64;
+
+/// The first [`EXCERPT_CHARS`] characters of `text`, control characters escaped.
+fn excerpt(text: &str) -> String {
+    text.chars()
+        .take(EXCERPT_CHARS)
+        .flat_map(char::escape_default)
+        .collect()
 }

@@ -116,3 +116,32 @@ async fn random_provider_names_never_grow_the_metrics() {
     );
     assert!(text.len() < before + 2048, "{} -> {}", before, text.len());
 }
+
+/// The provider segment of an unknown `/webhooks/<name>` is the unauthenticated caller's
+/// own text: it never reaches a log line at the default level (a `%0A` would forge a line
+/// in the text format, a 20 KB name would make a 20 KB line).
+#[actix_web::test]
+async fn an_unknown_provider_name_never_reaches_the_log() {
+    let app = spawn_app().await;
+    let forged = "/webhooks/x%0A%7B%22msg%22:%22webhook.done%22%7D";
+    assert_eq!(app.post(forged, &[], "{}".into()).await.status, 404);
+    let long = format!("/webhooks/{}", "n".repeat(20_000));
+    let answer = app.post(&long, &[], "{}".into()).await;
+    assert_eq!(answer.status, 404);
+    assert!(
+        answer.body.len() < 1024,
+        "{} bytes answered",
+        answer.body.len()
+    );
+    let rejected: Vec<_> = app
+        .log
+        .lines()
+        .into_iter()
+        .filter(|l| l["msg"] == "webhook.rejected")
+        .collect();
+    assert_eq!(rejected.len(), 2, "{rejected:?}");
+    for line in &rejected {
+        assert_eq!(line["provider"], "unknown", "{line}");
+        assert!(line.to_string().len() < 1024, "{line}");
+    }
+}
