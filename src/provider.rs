@@ -26,8 +26,8 @@ pub struct Target {
     pub url: Arc<str>,
     /// The delivery time limit.
     pub timeout: Duration,
-    /// Request headers kept with a failed event although their names look like
-    /// credentials: the provider's own signature headers (lower case).
+    /// Request headers kept with a failed event besides content type and user agent (lower
+    /// case): the provider's signature, timestamp and key headers, and `keep_headers`.
     pub keep_headers: Vec<String>,
     /// The decoded `target.signing_secret`: forwarded requests are signed with it.
     pub signing_key: Option<Arc<[u8]>>,
@@ -63,8 +63,15 @@ fn signature_headers(scheme: &Scheme) -> Vec<String> {
     match scheme {
         Scheme::None => Vec::new(),
         Scheme::Stripe => vec!["stripe-signature".into()],
-        Scheme::Standard => vec!["webhook-signature".into()],
-        Scheme::Hmac(spec) => vec![spec.header.clone()],
+        Scheme::Standard => vec![
+            "webhook-signature".into(),
+            "webhook-id".into(),
+            "webhook-timestamp".into(),
+        ],
+        Scheme::Hmac(spec) => std::iter::once(&spec.header)
+            .chain(&spec.timestamp_header)
+            .map(|h| h.to_ascii_lowercase())
+            .collect(),
     }
 }
 
@@ -154,13 +161,14 @@ impl Provider {
                 Preset::Stripe => vec!["/pending_webhooks".into()],
                 _ => Vec::new(),
             });
-        // Kept with a dead letter although their names may look like credentials: the
-        // signature (people need it to read the story) and the key's own headers.
+        // Kept with a failed event (an allowlist): the signature and timestamp (people
+        // need them to read the story), the key's own headers, and those the config names.
         let mut keep_headers = signature_headers(&scheme);
         keep_headers.extend(effective_key(config).into_iter().filter_map(|s| match s {
             KeySource::Header { header } => Some(header.to_ascii_lowercase()),
             _ => None,
         }));
+        keep_headers.extend(config.keep_headers.iter().map(|h| h.to_ascii_lowercase()));
         Ok(Self {
             name: config.name.as_str().into(),
             key: KeyDeriver::new(effective_key(config)),

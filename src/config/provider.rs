@@ -39,6 +39,11 @@ pub struct ProviderConfig {
     /// `sender_gave_up` dead letter. Default: the preset's, else `retry.sender_horizon`.
     #[serde(default, with = "humantime_serde")]
     pub sender_horizon: Option<Duration>,
+    /// Request headers kept with a failed event (for people reading a dead letter) besides
+    /// the content type, user agent and the provider's own signature, timestamp and key
+    /// headers. Every other header is dropped: it may be a credential.
+    #[serde(default)]
+    pub keep_headers: Vec<String>,
     /// The application that receives the events.
     pub target: TargetConfig,
     /// The secrets' values, read when the config is loaded (tests set them directly).

@@ -131,19 +131,9 @@ pub(crate) fn failure(event: &Event, error: &str, dead: Option<DeadReason>) -> F
     }
 }
 
-/// Headers never written to the store: credentials and per-hop transport headers.
-const UNKEPT_HEADERS: &[&str] = &[
-    "authorization",
-    "proxy-authorization",
-    "cookie",
-    "connection",
-    "keep-alive",
-    "transfer-encoding",
-];
-
-/// Words that mark a header as a credential (`X-Api-Token`, `X-Webhook-Secret`, …); such
-/// headers are not kept, except the provider's own signature headers.
-const CREDENTIAL_WORDS: &[&str] = &["token", "secret", "key", "signature", "password"];
+/// Request headers every provider keeps with a failed event: harmless and useful to
+/// read its story. Anything else is kept only when named (`keep` below).
+const ALWAYS_KEPT: &[&str] = &["content-type", "user-agent"];
 
 /// `event`'s request headers worth keeping, as a JSON object (`None` if none).
 pub(super) fn kept_headers(event: &Event) -> Option<String> {
@@ -160,14 +150,12 @@ fn headers_json(headers: &HeaderMap, keep: &[String]) -> Option<String> {
     (!kept.is_empty()).then(|| serde_json::Value::Object(kept).to_string())
 }
 
-/// Whether a header (lower-case `name`) may be stored: never a credential, unless it is
-/// one of `keep` (the provider's signature headers, which people need to read a dead
-/// letter's story).
+/// Whether a header (lower-case `name`) may be stored: an allowlist — [`ALWAYS_KEPT`],
+/// and `keep` (the provider's signature, timestamp and key headers, and those its config
+/// names). A credential header under a name nobody foresaw (`X-Auth`, an identity-aware
+/// proxy's assertion) is never stored.
 fn is_kept(name: &str, keep: &[String]) -> bool {
-    if keep.iter().any(|k| k == name) {
-        return true;
-    }
-    !UNKEPT_HEADERS.contains(&name) && !CREDENTIAL_WORDS.iter().any(|w| name.contains(w))
+    ALWAYS_KEPT.contains(&name) || keep.iter().any(|k| k == name)
 }
 
 #[cfg(test)]
@@ -175,8 +163,8 @@ mod tests {
     use super::*;
 
     #[test]
-    fn credential_headers_are_dropped_but_the_signature_header_is_kept() {
-        let keep = vec!["stripe-signature".to_owned()];
+    fn only_named_headers_are_kept() {
+        let keep = vec!["stripe-signature".to_owned(), "x-trace".to_owned()];
         assert!(is_kept("stripe-signature", &keep));
         assert!(is_kept("x-trace", &keep));
         assert!(is_kept("content-type", &keep));
@@ -188,6 +176,12 @@ mod tests {
             "x-client-key",
             "x-other-signature",
             "x-password",
+            "x-authorization",
+            "x-auth",
+            "cf-access-jwt-assertion",
+            "x-goog-iap-jwt-assertion",
+            "x-amzn-oidc-data",
+            "x-unforeseen",
         ] {
             assert!(!is_kept(name, &keep), "{name}");
         }

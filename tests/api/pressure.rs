@@ -475,7 +475,7 @@ async fn a_node_on_a_postgres_that_may_lose_commits_says_so_at_start() {
 
 #[actix_web::test]
 async fn kept_headers_drop_credentials_and_a_failed_replay_keeps_them() {
-    let app = spawn_app().await;
+    let app = spawn_app_with(|c| c.providers[0].keep_headers = vec!["X-Trace".into()]).await;
     app.target.set(Behaviour::Status(500));
     app.post(
         &format!("/webhooks/{PROVIDER}"),
@@ -485,6 +485,12 @@ async fn kept_headers_drop_credentials_and_a_failed_replay_keeps_them() {
             ("X-Webhook-Secret", "s3cret"),
             ("X-Password", "pw"),
             ("X-Client-Key", "k3y"),
+            ("X-Authorization", "xauth"),
+            ("X-Auth", "auth2"),
+            ("Cf-Access-Jwt-Assertion", "cfjwt"),
+            ("X-Goog-Iap-Jwt-Assertion", "iapjwt"),
+            ("X-Amzn-Oidc-Data", "oidc"),
+            ("X-Unnamed", "unnamed"),
             ("X-Trace", "keep-me"),
         ],
         "{}".into(),
@@ -492,7 +498,9 @@ async fn kept_headers_drop_credentials_and_a_failed_replay_keeps_them() {
     .await;
     let kept = app.db.request_headers(PROVIDER, "evt_hdr").await.unwrap();
     assert!(kept.contains("keep-me"), "{kept}");
-    for secret in ["t0ken", "s3cret", "pw\"", "k3y"] {
+    for secret in [
+        "t0ken", "s3cret", "pw\"", "k3y", "xauth", "auth2", "cfjwt", "iapjwt", "oidc", "unnamed",
+    ] {
         assert!(!kept.contains(secret), "{secret} kept in {kept}");
     }
     // Make it a dead letter, then fail its replay: the kept headers survive.
