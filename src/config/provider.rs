@@ -185,7 +185,8 @@ fn default_template() -> String {
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct TargetConfig {
-    /// The URL events are POSTed to.
+    /// The URL events are POSTed to. Printed with its password and query values redacted.
+    #[serde(serialize_with = "serialize_redacted_target")]
     pub url: String,
     /// How long one delivery may take; in sync mode shorter than the lease (queue mode
     /// renews the lease while a delivery runs).
@@ -204,6 +205,10 @@ pub struct TargetConfig {
     /// The signing secret's value, read when the config is loaded (tests set it directly).
     #[serde(skip)]
     pub signing_key: Option<crate::secret::Secret>,
+}
+
+fn serialize_redacted_target<S: serde::Serializer>(url: &str, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(&super::store::redact_target_url(url))
 }
 
 fn default_target_timeout() -> Duration {

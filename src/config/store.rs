@@ -65,52 +65,123 @@ fn serialize_redacted<S: serde::Serializer>(url: &str, s: S) -> Result<S::Ok, S:
     s.serialize_str(&redact_url_password(url))
 }
 
-/// Replaces every password in a URL with `***`: the one in `scheme://user:password@host`
-/// and any `password=` or `sslpassword=` query parameter.
+/// Replaces every password in a store URL with `***`: the one in
+/// `scheme://user:password@host` and any `password=` or `sslpassword=` parameter, in the
+/// URL form or the key=value form (`host=db password=secret`).
+///
+/// The connection's parser takes the credentials up to an `@`, so a password may hold `/`
+/// or `?` (and `@`, percent-encoded or not): everything between the user's `:` and the
+/// *last* `@` is redacted, and the query is looked for only after it. When in doubt this
+/// redacts too much, never too little.
 pub fn redact_url_password(url: &str) -> String {
+    let Some(scheme_end) = url.find("://").map(|i| i + 3) else {
+        return redact_key_values(url);
+    };
+    let (head, rest) = url.split_at(scheme_end);
+    let (creds, after) = match rest.rfind('@') {
+        Some(at) => {
+            let creds = &rest[..at];
+            let creds = match creds.find(':') {
+                Some(colon) => format!("{}:***@", &creds[..colon]),
+                None => format!("{creds}@"),
+            };
+            (creds, &rest[at + 1..])
+        }
+        None => (String::new(), rest),
+    };
+    let mut out = format!("{head}{creds}");
+    match after.split_once('?') {
+        Some((base, query)) => {
+            out.push_str(base);
+            out.push('?');
+            let params: Vec<String> = query
+                .split('&')
+                .map(|param| match param.split_once('=') {
+                    Some((name, _)) if is_password(name) => format!("{name}=***"),
+                    _ => param.to_owned(),
+                })
+                .collect();
+            out.push_str(&params.join("&"));
+        }
+        None => out.push_str(after),
+    }
+    out
+}
+
+fn is_password(name: &str) -> bool {
+    name.eq_ignore_ascii_case("password") || name.eq_ignore_ascii_case("sslpassword")
+}
+
+/// The key=value form with password values (quoted or not) replaced by `***`.
+fn redact_key_values(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(eq) = rest.find('=') {
+        let name = rest[..eq].rsplit(char::is_whitespace).next().unwrap_or("");
+        out.push_str(&rest[..=eq]);
+        rest = &rest[eq + 1..];
+        let value_end = if rest.starts_with('\'') {
+            // A quoted value ends at the next unescaped quote.
+            let mut end = rest.len();
+            let mut escaped = false;
+            for (i, c) in rest.char_indices().skip(1) {
+                match c {
+                    '\\' if !escaped => escaped = true,
+                    '\'' if !escaped => {
+                        end = i + 1;
+                        break;
+                    }
+                    _ => escaped = false,
+                }
+            }
+            end
+        } else {
+            rest.find(char::is_whitespace).unwrap_or(rest.len())
+        };
+        if is_password(name.trim()) {
+            out.push_str("***");
+        } else {
+            out.push_str(&rest[..value_end]);
+        }
+        rest = &rest[value_end..];
+    }
+    out.push_str(rest);
+    out
+}
+
+/// An `http(s)://` URL with the password of its userinfo and every query value replaced
+/// by `***` (a target URL may carry a token either way).
+pub fn redact_target_url(url: &str) -> String {
     let (base, query) = match url.split_once('?') {
         Some((base, query)) => (base, Some(query)),
         None => (url, None),
     };
-    let mut out = redact_userinfo(base);
+    let mut out = match base.find("://").map(|i| i + 3) {
+        Some(scheme_end) => {
+            let (head, rest) = base.split_at(scheme_end);
+            let authority_end = rest.find('/').unwrap_or(rest.len());
+            match rest[..authority_end].rfind('@') {
+                Some(at) => match rest[..at].find(':') {
+                    Some(colon) => format!("{head}{}:***{}", &rest[..colon], &rest[at..]),
+                    None => base.to_owned(),
+                },
+                None => base.to_owned(),
+            }
+        }
+        None => base.to_owned(),
+    };
     if let Some(query) = query {
         let params: Vec<String> = query
             .split('&')
             .map(|param| match param.split_once('=') {
-                Some((name, _))
-                    if name.eq_ignore_ascii_case("password")
-                        || name.eq_ignore_ascii_case("sslpassword") =>
-                {
-                    format!("{name}=***")
-                }
-                _ => param.to_owned(),
+                Some((name, _)) => format!("{name}=***"),
+                None => param.to_owned(),
             })
             .collect();
         out.push('?');
         out.push_str(&params.join("&"));
     }
     out
-}
-
-/// Replaces the password of `scheme://user:password@host/...` with `***`.
-fn redact_userinfo(url: &str) -> String {
-    let Some(scheme_end) = url.find("://").map(|i| i + 3) else {
-        return url.to_owned();
-    };
-    let rest = &url[scheme_end..];
-    let authority_end = rest.find('/').unwrap_or(rest.len());
-    let Some(at) = rest[..authority_end].rfind('@') else {
-        return url.to_owned();
-    };
-    match rest[..at].find(':') {
-        Some(colon) => format!(
-            "{}{}:***{}",
-            &url[..scheme_end],
-            &rest[..colon],
-            &rest[at..]
-        ),
-        None => url.to_owned(),
-    }
 }
 
 #[cfg(test)]
@@ -139,6 +210,39 @@ mod tests {
         assert!(redacted.contains("sslmode=require"), "{redacted}");
         let both = redact_url_password("postgres://a:pw1@db/x?sslpassword=pw2");
         assert!(!both.contains("pw1") && !both.contains("pw2"), "{both}");
+    }
+
+    #[test]
+    fn a_password_with_url_delimiters_is_redacted_whole() {
+        for password in ["p/ss", "p?ss", "p%40ss", "p@ss", "a/b?c@d", "x?password=y"] {
+            for url in [
+                format!("postgres://app:{password}@db:5432/hookgate"),
+                format!("postgres://app:{password}@db/hookgate?sslmode=require"),
+            ] {
+                let redacted = redact_url_password(&url);
+                assert!(!redacted.contains(password), "{url} -> {redacted}");
+                assert!(redacted.contains("app:***@"), "{url} -> {redacted}");
+            }
+        }
+        let kv = "host=db user=app password='se cr\\'et' sslmode=require";
+        let redacted = redact_url_password(kv);
+        assert_eq!(redacted, "host=db user=app password=*** sslmode=require");
+        assert_eq!(
+            redact_url_password("host=db password=s3cret"),
+            "host=db password=***"
+        );
+    }
+
+    #[test]
+    fn a_target_url_loses_its_password_and_query_values() {
+        assert_eq!(
+            redact_target_url("https://hook:t0ken@app.example/in?key=abc&x=1"),
+            "https://hook:***@app.example/in?key=***&x=***"
+        );
+        assert_eq!(
+            redact_target_url("http://127.0.0.1:9000/effects"),
+            "http://127.0.0.1:9000/effects"
+        );
     }
 
     #[test]
