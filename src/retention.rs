@@ -40,8 +40,11 @@ pub struct Sweeper {
     retention: RetentionConfig,
     metrics: Arc<Metrics>,
     log: Logger,
-    /// Each configured provider's sender horizon.
+    /// Each configured provider's sender horizon; the names are also the providers this
+    /// node knows (queue rows of any other become `provider_removed` dead letters).
     horizons: Vec<(String, Duration)>,
+    /// How long a queue row of an unknown provider stays untouched before that.
+    orphan_grace: Duration,
 }
 
 impl Sweeper {
@@ -58,12 +61,21 @@ impl Sweeper {
             metrics,
             log,
             horizons: Vec::new(),
+            orphan_grace: Duration::from_secs(3 * 24 * 3600),
         }
     }
 
-    /// Gives up on `provider`'s stale sync rows after its `horizon`, for each pair.
+    /// Gives up on `provider`'s stale sync rows after its `horizon`, for each pair; these
+    /// are also the providers the node knows.
     pub fn with_horizons(mut self, horizons: Vec<(String, Duration)>) -> Self {
         self.horizons = horizons;
+        self
+    }
+
+    /// Queue rows of unknown providers become dead letters once untouched for `grace`
+    /// (default 3 days; the node uses `retry.sender_horizon`).
+    pub fn with_orphan_grace(mut self, grace: Duration) -> Self {
+        self.orphan_grace = grace;
         self
     }
 
@@ -73,18 +85,6 @@ impl Sweeper {
     pub async fn abandon_once(&self) -> Result<u64, StoreError> {
         let batch = self.retention.sweep_batch;
         let mut total = 0;
-        let known: Vec<String> = self.horizons.iter().map(|(p, _)| p.clone()).collect();
-        for _ in 0..MAX_BATCHES_PER_PASS {
-            let n = self.store.orphan(&known, batch).await?;
-            total += n;
-            if n > 0 {
-                self.metrics.dead_letter_n("unknown", "provider_removed", n);
-                warn!(self.log, "webhook.dead"; "reason" => "provider_removed", "rows" => n);
-            }
-            if n < u64::from(batch) {
-                break;
-            }
-        }
         for (provider, horizon) in &self.horizons {
             for _ in 0..MAX_BATCHES_PER_PASS {
                 let n = self.store.abandon(provider, *horizon, batch).await?;
@@ -97,6 +97,34 @@ impl Sweeper {
                 if n < u64::from(batch) {
                     break;
                 }
+            }
+        }
+        match self.orphan_once().await {
+            Ok(n) => total += n,
+            Err(e) => warn!(self.log, "retention.orphan_failed"; "error" => %e),
+        }
+        Ok(total)
+    }
+
+    /// Due queue rows of providers not configured become `provider_removed` dead letters,
+    /// once untouched for `retry.sender_horizon` (a grace for rolling deploys and config
+    /// skew between nodes); never when the sweeper knows of no provider at all.
+    async fn orphan_once(&self) -> Result<u64, StoreError> {
+        if self.horizons.is_empty() {
+            return Ok(0);
+        }
+        let batch = self.retention.sweep_batch;
+        let known: Vec<String> = self.horizons.iter().map(|(p, _)| p.clone()).collect();
+        let mut total = 0;
+        for _ in 0..MAX_BATCHES_PER_PASS {
+            let n = self.store.orphan(&known, self.orphan_grace, batch).await?;
+            total += n;
+            if n > 0 {
+                self.metrics.dead_letter_n("unknown", "provider_removed", n);
+                warn!(self.log, "webhook.dead"; "reason" => "provider_removed", "rows" => n);
+            }
+            if n < u64::from(batch) {
+                break;
             }
         }
         Ok(total)

@@ -6,7 +6,8 @@
 //! stops accepting and lets every request in flight finish — a delivery that reached the
 //! target runs to its end (bounded by its target timeout), is recorded and answered; only
 //! attempts that never reached the target are released (`failed`, fenced). Then the node
-//! waits for the shards to be drained and stops.
+//! waits for the shards to be drained — at most the shutdown limit plus a lease, since a
+//! queue outcome write waits for the store — and stops.
 //!
 //! A shard that dies (a panic in code it ran) cannot be missed: the node logs
 //! `shard.crashed`, counts it, fails `/readyz`, shuts down as above and returns an error,
@@ -42,6 +43,8 @@ pub struct Application {
     watching: actix_rt::task::JoinHandle<()>,
     /// The shards found dead, once the watch found any.
     crashed: Arc<OnceLock<Vec<usize>>>,
+    /// The longest the node waits, once stopped, for its attempts to be recorded.
+    drain_limit: Duration,
     scheduler: Arc<Scheduler>,
     stopper: Stopper,
     log: Logger,
@@ -111,7 +114,8 @@ impl Application {
             Arc::clone(&metrics),
             log.clone(),
         )
-        .with_horizons(horizons);
+        .with_horizons(horizons)
+        .with_orphan_grace(config.retry.sender_horizon);
         let sweeping = actix_rt::spawn(sweeper.run_forever());
         // Every provider's queue rows are delivered, whatever its mode is now.
         let queued: Vec<_> = providers
@@ -164,6 +168,9 @@ impl Application {
             scheduling,
             watching,
             crashed,
+            drain_limit: config
+                .shutdown_limit()
+                .saturating_add(config.lease.duration),
             scheduler,
             stopper,
             log,
@@ -194,7 +201,21 @@ impl Application {
         self.sweeping.abort();
         self.scheduling.abort();
         self.watching.abort();
-        self.stopper.dispatcher.drained().await;
+        // Bounded: a queue outcome write waits for the store however long it takes, but a
+        // process that never exits is never restarted. Past the limit the unrecorded
+        // attempts keep their leases and are retaken, as after a crash.
+        let drained = tokio::time::timeout(self.drain_limit, self.stopper.dispatcher.drained());
+        if drained.await.is_err() {
+            slog::error!(self.log, "hookgate.stop_unrecorded";
+                "waited_s" => self.drain_limit.as_secs(),
+                "why" => "attempts still waiting for the store; their leases run out and \
+                          they are retaken");
+            self.stopper.dispatcher.stop();
+            anyhow::bail!(
+                "stopped with attempts unrecorded after {} s",
+                self.drain_limit.as_secs()
+            );
+        }
         info!(self.log, "hookgate.stopped");
         self.stopper.dispatcher.stop();
         match self.crashed.get() {

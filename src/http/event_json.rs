@@ -8,11 +8,13 @@ use crate::store::EventRecord;
 /// The row as JSON for operators (CLI and admin API); the payload as text when it is
 /// UTF-8, else its size.
 pub fn event_json(record: &EventRecord) -> serde_json::Value {
+    // A stored time is the store's own clock, but a REAL can hold anything: a value no
+    // instant can be is shown as the epoch rather than panic.
     let time = |secs: f64| {
-        humantime::format_rfc3339_millis(
-            std::time::UNIX_EPOCH + Duration::from_secs_f64(secs.max(0.0)),
-        )
-        .to_string()
+        // RFC 3339 ends with the year 9999.
+        const LAST: f64 = 253_402_300_799.0;
+        let since = Duration::try_from_secs_f64(secs.clamp(0.0, LAST)).unwrap_or_default();
+        humantime::format_rfc3339_millis(std::time::UNIX_EPOCH + since).to_string()
     };
     let payload = record
         .payload
@@ -42,4 +44,36 @@ pub fn event_json(record: &EventRecord) -> serde_json::Value {
         "created_at": time(record.created_at),
         "updated_at": time(record.updated_at),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::claim::Status;
+    use crate::key::EventId;
+
+    #[test]
+    fn any_stored_time_prints_without_a_panic() {
+        for secs in [f64::INFINITY, f64::NAN, 1e300, -5.0, 1_700_000_000.5] {
+            let record = EventRecord {
+                id: EventId::new("p", "k"),
+                status: Status::Done,
+                attempts: 1,
+                last_path: None,
+                fingerprint: None,
+                result: None,
+                payload: None,
+                last_error: None,
+                dead_reason: None,
+                content_type: None,
+                request_headers: None,
+                lease_left: Duration::ZERO,
+                mode: "sync".into(),
+                created_at: secs,
+                updated_at: secs,
+            };
+            let json = event_json(&record);
+            assert!(json["created_at"].is_string(), "{secs}: {json}");
+        }
+    }
 }

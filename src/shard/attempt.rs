@@ -40,6 +40,15 @@ fn hang_up_margin(lease: Duration) -> Duration {
     (lease / 10).min(Duration::from_secs(1))
 }
 
+/// Whether [`Attempt::keep_lease`] gives up when the lease cannot be confirmed in time.
+#[derive(Debug, Clone, Copy)]
+enum Give {
+    /// While the delivery runs: give up (and so hang up) before the lease ends.
+    Up,
+    /// While the outcome is written: keep trying.
+    Never,
+}
+
 /// A won claim, on its way to the target and its recorded outcome.
 #[derive(Debug, Clone)]
 pub struct Attempt {
@@ -52,7 +61,7 @@ pub struct Attempt {
     pub tries: i32,
     /// `first_run`, `retry_after_failure`, `lease_retake` or `replay`.
     pub path: Path,
-    /// When the lease ends at the latest by this node's clock: counted from just before
+    /// When the lease ends at the earliest by this node's clock: counted from just before
     /// the claim was sent, so it never overstates the time left.
     pub lease_ends: Instant,
     /// Queue mode: the lease, renewed every third of itself while the delivery runs, so a
@@ -117,8 +126,8 @@ impl Attempt {
     }
 
     /// The last moment the delivery may start: early enough to end (at its timeout) inside
-    /// the lease — or, when the lease is renewed, before the first renewal is due. A
-    /// worker that gets it later refuses to start it.
+    /// the lease — or, when the lease is renewed, with a third of the lease still left
+    /// for renewals. A worker that gets it later refuses to start it.
     pub fn start_by(&self) -> Instant {
         let margin = match self.renew {
             Some(lease) => lease / 3,
@@ -169,33 +178,48 @@ impl Attempt {
             };
         };
         let lease_ends = Cell::new(self.lease_ends);
-        let mut keeper = std::pin::pin!(self.keep_lease(store, lease, &lease_ends, log));
         let mut delivery = Box::pin(outcome);
-        let outcome = tokio::select! {
-            done = &mut delivery => done,
-            why = &mut keeper => {
-                drop(delivery);
-                let id = &self.event.id;
-                warn!(log, "webhook.hung_up";
-                    "provider" => &*id.provider, "event_key" => &*id.key,
-                    "attempts" => self.attempts, "error" => &why);
-                return Recorded {
-                    verdict: Verdict::Unknown { error: why },
-                    written: None,
-                    took: started.elapsed(),
-                };
+        let outcome = {
+            let keeper = self.keep_lease(store, lease, &lease_ends, Give::Up, log);
+            let mut keeper = std::pin::pin!(keeper);
+            tokio::select! {
+                // An answer that is in wins over a hang-up due at the same moment.
+                biased;
+                done = &mut delivery => Some(done),
+                why = &mut keeper => {
+                    let id = &self.event.id;
+                    warn!(log, "webhook.hung_up";
+                        "provider" => &*id.provider, "event_key" => &*id.key,
+                        "attempts" => self.attempts, "error" => &why);
+                    drop(why);
+                    None
+                }
             }
+        };
+        let Some(outcome) = outcome else {
+            drop(delivery);
+            return Recorded {
+                verdict: Verdict::Unknown {
+                    error: "hung up on the target: the lease could not be confirmed".into(),
+                },
+                written: None,
+                took: started.elapsed(),
+            };
         };
         let verdict = judge(outcome, self.tries, retry, self.redeliverer());
         let written = {
             let write =
                 write_verdict_retrying(store, &self.event, self.attempts, &verdict, None, log);
             let mut write = std::pin::pin!(write);
+            // Renewed all the while, whatever renewals fail meanwhile: a late renewal that
+            // lands restores the lease (nothing is open at the target any more), so no
+            // other node retakes the row while its outcome is on its way.
+            let keeper = self.keep_lease(store, lease, &lease_ends, Give::Never, log);
             tokio::select! {
                 written = &mut write => written,
-                // The lease is gone (or another attempt has the row): the write is fenced
-                // and says which, so it goes on.
-                _ = &mut keeper => write.await,
+                // Another attempt has the row (or this write landed): the write is fenced
+                // and says which.
+                _ = keeper => write.await,
             }
         };
         Recorded {
@@ -207,14 +231,15 @@ impl Attempt {
 
     /// Renews the lease every third of it, fenced by the attempt, keeping `lease_ends`
     /// up to date; a failed renewal is tried again at once and then every
-    /// [`RENEW_RETRY`]. Resolves — with the reason — only when the lease can no longer be
-    /// confirmed: another attempt took the row, or no renewal succeeded by the lease's end
-    /// less [`hang_up_margin`].
+    /// [`RENEW_RETRY`]. Resolves — with the reason — when another attempt took the row,
+    /// or (with [`Give::Up`]) when no renewal succeeded by the lease's end less
+    /// [`hang_up_margin`].
     async fn keep_lease(
         &self,
         store: &dyn Store,
         lease: Duration,
         lease_ends: &Cell<Instant>,
+        give: Give,
         log: &Logger,
     ) -> String {
         let id = &self.event.id;
@@ -228,10 +253,13 @@ impl Attempt {
         );
         let mut failures = 0u32;
         loop {
-            let hang_up_at = lease_ends
-                .get()
-                .checked_sub(margin)
-                .unwrap_or_else(Instant::now);
+            let hang_up_at = match give {
+                Give::Up => lease_ends
+                    .get()
+                    .checked_sub(margin)
+                    .unwrap_or_else(Instant::now),
+                Give::Never => from_now(Duration::MAX),
+            };
             tokio::time::sleep_until(next.min(hang_up_at).into()).await;
             if Instant::now() >= hang_up_at {
                 return "the lease could not be confirmed before it ended".into();

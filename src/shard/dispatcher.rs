@@ -220,8 +220,8 @@ impl Dispatcher {
     }
 
     /// Shutdown, second step: waits until every claim on its way has come back and every
-    /// running delivery has ended and been recorded, each bounded by its target timeout
-    /// and lease.
+    /// running delivery has ended and been recorded — a sync one within its lease, a
+    /// queue one whenever the store takes its write (the caller bounds the wait).
     pub async fn drained(&self) {
         join_all(self.shards.iter().map(|s| s.send(Drained))).await;
     }

@@ -60,7 +60,7 @@ const MAX_RETRY: Duration = Duration::from_secs(1);
 /// missed deadline, a serialization failure or deadlock, a read-only database after a
 /// failover, a busy pool), until `deadline` (a sync attempt's lease: past it another
 /// attempt may hold the row and the sender is waiting) — or, with no deadline (queue
-/// mode: nobody waits, and the write is fenced), until it lands.
+/// mode: nobody waits, and the write is fenced), after every error until it lands.
 ///
 /// Once the target has acted, losing the write would leave the row `in_progress` and a
 /// later retake would run the target again; waiting for the store is worth the sender's
@@ -83,7 +83,9 @@ pub(crate) async fn write_verdict_retrying(
             Some(Ok(Fenced::Stale)) if timed_out => {
                 return Some(Ok(landed_earlier(store, event, attempts, verdict).await));
             }
-            Some(Err(e)) if e.is_transient() => {
+            // With no deadline (queue mode) every error is tried again: giving up would
+            // forget the key while nobody knows whether the target acted.
+            Some(Err(e)) if e.is_transient() || deadline.is_none() => {
                 if deadline.is_some_and(|d| from_now(pause) >= d) {
                     return written;
                 }

@@ -305,9 +305,14 @@ pub trait Store: Send + Sync + 'static {
     ) -> StoreFuture<'a, u64>;
 
     /// Queue mode: makes at most `batch` due queue rows whose provider is none of `known`
-    /// (it was removed from the config) dead letters with reason `provider_removed`;
-    /// answers how many. Rows with a live lease are left alone.
-    fn orphan<'a>(&'a self, known: &'a [String], batch: u32) -> StoreFuture<'a, u64>;
+    /// (it was removed from the config), untouched for `grace`, dead letters with reason
+    /// `provider_removed`; answers how many. Rows with a live lease are left alone.
+    fn orphan<'a>(
+        &'a self,
+        known: &'a [String],
+        grace: Duration,
+        batch: u32,
+    ) -> StoreFuture<'a, u64>;
 
     /// Rows, oldest first, optionally of one provider and one status.
     fn list<'a>(

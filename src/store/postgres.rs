@@ -331,7 +331,14 @@ impl Store for PgStore {
         attempts: i32,
         lease: Duration,
     ) -> StoreFuture<'a, Fenced> {
-        Box::pin(self.guarded(postgres_queue::renew(&self.inner, id, attempts, lease)))
+        // Not behind the reconnect backoff: a renewal refused for the backoff's seconds
+        // would make a short-leased delivery hang up although the database answers. It
+        // still reports what it saw, so an outage opens the backoff for everything else.
+        Box::pin(async move {
+            let result = postgres_queue::renew(&self.inner, id, attempts, lease).await;
+            self.inner.reconnect.observe(&result);
+            result
+        })
     }
 
     fn abandon<'a>(
@@ -348,8 +355,13 @@ impl Store for PgStore {
         )))
     }
 
-    fn orphan<'a>(&'a self, known: &'a [String], batch: u32) -> StoreFuture<'a, u64> {
-        Box::pin(self.guarded(postgres_queue::orphan(&self.inner, known, batch)))
+    fn orphan<'a>(
+        &'a self,
+        known: &'a [String],
+        grace: Duration,
+        batch: u32,
+    ) -> StoreFuture<'a, u64> {
+        Box::pin(self.guarded(postgres_queue::orphan(&self.inner, known, grace, batch)))
     }
 
     fn list<'a>(

@@ -130,11 +130,17 @@ pub(crate) async fn abandon(
 }
 
 /// [`Store::orphan`](super::api::Store::orphan).
-pub(crate) async fn orphan(inner: &Inner, known: &[String], batch: u32) -> Result<u64, StoreError> {
+pub(crate) async fn orphan(
+    inner: &Inner,
+    known: &[String],
+    grace: Duration,
+    batch: u32,
+) -> Result<u64, StoreError> {
+    let grace_ms = millis(grace);
     inner
         .run(async |client| {
             client
-                .execute(ORPHAN, &[&known, &i64::from(batch)])
+                .execute(ORPHAN, &[&known, &i64::from(batch), &grace_ms])
                 .await
                 .map_err(db_error)
         })

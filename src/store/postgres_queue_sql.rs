@@ -94,8 +94,8 @@ WHERE (provider, event_key) IN (
     LIMIT $3
     FOR UPDATE SKIP LOCKED)";
 
-/// Orphan: due queue rows whose provider is none of `$1` (removed from the config) become
-/// dead letters (`provider_removed`), at most `$2` at a time.
+/// Orphan: due queue rows whose provider is none of `$1` (removed from the config),
+/// untouched for `$3` ms, become dead letters (`provider_removed`), at most `$2` at a time.
 ///
 /// The inner select locks at most `$2` rows and skips any another transaction holds; a row
 /// with a live lease (an attempt running somewhere) is left to finish first.
@@ -108,6 +108,7 @@ WHERE (provider, event_key) IN (
     WHERE mode = 'queue' AND status IN ('queued', 'failed', 'in_progress')
       AND NOT (provider = ANY($1)) AND next_attempt_at <= now()
       AND (status <> 'in_progress' OR locked_until <= now())
+      AND updated_at <= now() - $3::bigint * interval '1 millisecond'
     LIMIT $2
     FOR UPDATE SKIP LOCKED)";
 

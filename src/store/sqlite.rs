@@ -404,11 +404,16 @@ impl Store for SqliteStore {
         )
     }
 
-    fn orphan<'a>(&'a self, known: &'a [String], batch: u32) -> StoreFuture<'a, u64> {
+    fn orphan<'a>(
+        &'a self,
+        known: &'a [String],
+        grace: Duration,
+        batch: u32,
+    ) -> StoreFuture<'a, u64> {
         let known = known.to_vec();
         Box::pin(
             self.writer
-                .call(move |conn| sqlite_queue::orphan(conn, &known, batch)),
+                .call(move |conn| sqlite_queue::orphan(conn, &known, grace, batch)),
         )
     }
 

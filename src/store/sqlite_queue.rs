@@ -80,6 +80,7 @@ WHERE rowid IN (
       AND provider NOT IN (SELECT value FROM json_each(?1))
       AND next_attempt_at <= unixepoch('subsec')
       AND (status <> 'in_progress' OR locked_until <= unixepoch('subsec'))
+      AND updated_at <= unixepoch('subsec') - ?3 / 1000.0
     LIMIT ?2)";
 
 /// Unfinished queue rows per provider and the age of the oldest due one, read from the
@@ -232,11 +233,16 @@ pub(crate) fn abandon(
     Ok(changed as u64)
 }
 
-pub(crate) fn orphan(conn: &Connection, known: &[String], batch: u32) -> Result<u64, StoreError> {
+pub(crate) fn orphan(
+    conn: &Connection,
+    known: &[String],
+    grace: Duration,
+    batch: u32,
+) -> Result<u64, StoreError> {
     let known = serde_json::to_string(known).map_err(|e| StoreError::Query(e.to_string()))?;
     let changed = conn
         .prepare_cached(ORPHAN)
-        .and_then(|mut s| s.execute(params![known, batch]))
+        .and_then(|mut s| s.execute(params![known, batch, millis(grace)]))
         .map_err(sql_error)?;
     Ok(changed as u64)
 }

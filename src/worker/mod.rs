@@ -52,8 +52,9 @@ impl Supervised for Worker {
 pub struct Deliver {
     /// What to deliver.
     pub request: DeliveryRequest,
-    /// The last moment the delivery may start and still end (at its timeout) inside its
-    /// lease. Later, the worker answers [`DeliveryOutcome::NotStarted`] without calling
+    /// The last moment the delivery may start: and still end (at its timeout) inside its
+    /// lease, or — for a renewed (queue) attempt — with a third of its lease left for
+    /// renewals. Later, the worker answers [`DeliveryOutcome::NotStarted`] without calling
     /// the target: a delivery that could outlive its lease could run beside a retake.
     pub start_by: std::time::Instant,
     /// Queue mode: when its sender is dropped (or sends), the worker hangs up on the

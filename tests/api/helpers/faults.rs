@@ -90,8 +90,13 @@ impl Store for PanickingStore {
     ) -> StoreFuture<'a, u64> {
         self.0.abandon(provider, horizon, batch)
     }
-    fn orphan<'a>(&'a self, known: &'a [String], batch: u32) -> StoreFuture<'a, u64> {
-        self.0.orphan(known, batch)
+    fn orphan<'a>(
+        &'a self,
+        known: &'a [String],
+        grace: Duration,
+        batch: u32,
+    ) -> StoreFuture<'a, u64> {
+        self.0.orphan(known, grace, batch)
     }
     fn list<'a>(
         &'a self,
