@@ -1,16 +1,20 @@
-//! TLS to Postgres: `sslmode` and `sslrootcert` in `store.url`, with libpq's meanings,
-//! through rustls.
+//! TLS to Postgres: `sslmode` and `sslrootcert` in `store.url` (URL or key=value form),
+//! with libpq's meanings, through rustls.
 //!
 //! | sslmode | encrypted | server checked |
 //! |---|---|---|
 //! | `disable` | never | — |
-//! | `prefer` (the default, as in libpq) | when the server offers TLS | no |
-//! | `require` | always; a server without TLS is an error | no |
-//! | `verify-ca` | always | chain to `sslrootcert` (or the system roots) |
-//! | `verify-full` | always | chain and host name |
+//! | `allow`, `prefer` (the default, as in libpq) | when the server offers TLS | no |
+//! | `require` | always; a server without TLS is an error | no — but with an `sslrootcert` file, as `verify-ca` (libpq's rule) |
+//! | `verify-ca` | always | chain to `sslrootcert` |
+//! | `verify-full` | always | chain to `sslrootcert`, and the host name |
 //!
-//! Both parameters are taken out of the URL here (tokio-postgres knows only the first
-//! three modes); everything else in the URL is tokio-postgres's.
+//! `verify-ca` and `verify-full` need trust anchors: `sslrootcert`, else libpq's default
+//! `~/.postgresql/root.crt` if it exists, else it is an error naming `sslrootcert` (never a
+//! silent fall-back to the system roots, which any public certificate chains to).
+//! `sslrootcert=system` (PostgreSQL 16's meaning) is the system roots with `verify-full`;
+//! with a weaker `sslmode` it is an error. Both parameters are taken out here
+//! (tokio-postgres knows only the first three modes); the rest is tokio-postgres's.
 
 use std::path::PathBuf;
 
@@ -27,46 +31,108 @@ pub(crate) struct Tls {
     pub(crate) mode: SslMode,
     /// How much of the server's certificate is checked.
     pub(crate) verify: Verify,
-    /// `sslrootcert`: the trust anchors instead of the system's.
+    /// The trust anchors (`None` with [`Verify::Full`]: the system's, `sslrootcert=system`).
     pub(crate) root_cert: Option<PathBuf>,
 }
 
-/// Splits `sslmode` and `sslrootcert` off a `postgres://` URL.
+fn error(text: String) -> StoreError {
+    StoreError::Query(format!("store.url: {text}"))
+}
+
+/// Splits `sslmode` and `sslrootcert` off a `postgres://` URL or a key=value string, and
+/// reads them by libpq's rules.
 pub(crate) fn split(url: &str) -> Result<(String, Tls), StoreError> {
-    let (base, query) = url.split_once('?').unwrap_or((url, ""));
-    let mut kept = Vec::new();
-    let mut tls = Tls {
-        mode: SslMode::Prefer,
-        verify: Verify::Encrypt,
-        root_cert: None,
-    };
-    for param in query.split('&').filter(|p| !p.is_empty()) {
-        match param.split_once('=') {
-            Some(("sslmode", mode)) => {
-                (tls.mode, tls.verify) = match mode {
-                    "disable" => (SslMode::Disable, Verify::Encrypt),
-                    "prefer" | "allow" => (SslMode::Prefer, Verify::Encrypt),
-                    "require" => (SslMode::Require, Verify::Encrypt),
-                    "verify-ca" => (SslMode::Require, Verify::Chain),
-                    "verify-full" => (SslMode::Require, Verify::Full),
-                    other => {
-                        return Err(StoreError::Query(format!(
-                            "store.url: sslmode {other:?} is not disable, prefer, require, \
-                             verify-ca or verify-full"
-                        )))
-                    }
-                }
+    split_with_home(url, std::env::var_os("HOME").map(PathBuf::from))
+}
+
+/// [`split`], with libpq's default root certificate looked for under `home`.
+fn split_with_home(url: &str, home: Option<PathBuf>) -> Result<(String, Tls), StoreError> {
+    let (rest, mode, root) = if url.contains("://") {
+        let (base, query) = url.split_once('?').unwrap_or((url, ""));
+        let (mut mode, mut root, mut kept) = (None, None, Vec::new());
+        for param in query.split('&').filter(|p| !p.is_empty()) {
+            match param.split_once('=') {
+                Some(("sslmode", m)) => mode = Some(m.to_owned()),
+                Some(("sslrootcert", r)) => root = Some(r.to_owned()),
+                _ => kept.push(param),
             }
-            Some(("sslrootcert", path)) => tls.root_cert = Some(PathBuf::from(path)),
-            _ => kept.push(param),
         }
-    }
-    let url = if kept.is_empty() {
-        base.to_owned()
+        let rest = if kept.is_empty() {
+            base.to_owned()
+        } else {
+            format!("{base}?{}", kept.join("&"))
+        };
+        (rest, mode, root)
     } else {
-        format!("{base}?{}", kept.join("&"))
+        let (mut mode, mut root, mut kept) = (None, None, Vec::new());
+        for token in url.split_whitespace() {
+            match token.split_once('=') {
+                Some(("sslmode", m)) => mode = Some(m.trim_matches('\'').to_owned()),
+                Some(("sslrootcert", r)) => root = Some(r.trim_matches('\'').to_owned()),
+                _ => kept.push(token),
+            }
+        }
+        (kept.join(" "), mode, root)
     };
-    Ok((url, tls))
+    let tls = resolve(mode.as_deref(), root.as_deref(), home)?;
+    Ok((rest, tls))
+}
+
+/// libpq's table for `sslmode` and `sslrootcert`.
+fn resolve(
+    mode: Option<&str>,
+    root: Option<&str>,
+    home: Option<PathBuf>,
+) -> Result<Tls, StoreError> {
+    let tls = |mode, verify, root_cert| {
+        Ok(Tls {
+            mode,
+            verify,
+            root_cert,
+        })
+    };
+    if root == Some("system") {
+        return match mode {
+            None | Some("verify-full") => tls(SslMode::Require, Verify::Full, None),
+            Some(other) => Err(error(format!(
+                "sslrootcert=system needs sslmode=verify-full (not {other:?}): the system's \
+                 roots authenticate a server only together with its host name"
+            ))),
+        };
+    }
+    let root = root.map(PathBuf::from);
+    let anchors = || {
+        root.clone().or_else(|| {
+            home.map(|h| h.join(".postgresql/root.crt"))
+                .filter(|p| p.exists())
+        })
+    };
+    match mode.unwrap_or("prefer") {
+        "disable" => tls(SslMode::Disable, Verify::Encrypt, None),
+        "allow" | "prefer" => tls(SslMode::Prefer, Verify::Encrypt, None),
+        "require" => match root {
+            Some(file) => tls(SslMode::Require, Verify::Chain, Some(file)),
+            None => tls(SslMode::Require, Verify::Encrypt, None),
+        },
+        m @ ("verify-ca" | "verify-full") => {
+            let verify = if m == "verify-ca" {
+                Verify::Chain
+            } else {
+                Verify::Full
+            };
+            match anchors() {
+                Some(file) => tls(SslMode::Require, verify, Some(file)),
+                None => Err(error(format!(
+                    "sslmode={m} needs trust anchors: set sslrootcert=/path/ca.pem (or \
+                     sslrootcert=system for the system's roots with verify-full), or put the \
+                     CA in ~/.postgresql/root.crt"
+                ))),
+            }
+        }
+        other => Err(error(format!(
+            "sslmode {other:?} is not disable, allow, prefer, require, verify-ca or verify-full"
+        ))),
+    }
 }
 
 /// The rustls connector for `tls`.
@@ -80,19 +146,73 @@ pub(crate) fn connector(tls: &Tls) -> Result<MakeRustlsConnect, StoreError> {
 mod tests {
     use super::*;
 
+    fn read(url: &str) -> Result<(String, Tls), StoreError> {
+        split_with_home(url, None)
+    }
+
     #[test]
     fn sslmode_and_sslrootcert_are_taken_out_and_the_rest_kept() {
         let (url, tls) =
-            split("postgres://h/db?application_name=x&sslmode=verify-full&sslrootcert=/ca.pem")
+            read("postgres://h/db?application_name=x&sslmode=verify-full&sslrootcert=/ca.pem")
                 .unwrap();
         assert_eq!(url, "postgres://h/db?application_name=x");
         assert_eq!((tls.mode, tls.verify), (SslMode::Require, Verify::Full));
         assert_eq!(tls.root_cert, Some(PathBuf::from("/ca.pem")));
-        let (url, tls) = split("postgres://h/db").unwrap();
+        let (url, tls) = read("postgres://h/db").unwrap();
         assert_eq!(url, "postgres://h/db");
         assert_eq!(tls.mode, SslMode::Prefer, "libpq's default");
-        let (_, tls) = split("postgres://h/db?sslmode=verify-ca").unwrap();
-        assert_eq!((tls.mode, tls.verify), (SslMode::Require, Verify::Chain));
-        assert!(split("postgres://h/db?sslmode=sometimes").is_err());
+        assert!(read("postgres://h/db?sslmode=sometimes").is_err());
+    }
+
+    #[test]
+    fn the_modes_mean_what_libpq_says() {
+        let verify = |url: &str| read(url).map(|(_, t)| (t.verify, t.root_cert));
+        // require with a root certificate file is verify-ca.
+        assert_eq!(
+            verify("postgres://h/db?sslmode=require&sslrootcert=/ca.pem").unwrap(),
+            (Verify::Chain, Some(PathBuf::from("/ca.pem")))
+        );
+        assert_eq!(
+            verify("postgres://h/db?sslmode=require").unwrap(),
+            (Verify::Encrypt, None)
+        );
+        // verify-ca and verify-full need anchors: never the system roots silently.
+        for mode in ["verify-ca", "verify-full"] {
+            let e = read(&format!("postgres://h/db?sslmode={mode}")).unwrap_err();
+            assert!(e.to_string().contains("sslrootcert"), "{e}");
+        }
+        // sslrootcert=system: the system roots, with the host name.
+        assert_eq!(
+            verify("postgres://h/db?sslrootcert=system").unwrap(),
+            (Verify::Full, None)
+        );
+        assert!(read("postgres://h/db?sslrootcert=system&sslmode=verify-ca").is_err());
+        assert!(read("postgres://h/db?sslrootcert=system&sslmode=require").is_err());
+    }
+
+    #[test]
+    fn libpqs_default_root_certificate_is_honoured() {
+        let home = std::env::temp_dir().join(format!("hookgate-home-{}", fastrand::u64(..)));
+        std::fs::create_dir_all(home.join(".postgresql")).unwrap();
+        let ca = home.join(".postgresql/root.crt");
+        std::fs::write(&ca, "not read here").unwrap();
+        let (_, tls) =
+            split_with_home("postgres://h/db?sslmode=verify-full", Some(home.clone())).unwrap();
+        std::fs::remove_dir_all(&home).unwrap();
+        assert_eq!((tls.verify, tls.root_cert), (Verify::Full, Some(ca)));
+    }
+
+    #[test]
+    fn the_key_value_form_is_read_the_same_way() {
+        let (rest, tls) =
+            read("host=db dbname=app sslmode=verify-full sslrootcert=/ca.pem").unwrap();
+        assert_eq!(rest, "host=db dbname=app");
+        assert_eq!(
+            (tls.verify, tls.root_cert),
+            (Verify::Full, Some(PathBuf::from("/ca.pem")))
+        );
+        assert!(read("host=db sslmode=verify-ca").is_err());
+        let (_, tls) = read("host=db sslmode=require sslrootcert=/ca.pem").unwrap();
+        assert_eq!(tls.verify, Verify::Chain);
     }
 }
