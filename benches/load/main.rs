@@ -14,8 +14,13 @@
 
 mod chaos;
 mod driver;
+mod node;
 mod scenario;
 mod target;
+
+#[path = "../../tests/api/helpers/proxy.rs"]
+#[allow(dead_code)]
+mod proxy;
 
 use std::sync::Arc;
 use std::time::Duration;
