@@ -4,10 +4,10 @@
 //! nothing of the faults.
 
 use std::cell::RefCell;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// The bearer token both nodes are started with (loopback only; a bench secret).
 pub const ADMIN_TOKEN: &str = "chaos-admin-token";
@@ -24,8 +24,8 @@ pub struct Operator {
     config: PathBuf,
     /// How replays ended, `cli: …` / `api: …`.
     pub tally: Rc<RefCell<BTreeMap<String, usize>>>,
-    /// Every key a replay was asked for.
-    pub replayed: Rc<RefCell<BTreeSet<String>>>,
+    /// Every key a replay was asked for, with when each replay was sent.
+    pub replayed: Rc<RefCell<BTreeMap<String, Vec<Instant>>>>,
 }
 
 impl Operator {
@@ -37,6 +37,14 @@ impl Operator {
             tally: Rc::default(),
             replayed: Rc::default(),
         }
+    }
+
+    fn note_replay(&self, key: &str) {
+        let mut replayed = self.replayed.borrow_mut();
+        replayed
+            .entry(key.to_owned())
+            .or_default()
+            .push(Instant::now());
     }
 
     fn note(&self, what: String) {
@@ -74,7 +82,7 @@ impl Operator {
 
     /// Replays `key` through the admin API of the node at `port`.
     pub async fn replay_api(&self, port: u16, key: &str) {
-        self.replayed.borrow_mut().insert(key.to_owned());
+        self.note_replay(key);
         let url = format!(
             "http://127.0.0.1:{port}/admin/dead/{}/{key}/replay",
             self.provider
@@ -102,7 +110,7 @@ impl Operator {
 
     /// Replays `key` with `hookgate --config FILE dead replay PROVIDER KEY`.
     pub async fn replay_cli(&self, key: &str) {
-        self.replayed.borrow_mut().insert(key.to_owned());
+        self.note_replay(key);
         let run = tokio::process::Command::new(env!("CARGO_BIN_EXE_hookgate"))
             .arg("--config")
             .arg(&self.config)

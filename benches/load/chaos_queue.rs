@@ -6,8 +6,6 @@
 //! letters with the command line and the admin API. Then the target heals, the rows drain,
 //! and one report says whether the queue-mode invariant held. Answers the violations.
 
-use std::cell::RefCell;
-use std::collections::HashMap;
 use std::rc::Rc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant, SystemTime};
@@ -223,13 +221,12 @@ pub async fn run(database_url: String, duration: Duration, rate: u64) -> u64 {
     }
     faults.push(format!("run took {:.1}s", started.elapsed().as_secs_f64()));
     rows.drop_schema().await;
-    // A shard's panic is a fault too (the node's own): blame what follows it on it first.
+    // A panic is a fault too, the node's own, found in its log (wall-clock times).
     let logs: Vec<(&Node, LogSummary)> = nodes.iter().map(|n| (n, summarise(&n.log))).collect();
     for (node, log) in &logs {
         for at in &log.panic_times {
-            let since = at.duration_since(started_wall).unwrap_or_default();
-            let window = (format!("shard panic on {}", node.name), started + since);
-            windows.insert(0, (window.0, window.1, window.1 + aftermath));
+            let from = started + at.duration_since(started_wall).unwrap_or_default();
+            windows.push((format!("panic on {}", node.name), from, from + aftermath));
         }
     }
     let seen = target.seen();
@@ -277,7 +274,6 @@ async fn replay_rounds(
     window: (Instant, Instant),
 ) {
     actix_rt::time::sleep_until(window.0.into()).await;
-    let replayed: Rc<RefCell<HashMap<String, u32>>> = Rc::default();
     let mut round = 0usize;
     while Instant::now() < window.1 {
         let listed = match round % 3 {
@@ -291,12 +287,11 @@ async fn replay_rounds(
         fastrand::shuffle(&mut dead);
         let picked: Vec<String> = dead
             .into_iter()
-            .filter(|k| replayed.borrow().get(k).copied().unwrap_or(0) < 2)
+            .filter(|k| operator.replayed.borrow().get(k).map_or(0, Vec::len) < 2)
             .take(3)
             .collect();
         let mut replays: Vec<std::pin::Pin<Box<dyn std::future::Future<Output = ()>>>> = Vec::new();
         for (i, key) in picked.into_iter().enumerate() {
-            *replayed.borrow_mut().entry(key.clone()).or_default() += 1;
             if fastrand::bool() {
                 target.slow_next(format!("{PROVIDER}:{key}"));
             }

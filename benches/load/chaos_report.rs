@@ -18,6 +18,10 @@ use crate::node::Node;
 const EXAMPLES: usize = 6;
 const EXAMPLES_PER_CAUSE: usize = 2;
 
+/// How long after a replay was sent a violation of its key is blamed on it: the slowest
+/// answer (7 s) and a lease (3 s), with room.
+const REPLAY_SPAN: Duration = Duration::from_secs(12);
+
 /// Everything the run collected.
 pub struct Run<'a> {
     pub started: Instant,
@@ -34,18 +38,30 @@ pub struct Run<'a> {
 }
 
 impl Run<'_> {
-    /// The fault a violation of `key` starting at `at` falls in.
+    /// The fault a violation of `key` starting at `at` is blamed on: of the fault windows
+    /// and this key's replays covering `at`, the one that began last.
     fn cause(&self, key: &str, at: Instant) -> String {
         let bare = key
             .strip_prefix(&format!("{}:", self.provider))
             .unwrap_or(key);
-        if self.operator.replayed.borrow().contains(bare) {
-            return "replayed key".into();
-        }
-        self.windows
+        let replayed = self.operator.replayed.borrow();
+        let replays = replayed.get(bare).into_iter().flatten();
+        let replay = replays
+            .filter(|from| (**from..=**from + REPLAY_SPAN).contains(&at))
+            .map(|from| ("replay of this key", *from))
+            .max_by_key(|(_, from)| *from);
+        let fault = self
+            .windows
             .iter()
-            .find(|(_, from, to)| (*from..=*to).contains(&at))
-            .map_or("outside any fault".into(), |(name, _, _)| name.clone())
+            .filter(|(_, from, to)| (*from..=*to).contains(&at))
+            .map(|(name, from, _)| (name.as_str(), *from))
+            .max_by_key(|(_, from)| *from);
+        [replay, fault]
+            .into_iter()
+            .flatten()
+            .max_by_key(|(_, from)| *from)
+            .map_or("outside any fault", |(name, _)| name)
+            .to_owned()
     }
 
     fn attempts_of(&self, key: &str) -> String {
@@ -106,7 +122,7 @@ impl Run<'_> {
         let doubles: Vec<(String, &String)> = judged
             .doubles_outside
             .iter()
-            .map(|k| (self.cause(k, self.second_ok(k)), k))
+            .map(|k| (self.cause(k, self.double_at(k)), k))
             .collect();
         line(
             "keys 2xx more than once otherwise ",
@@ -135,7 +151,7 @@ impl Run<'_> {
         let mut stranded_by: BTreeMap<String, usize> = BTreeMap::new();
         for key in &stranded {
             let status = census.status_of.get(*key).map_or("no row", String::as_str);
-            let label = match replayed.contains(*key) {
+            let label = match replayed.contains_key(*key) {
                 true => format!("{status}, replayed"),
                 false => status.to_owned(),
             };
@@ -152,16 +168,15 @@ impl Run<'_> {
         (overlaps.len() + doubles.len() + stranded.len()) as u64
     }
 
-    /// When `key`'s second 2xx started (the moment a double happened).
-    fn second_ok(&self, key: &str) -> Instant {
-        let mut oks: Vec<Instant> = self
-            .seen
-            .iter()
-            .filter(|s| s.key == key && s.status.is_some_and(|c| (200..300).contains(&c)))
-            .map(|s| s.start)
-            .collect();
-        oks.sort();
-        oks.get(1).copied().unwrap_or(self.started)
+    /// When `key`'s double began: the first attempt started after its first 2xx had
+    /// started (the one that should not have happened), whatever it answered.
+    fn double_at(&self, key: &str) -> Instant {
+        let mut of: Vec<&Seen> = self.seen.iter().filter(|s| s.key == key).collect();
+        of.sort_by_key(|s| s.start);
+        of.iter()
+            .skip_while(|s| !s.status.is_some_and(|c| (200..300).contains(&c)))
+            .nth(1)
+            .map_or(self.started, |s| s.start)
     }
 }
 
