@@ -130,7 +130,7 @@ impl Operator {
             }
             Ok(Ok(out)) => {
                 let err = String::from_utf8_lossy(&out.stderr);
-                format!("cli: exit {}, {}", out.status, short(&err))
+                format!("cli: {}, {}", out.status, short(&err))
             }
         };
         self.note(what);
