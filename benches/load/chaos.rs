@@ -11,18 +11,14 @@
 
 use std::cell::RefCell;
 use std::collections::HashMap;
-use std::process::{Child, Command, Stdio};
 use std::rc::Rc;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use actix_web::{web, App, HttpRequest, HttpResponse, HttpServer};
 
-#[path = "../../tests/api/helpers/proxy.rs"]
-#[allow(dead_code)]
-mod proxy;
-
-use proxy::StoreProxy;
+use crate::node::{free_port, Node};
+use crate::proxy::StoreProxy;
 
 /// Deliveries a target reception may be "in flight" for at a SIGKILL: received before the
 /// kill and answered less than this long before it (the node records an outcome within
@@ -107,67 +103,6 @@ enum End {
     Unfinished,
 }
 
-/// The node under test: the release binary with its config file.
-struct Node {
-    config: std::path::PathBuf,
-    log: std::path::PathBuf,
-    port: u16,
-    child: Option<Child>,
-}
-
-impl Node {
-    async fn start(&mut self) {
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&self.log)
-            .expect("node log");
-        let child = Command::new(env!("CARGO_BIN_EXE_hookgate"))
-            .args(["serve", "--config"])
-            .arg(&self.config)
-            .stdout(Stdio::from(log))
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("start the hookgate binary");
-        self.child = Some(child);
-        let client = awc::Client::new();
-        let url = format!("http://127.0.0.1:{}/healthz", self.port);
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while Instant::now() < deadline {
-            if let Ok(r) = client.get(&url).send().await {
-                if r.status().is_success() {
-                    return;
-                }
-            }
-            actix_rt::time::sleep(Duration::from_millis(50)).await;
-        }
-        panic!("hookgate did not come up; see {}", self.log.display());
-    }
-
-    /// SIGTERM, and waits for the graceful exit.
-    async fn terminate(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = Command::new("kill")
-                .args(["-TERM", &child.id().to_string()])
-                .status();
-            let deadline = Instant::now() + Duration::from_secs(60);
-            while child.try_wait().ok().flatten().is_none() && Instant::now() < deadline {
-                actix_rt::time::sleep(Duration::from_millis(20)).await;
-            }
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-
-    /// SIGKILL: the process dies wherever it is.
-    fn kill(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-}
-
 /// Runs the chaos scenario for about `duration` of faults (plus the senders' tail) with
 /// `rate` new events a second; answers the violations found.
 pub async fn run(database_url: String, duration: Duration, rate: u64) -> u64 {
@@ -209,14 +144,9 @@ target = {{ url = "http://127.0.0.1:{target_port}/effects", timeout = "2s" }}
         ),
     )
     .expect("chaos config");
-    let mut node = Node {
-        config,
-        log: dir.join("node.log"),
-        port,
-        child: None,
-    };
+    let mut node = Node::new("A", config, dir.join("node.log"), port);
     node.start().await;
-    println!("# chaos: node log {}", node.log.display());
+    println!("# chaos: node {} log {}", node.name, node.log.display());
 
     let started = Instant::now();
     let events = rate * duration.as_secs().max(1);
@@ -416,11 +346,4 @@ async fn row_counts(url: &str, schema: &str) -> HashMap<String, usize> {
         .batch_execute(&format!("DROP SCHEMA {schema} CASCADE"))
         .await;
     counts
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
 }

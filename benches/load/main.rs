@@ -1,5 +1,5 @@
 //! hookgate's load benchmark: `cargo bench --bench load -- [--scenario NAME|all]
-//! [--connections 64] [--duration 10s] [--requests N] [--store postgres|sqlite]
+//! [--mode sync|queue] [--connections 64] [--duration 10s] [--requests N] [--store postgres|sqlite]
 //! [--shards N] [--http-workers N] [--url URL]`.
 //!
 //! Starts hookgate in-process (or drives a running one with `--url`, whose target must be
@@ -10,12 +10,26 @@
 //! durable throwaway cluster). Loopback only; every run is bounded in time and count.
 //!
 //! `--scenario chaos` (Postgres only) runs the release binary as a child process and
-//! injects faults while real-sender-like clients deliver; see `chaos.rs`.
+//! injects faults while real-sender-like clients deliver; see `chaos.rs`. With
+//! `--mode queue` it runs two nodes with the provider in queue mode; see `chaos_queue.rs`.
 
 mod chaos;
+mod chaos_attempts;
+mod chaos_logs;
+mod chaos_operator;
+mod chaos_queue;
+mod chaos_report;
+mod chaos_rows;
+mod chaos_senders;
+mod chaos_target;
 mod driver;
+mod node;
 mod scenario;
 mod target;
+
+#[path = "../../tests/api/helpers/proxy.rs"]
+#[allow(dead_code)]
+mod proxy;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -38,9 +52,10 @@ struct Args {
     /// Concurrent client connections.
     #[arg(long, default_value_t = 64)]
     connections: usize,
-    /// How long each scenario runs.
-    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
-    duration: Duration,
+    /// How long each scenario runs (default 10s; the queue-mode chaos run, 45s, plus its
+    /// drain).
+    #[arg(long, value_parser = humantime::parse_duration)]
+    duration: Option<Duration>,
     /// Most requests per scenario.
     #[arg(long, default_value_t = 5_000_000)]
     requests: u64,
@@ -63,13 +78,21 @@ struct Args {
     /// runs: does the rate hold as the table grows?).
     #[arg(long, value_parser = humantime::parse_duration)]
     window: Option<Duration>,
-    /// New events a second in the chaos scenario.
-    #[arg(long, default_value_t = 100)]
-    rate: u64,
+    /// New events a second in the chaos scenario (default 100; in queue mode 40, which two
+    /// nodes on two shared cores carry with room for the slow answers).
+    #[arg(long)]
+    rate: Option<u64>,
+    /// The chaos scenario's delivery mode: sync (one node, senders redeliver) or queue
+    /// (two nodes, hookgate redelivers).
+    #[arg(long, default_value = "sync")]
+    mode: String,
     /// cargo bench passes --bench; accepted and ignored.
     #[arg(long, hide = true)]
     bench: bool,
 }
+
+/// How long a scenario runs unless `--duration` says otherwise.
+const DURATION: Duration = Duration::from_secs(10);
 
 /// The allocator hookgate's binary uses (src/main.rs), so the bench measures what ships.
 #[global_allocator]
@@ -80,8 +103,19 @@ fn main() {
     if args.scenario == "chaos" {
         let url = std::env::var("HOOKGATE_BENCH_DATABASE_URL")
             .expect("--scenario chaos runs on Postgres: set HOOKGATE_BENCH_DATABASE_URL");
-        let violations =
-            actix_rt::System::new().block_on(chaos::run(url, args.duration, args.rate));
+        let violations = match args.mode.as_str() {
+            "sync" => actix_rt::System::new().block_on(chaos::run(
+                url,
+                args.duration.unwrap_or(DURATION),
+                args.rate.unwrap_or(100),
+            )),
+            "queue" => actix_rt::System::new().block_on(chaos_queue::run(
+                url,
+                args.duration.unwrap_or(Duration::from_secs(45)),
+                args.rate.unwrap_or(40),
+            )),
+            other => panic!("--mode must be sync or queue, not {other}"),
+        };
         if violations > 0 {
             eprintln!("FAILED: {violations} violation(s) of the delivery guarantee");
             std::process::exit(1);
@@ -100,7 +134,7 @@ fn main() {
         "# hookgate load bench: store={} connections={} duration={:?} cpus={}",
         args.store,
         args.connections,
-        args.duration,
+        args.duration.unwrap_or(DURATION),
         hookgate::config::cpus()
     );
     let mut duplicates = 0;
@@ -171,7 +205,11 @@ async fn run(args: &Args, scenario: Scenario) -> u64 {
         Scenario::Overload => 4 * args.connections,
         _ => args.connections,
     };
-    let (duration, requests, window) = (args.duration, args.requests, args.window);
+    let (duration, requests, window) = (
+        args.duration.unwrap_or(DURATION),
+        args.requests,
+        args.window,
+    );
     let drive_url = url.clone();
     let report = actix_rt::task::spawn_blocking(move || {
         actix_rt::System::new().block_on(driver::drive(
