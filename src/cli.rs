@@ -338,6 +338,14 @@ async fn check_config(config: &Config) -> anyhow::Result<()> {
         println!("{rule}");
     }
     println!("{}", durability(config).await);
+    if store::sqlite::SqliteStore::path_of(&config.store.url).is_none() {
+        const RULE: &str = "store authenticates its server";
+        match store::postgres::tls_warning(&config.store.url) {
+            Ok(None) => println!("ok   {RULE}"),
+            Ok(Some(why)) => println!("WARN {RULE}: {why}"),
+            Err(e) => println!("FAIL {RULE}: {e}"),
+        }
+    }
     let mut resolved = config.clone();
     let secrets = resolved.resolve_secrets();
     match &secrets {

@@ -135,6 +135,24 @@ fn resolve(
     }
 }
 
+/// Whether `url` authenticates its server over TLS, and the hosts it names.
+pub(crate) fn authenticated_hosts(url: &str) -> Result<(bool, Vec<String>), StoreError> {
+    let (rest, tls) = split(url)?;
+    let config: tokio_postgres::Config = rest
+        .parse()
+        .map_err(|e| error(format!("does not parse: {e}")))?;
+    let hosts = config
+        .get_hosts()
+        .iter()
+        .map(|h| match h {
+            tokio_postgres::config::Host::Tcp(name) => name.clone(),
+            #[cfg(unix)]
+            tokio_postgres::config::Host::Unix(path) => path.display().to_string(),
+        })
+        .collect();
+    Ok((tls.verify != Verify::Encrypt, hosts))
+}
+
 /// The rustls connector for `tls`.
 pub(crate) fn connector(tls: &Tls) -> Result<MakeRustlsConnect, StoreError> {
     let config = client_config(tls.root_cert.as_deref(), tls.verify)
@@ -200,6 +218,25 @@ mod tests {
             split_with_home("postgres://h/db?sslmode=verify-full", Some(home.clone())).unwrap();
         std::fs::remove_dir_all(&home).unwrap();
         assert_eq!((tls.verify, tls.root_cert), (Verify::Full, Some(ca)));
+    }
+
+    #[test]
+    fn a_remote_server_reached_without_authentication_is_told_apart() {
+        let (ok, hosts) =
+            authenticated_hosts("postgres://u@db.example:5432/x?sslmode=require").unwrap();
+        assert_eq!((ok, hosts), (false, vec!["db.example".to_owned()]));
+        let (ok, _) = authenticated_hosts(
+            "postgres://u@db.example/x?sslmode=verify-full&sslrootcert=/ca.pem",
+        )
+        .unwrap();
+        assert!(ok);
+        assert!(
+            crate::store::postgres::tls_warning("postgres://u@127.0.0.1/x")
+                .unwrap()
+                .is_none()
+        );
+        let warned = crate::store::postgres::tls_warning("host=db.example sslmode=prefer");
+        assert!(warned.unwrap().unwrap().contains("db.example"));
     }
 
     #[test]
