@@ -147,6 +147,7 @@ impl Application {
             log: log.clone(),
             metrics,
             admin_token: config.admin.token.clone(),
+            readiness: Default::default(),
         });
         let server = http_server(config, listener, state)?;
         info!(log, "hookgate.listening"; "port" => port, "shards" => shards);

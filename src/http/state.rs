@@ -2,7 +2,8 @@
 //! logger, the metrics, the admin token.
 
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
 use crate::metrics::Metrics;
 use crate::provider::Provider;
@@ -28,4 +29,7 @@ pub struct AppState {
     pub metrics: Arc<Metrics>,
     /// The admin bearer token; `None` disables `/admin/`.
     pub admin_token: Option<Secret>,
+    /// `/readyz`'s last look at the store: when, and whether it answered (`None` before
+    /// the first). A plain mutex: held for a copy, never across an `.await`.
+    pub readiness: Mutex<Option<(Instant, Result<(), String>)>>,
 }

@@ -52,6 +52,32 @@ async fn the_admin_api_wants_the_token_and_is_absent_without_one() {
     assert_eq!(closed.post(&replay, &[], String::new()).await.status, 404);
 }
 
+/// `/readyz` answers from a store check at most a second old: unauthenticated callers
+/// cannot make it cost a store round trip each.
+#[actix_web::test]
+async fn readiness_costs_the_store_at_most_a_ping_a_second() {
+    use std::sync::atomic::Ordering;
+    let db = crate::helpers::TestDb::new().await;
+    let target = crate::helpers::TestTarget::start().await;
+    let config = crate::helpers::base_config(&db, &target);
+    let store = std::sync::Arc::new(crate::helpers::FaultyStore::new(
+        db.store_with(config.store.clone()).await,
+    ));
+    let delivery = std::sync::Arc::new(hookgate::worker::HttpDelivery);
+    let app = crate::helpers::start_node_on(db, target, config, delivery, store.clone()).await;
+    let started = std::time::Instant::now();
+    let before = store.pings.load(Ordering::SeqCst);
+    for _ in 0..50 {
+        assert_eq!(app.get("/readyz").await.status, 200);
+    }
+    let pings = store.pings.load(Ordering::SeqCst) - before;
+    let seconds = started.elapsed().as_secs() as usize;
+    assert!(
+        pings <= seconds + 1,
+        "{pings} pings in {seconds} s for 50 calls"
+    );
+}
+
 /// The families the shipped alerts and dashboard read are served from the first scrape,
 /// whatever mode the providers are in.
 #[actix_web::test]

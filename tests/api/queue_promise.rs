@@ -16,7 +16,7 @@ use hookgate::secret::Secret;
 
 use crate::helpers::{
     base_config, eventually, spawn_app_behind_proxy_with, spawn_app_on, start_node_on, Backend,
-    Behaviour, PanickingStore, TestApp, TestDb, TestTarget, PROVIDER,
+    Behaviour, FaultyStore, TestApp, TestDb, TestTarget, PROVIDER,
 };
 
 const TOKEN: &str = "queue-admin-token";
@@ -431,7 +431,7 @@ async fn a_panicking_shard_stops_the_node_with_an_error() {
     let target = TestTarget::start().await;
     let config = base_config(&db, &target);
     let store = db.store_with(config.store.clone()).await;
-    let store = Arc::new(PanickingStore(store));
+    let store = Arc::new(FaultyStore::new(store));
     let delivery = Arc::new(hookgate::worker::HttpDelivery);
     let mut app = start_node_on(db, target, config, delivery, store).await;
     let _ = app.deliver("evt_panic", "{}").await;

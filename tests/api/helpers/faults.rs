@@ -1,7 +1,8 @@
-//! A fault put into a real store: [`PanickingStore`] delegates every operation to the
-//! store it wraps, and panics when asked to complete a key containing `panic` — a bug in
-//! the code a shard runs, where no worker catches it.
+//! Faults put into a real store: [`FaultyStore`] delegates every operation to the store it
+//! wraps, counts the pings, and panics when asked to complete a key containing `panic` — a
+//! bug in the code a shard runs, where no worker catches it.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -12,17 +13,31 @@ use hookgate::store::{
     Taken,
 };
 
-pub struct PanickingStore(pub Arc<dyn Store>);
+pub struct FaultyStore {
+    inner: Arc<dyn Store>,
+    /// `ping` calls so far.
+    pub pings: AtomicUsize,
+}
 
-impl Store for PanickingStore {
+impl FaultyStore {
+    pub fn new(inner: Arc<dyn Store>) -> Self {
+        Self {
+            inner,
+            pings: AtomicUsize::new(0),
+        }
+    }
+}
+
+impl Store for FaultyStore {
     fn migrate(&self) -> StoreFuture<'_, ()> {
-        self.0.migrate()
+        self.inner.migrate()
     }
     fn ping(&self) -> StoreFuture<'_, ()> {
-        self.0.ping()
+        self.pings.fetch_add(1, Ordering::SeqCst);
+        self.inner.ping()
     }
     fn durability_risks(&self) -> StoreFuture<'_, Vec<(String, String)>> {
-        self.0.durability_risks()
+        self.inner.durability_risks()
     }
     fn claim<'a>(
         &'a self,
@@ -30,7 +45,7 @@ impl Store for PanickingStore {
         fingerprint: Option<&'a str>,
         lease: Duration,
     ) -> StoreFuture<'a, ClaimResult> {
-        self.0.claim(id, fingerprint, lease)
+        self.inner.claim(id, fingerprint, lease)
     }
     fn complete<'a>(
         &'a self,
@@ -39,7 +54,7 @@ impl Store for PanickingStore {
         result: &'a StoredResult,
     ) -> StoreFuture<'a, Fenced> {
         assert!(!id.key.contains("panic"), "injected store panic for {id}");
-        self.0.complete(id, attempts, result)
+        self.inner.complete(id, attempts, result)
     }
     fn fail<'a>(
         &'a self,
@@ -47,32 +62,32 @@ impl Store for PanickingStore {
         attempts: i32,
         failure: &'a Failure,
     ) -> StoreFuture<'a, Fenced> {
-        self.0.fail(id, attempts, failure)
+        self.inner.fail(id, attempts, failure)
     }
     fn lookup<'a>(&'a self, id: &'a EventId) -> StoreFuture<'a, Option<EventRecord>> {
-        self.0.lookup(id)
+        self.inner.lookup(id)
     }
     fn replay<'a>(&'a self, id: &'a EventId, lease: Duration) -> StoreFuture<'a, Option<Reopened>> {
-        self.0.replay(id, lease)
+        self.inner.replay(id, lease)
     }
     fn dead_letters<'a>(
         &'a self,
         provider: Option<&'a str>,
         limit: u32,
     ) -> StoreFuture<'a, Vec<EventRecord>> {
-        self.0.dead_letters(provider, limit)
+        self.inner.dead_letters(provider, limit)
     }
     fn sweep(&self, status: Status, older_than: Duration, batch: u32) -> StoreFuture<'_, u64> {
-        self.0.sweep(status, older_than, batch)
+        self.inner.sweep(status, older_than, batch)
     }
     fn enqueue<'a>(&'a self, item: &'a Enqueue) -> StoreFuture<'a, Enqueued> {
-        self.0.enqueue(item)
+        self.inner.enqueue(item)
     }
     fn take<'a>(&'a self, id: &'a EventId, lease: Duration) -> StoreFuture<'a, Option<Taken>> {
-        self.0.take(id, lease)
+        self.inner.take(id, lease)
     }
     fn due<'a>(&'a self, provider: &'a str, limit: u32) -> StoreFuture<'a, Vec<EventId>> {
-        self.0.due(provider, limit)
+        self.inner.due(provider, limit)
     }
     fn renew<'a>(
         &'a self,
@@ -80,7 +95,7 @@ impl Store for PanickingStore {
         attempts: i32,
         lease: Duration,
     ) -> StoreFuture<'a, Fenced> {
-        self.0.renew(id, attempts, lease)
+        self.inner.renew(id, attempts, lease)
     }
     fn abandon<'a>(
         &'a self,
@@ -88,7 +103,7 @@ impl Store for PanickingStore {
         horizon: Duration,
         batch: u32,
     ) -> StoreFuture<'a, u64> {
-        self.0.abandon(provider, horizon, batch)
+        self.inner.abandon(provider, horizon, batch)
     }
     fn orphan<'a>(
         &'a self,
@@ -96,7 +111,7 @@ impl Store for PanickingStore {
         grace: Duration,
         batch: u32,
     ) -> StoreFuture<'a, u64> {
-        self.0.orphan(known, grace, batch)
+        self.inner.orphan(known, grace, batch)
     }
     fn list<'a>(
         &'a self,
@@ -104,9 +119,9 @@ impl Store for PanickingStore {
         status: Option<Status>,
         limit: u32,
     ) -> StoreFuture<'a, Vec<EventRecord>> {
-        self.0.list(provider, status, limit)
+        self.inner.list(provider, status, limit)
     }
     fn queue_depth(&self) -> StoreFuture<'_, Vec<QueueDepth>> {
-        self.0.queue_depth()
+        self.inner.queue_depth()
     }
 }

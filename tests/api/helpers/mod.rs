@@ -23,7 +23,7 @@ use hookgate::worker::{Delivery, DeliveryOutcome, DeliveryRequest, HttpDelivery}
 
 pub use binary::BinaryNode;
 pub use db::{failure, Backend, TestDb};
-pub use faults::PanickingStore;
+pub use faults::FaultyStore;
 pub use log::CapturedLog;
 pub use proxy::StoreProxy;
 pub use target::{Behaviour, TestTarget};
