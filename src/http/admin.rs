@@ -23,6 +23,10 @@ use crate::shard::Reply;
 const DEFAULT_LIMIT: u32 = 50;
 const MAX_LIMIT: u32 = 1000;
 
+/// Most bytes of dead letters one answer carries (their payloads are kept whole): a few
+/// megabytes is enough to read, and bounds what one request can make the node build.
+const MAX_ANSWER_BYTES: usize = 4 << 20;
+
 /// Registers the admin routes. With the API disabled no `/admin/` route matches at all: the
 /// request meets the node's 404 before any extractor reads it, so nothing shows the API.
 pub fn routes(cfg: &mut web::ServiceConfig) {
@@ -90,8 +94,21 @@ async fn list_dead(
         .store
         .dead_letters(query.provider.as_deref(), limit)
         .await?;
-    let items: Vec<_> = dead.iter().map(event_json).collect();
-    Ok(HttpResponse::Ok().json(serde_json::json!({ "dead": items })))
+    // Bounded by bytes, not only rows: a thousand dead letters with large payloads would
+    // make an answer of a gigabyte. Past the budget the list stops and says so.
+    let mut items = Vec::new();
+    let mut bytes = 0;
+    let mut truncated = false;
+    for record in &dead {
+        let item = event_json(record);
+        bytes += item.to_string().len();
+        if bytes > MAX_ANSWER_BYTES && !items.is_empty() {
+            truncated = true;
+            break;
+        }
+        items.push(item);
+    }
+    Ok(HttpResponse::Ok().json(serde_json::json!({ "dead": items, "truncated": truncated })))
 }
 
 async fn replay(

@@ -52,6 +52,30 @@ async fn the_admin_api_wants_the_token_and_is_absent_without_one() {
     assert_eq!(closed.post(&replay, &[], String::new()).await.status, 404);
 }
 
+/// A list of dead letters is bounded by bytes, not only by rows: past a few megabytes of
+/// payloads it stops and says it was cut.
+#[actix_web::test]
+async fn the_dead_letter_list_is_bounded_by_bytes() {
+    let app = spawn_app_with(|c| {
+        c.admin.token = Some(Secret::new(TOKEN));
+        c.server.max_body_bytes = 2 << 20;
+    })
+    .await;
+    app.target.set(Behaviour::Status(400));
+    let filler = "x".repeat(1 << 20);
+    for i in 0..6 {
+        let body = format!(r#"{{"id":"evt_big{i}","filler":"{filler}"}}"#);
+        assert_eq!(app.deliver(&format!("evt_big{i}"), &body).await.status, 200);
+    }
+    let list = app.get_with("/admin/dead?limit=1000", &bearer(TOKEN)).await;
+    assert_eq!(list.status, 200);
+    assert!(list.body.len() < 6 << 20, "{} bytes", list.body.len());
+    let list: serde_json::Value = serde_json::from_str(&list.body).unwrap();
+    assert_eq!(list["truncated"], true);
+    let shown = list["dead"].as_array().map_or(0, Vec::len);
+    assert!((1..6).contains(&shown), "{shown} shown");
+}
+
 /// `/readyz` answers from a store check at most a second old: unauthenticated callers
 /// cannot make it cost a store round trip each.
 #[actix_web::test]

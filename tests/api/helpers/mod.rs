@@ -265,7 +265,7 @@ impl TestApp {
         let attempt = header("Hookgate-Attempt").and_then(|v| v.parse().ok());
         let retry_after = header("Retry-After").and_then(|v| v.parse().ok());
         let status = response.status().as_u16();
-        let body = response.body().limit(1 << 20).await.expect("body");
+        let body = response.body().limit(16 << 20).await.expect("body");
         Answer {
             status,
             path,
