@@ -256,14 +256,7 @@ impl TestDb {
     pub async fn lock_table(&self) -> TableLock {
         match &self.inspect {
             Inspect::Pg(_) => {
-                let mut config: tokio_postgres::Config =
-                    self.url.parse().expect("test database URL");
-                config.options(format!("-c search_path={}", self.schema));
-                let (client, connection) = config
-                    .connect(tokio_postgres::NoTls)
-                    .await
-                    .expect("connect");
-                actix_rt::spawn(connection);
+                let client = self.own_connection().await;
                 client
                     .batch_execute("BEGIN; LOCK TABLE webhook_events IN ACCESS EXCLUSIVE MODE")
                     .await
@@ -385,9 +378,8 @@ impl TestDb {
         }
     }
 
-    /// Inserts `provider:key` in a transaction left open, so that a claim of that key
-    /// blocks on the row until [`RowLock::release`] rolls it back (Postgres only).
-    pub async fn hold_new_row(&self, provider: &str, key: &str) -> RowLock {
+    /// A new connection to this schema (Postgres), for a transaction the test holds open.
+    async fn own_connection(&self) -> tokio_postgres::Client {
         let mut config: tokio_postgres::Config = self.url.parse().expect("test database URL");
         config.options(format!("-c search_path={}", self.schema));
         let (client, connection) = config
@@ -395,6 +387,13 @@ impl TestDb {
             .await
             .expect("connect");
         actix_rt::spawn(connection);
+        client
+    }
+
+    /// Inserts `provider:key` in a transaction left open, so that a claim of that key
+    /// blocks on the row until [`RowLock::release`] rolls it back (Postgres only).
+    pub async fn hold_new_row(&self, provider: &str, key: &str) -> RowLock {
+        let client = self.own_connection().await;
         client
             .batch_execute(&format!(
                 "BEGIN; INSERT INTO webhook_events (provider, event_key, status, last_path)
