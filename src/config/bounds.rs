@@ -5,9 +5,8 @@
 
 use std::time::Duration;
 
-use super::rule::{rule, show};
+use super::rule::{rule, show, Rule};
 use super::settings::Config;
-use super::validate::Rule;
 
 const MINUTE: Duration = Duration::from_secs(60);
 const HOUR: Duration = Duration::from_secs(3600);
