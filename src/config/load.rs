@@ -127,6 +127,34 @@ mod tests {
     use std::time::Duration;
 
     #[test]
+    fn byte_sizes_take_units_or_plain_integers() {
+        let provider = r#"
+            [[providers]]
+            name = "p"
+            key = [{ json = "/id" }]
+            target = { url = "http://127.0.0.1:9/" }
+        "#;
+        for (written, bytes) in [
+            ("\"8MiB\"", 8 << 20),
+            ("\"1MB\"", 1_000_000),
+            ("\"512 KiB\"", 512 << 10),
+            ("65536", 65536),
+        ] {
+            let text = format!("[cache]\nmax_bytes = {written}\n{provider}");
+            let config = Config::from_toml(&text).unwrap_or_else(|e| panic!("{written}: {e}"));
+            assert_eq!(config.cache.max_bytes, bytes, "{written}");
+        }
+        let text = format!("[server]\nmax_body_bytes = \"2MiB\"\n{provider}");
+        assert_eq!(
+            Config::from_toml(&text).unwrap().server.max_body_bytes,
+            2 << 20
+        );
+        let text = format!("[cache]\nmax_bytes = \"lots\"\n{provider}");
+        let err = Config::from_toml(&text).unwrap_err().to_string();
+        assert!(err.contains("max_bytes"), "{err}");
+    }
+
+    #[test]
     fn the_issue_example_parses_with_durations_and_key_sources() {
         let config = Config::from_toml(
             r#"

@@ -63,7 +63,8 @@ pub struct ServerConfig {
     pub max_connections: usize,
     /// Messages a shard's mailbox holds before new requests are refused with 503.
     pub mailbox_capacity: usize,
-    /// Largest accepted request body; larger bodies are refused with 413.
+    /// Largest accepted request body; larger bodies are refused with 413. A byte size.
+    #[serde(deserialize_with = "byte_size")]
     pub max_body_bytes: usize,
     /// HTTP worker threads; `None` means one per CPU.
     pub http_workers: Option<usize>,
@@ -91,6 +92,12 @@ impl ServerConfig {
     pub fn shard_count(&self) -> usize {
         self.shards.unwrap_or_else(|| 2 * cpus())
     }
+}
+
+/// A byte size: a plain integer, or a string with units (`"64MiB"`, `"1MB"`, `"512 KiB"`).
+fn byte_size<'de, D: serde::Deserializer<'de>>(d: D) -> Result<usize, D::Error> {
+    let size = <bytesize::ByteSize as Deserialize>::deserialize(d)?;
+    usize::try_from(size.as_u64()).map_err(serde::de::Error::custom)
 }
 
 /// Number of CPUs this process may use (at least 1).
@@ -187,7 +194,9 @@ impl Default for QueueConfig {
 pub struct CacheConfig {
     /// Done results kept in memory across all shards; 0 turns the cache off.
     pub capacity: usize,
-    /// Bytes of cached answers kept across all shards (bodies, keys, fingerprints).
+    /// Bytes of cached answers kept across all shards (bodies, keys, fingerprints). A
+    /// byte size.
+    #[serde(deserialize_with = "byte_size")]
     pub max_bytes: usize,
 }
 
