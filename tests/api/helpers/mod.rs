@@ -66,6 +66,10 @@ pub fn base_config(db: &TestDb, target: &TestTarget) -> Config {
         listen = "127.0.0.1:0"
         shards = 4
         workers_per_shard = 4
+        # Room for every test's parallel burst on one shard: keys spread over shards by a
+        # hasher keyed per process, so a burst's spread differs run to run. Tests of
+        # admission set their own.
+        admission_queue = 64
         http_workers = 2
         [[providers]]
         name = "{PROVIDER}"
