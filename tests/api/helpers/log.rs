@@ -25,9 +25,12 @@ impl CapturedLog {
         slog::Logger::root(Mutex::new(drain).fuse(), slog::o!())
     }
 
+    /// Every finished line so far (one being written while a test reads — the node logs
+    /// as it runs — has no newline yet and is left for the next read).
     pub fn lines(&self) -> Vec<serde_json::Value> {
-        String::from_utf8_lossy(&self.0.lock().unwrap())
-            .lines()
+        let text = String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned();
+        text.split_inclusive('\n')
+            .filter(|l| l.ends_with('\n'))
             .map(|l| serde_json::from_str(l).expect("a JSON log line"))
             .collect()
     }
