@@ -191,7 +191,6 @@ impl Attempt {
                     warn!(log, "webhook.hung_up";
                         "provider" => &*id.provider, "event_key" => &*id.key,
                         "attempts" => self.attempts, "error" => &why);
-                    drop(why);
                     None
                 }
             }
