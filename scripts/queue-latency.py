@@ -40,6 +40,7 @@ url = "sqlite://{work}/q.db"
 level = "warning"
 [[providers]]
 name = "q"
+preset = "none"
 mode = "queue"
 key = [{{ header = "X-Idempotency-Key" }}]
 target = {{ url = "http://127.0.0.1:{target.server_address[1]}/effects", timeout = "5s" }}

@@ -77,7 +77,7 @@ fn signature_headers(scheme: &Scheme) -> Vec<String> {
 
 /// The signature scheme a provider's preset (or its `signature` table) names.
 fn scheme(config: &ProviderConfig) -> Result<Scheme, String> {
-    Ok(match config.preset {
+    Ok(match config.preset() {
         Preset::None => Scheme::None,
         Preset::Stripe => Scheme::Stripe,
         Preset::StandardWebhooks => Scheme::Standard,
@@ -138,7 +138,7 @@ impl Provider {
             return Err(format!(
                 "providers.{}: preset {} needs at least one secret",
                 config.name,
-                config.preset.as_str()
+                config.preset().as_str()
             ));
         }
         if matches!(scheme, Scheme::Standard) {
@@ -156,7 +156,7 @@ impl Provider {
         let exclude = config
             .fingerprint_exclude
             .clone()
-            .unwrap_or_else(|| match config.preset {
+            .unwrap_or_else(|| match config.preset() {
                 // Stripe changes this count between deliveries of the same event.
                 Preset::Stripe => vec!["/pending_webhooks".into()],
                 _ => Vec::new(),

@@ -137,6 +137,7 @@ max_attempts = 20
 grace = "5s"
 [[providers]]
 name = "chaos"
+preset = "none"
 key = [{{ header = "X-Idempotency-Key" }}]
 target = {{ url = "http://127.0.0.1:{target_port}/effects", timeout = "2s" }}
 "#,

@@ -73,6 +73,7 @@ grace = "10s"
 token_env = "HOOKGATE_ADMIN_TOKEN"
 [[providers]]
 name = "{PROVIDER}"
+preset = "none"
 mode = "queue"
 key = [{{ header = "X-Idempotency-Key" }}]
 target = {{ url = "http://127.0.0.1:{target_port}/effects", timeout = "8s" }}

@@ -276,6 +276,7 @@ fn config(args: &Args, scenario: Scenario, target: &str) -> (Config, Option<Stri
         mailbox_capacity = 4096
         [[providers]]
         name = "bench"
+        preset = "none"
         key = [{{ header = "X-Idempotency-Key" }}]
         target = {{ url = "{target}", timeout = "10s" }}
         "#

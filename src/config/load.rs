@@ -80,8 +80,12 @@ impl Config {
                 .secrets
                 .iter()
                 .map(|s| {
+                    let secret = match &s.demo {
+                        Some(demo) if s.demo_in_use() => Secret::new(demo.clone()),
+                        _ => secret_from_env(&s.env)?,
+                    };
                     Ok(SigningKey {
-                        secret: secret_from_env(&s.env)?,
+                        secret,
                         not_after: s.not_after().map_err(ConfigError::Parse)?,
                     })
                 })
@@ -131,6 +135,7 @@ mod tests {
         let provider = r#"
             [[providers]]
             name = "p"
+            preset = "none"
             key = [{ json = "/id" }]
             target = { url = "http://127.0.0.1:9/" }
         "#;
@@ -174,6 +179,7 @@ mod tests {
             level = "info"
             [[providers]]
             name = "stripe"
+            preset = "none"
             key = [{ header = "X-Idempotency-Key" }, { json = "/id" }]
             target = { url = "http://127.0.0.1:9000/effects", timeout = "10s" }
             "#,

@@ -14,9 +14,14 @@ use crate::signature::SigningKey;
 pub struct ProviderConfig {
     /// URL segment: served at `POST /webhooks/{name}`.
     pub name: String,
-    /// A real sender's signature scheme, timestamp window and key source.
-    #[serde(default)]
-    pub preset: Preset,
+    /// A real sender's signature scheme, timestamp window and key source; `"none"` accepts
+    /// unsigned events. Required: a missing preset is refused at start, never read as
+    /// "none".
+    pub preset: Option<Preset>,
+    /// With preset `"none"`, accept unsigned events on a listen address other than
+    /// loopback too (a second, explicit opt-in: anyone who reaches the port can send them).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub allow_unsigned_from_network: bool,
     /// Where the idempotency key comes from, tried in order (default: the preset's).
     pub key: Option<Vec<KeySource>>,
     /// Signing secrets, each read from an environment variable; any current one may match.
@@ -52,11 +57,10 @@ pub struct ProviderConfig {
 }
 
 /// The sender presets.
-#[derive(Debug, Clone, Copy, Default, Deserialize, Serialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Deserialize, Serialize, PartialEq, Eq)]
 #[serde(rename_all = "kebab-case")]
 pub enum Preset {
-    /// No signature verification.
-    #[default]
+    /// No signature verification (an explicit opt-out).
     None,
     /// Stripe: `Stripe-Signature`, 5 min window, key `/id`, ignores `/pending_webhooks`.
     Stripe,
@@ -70,6 +74,13 @@ pub enum Preset {
     Shopify,
     /// Any HMAC sender, described by `signature = { ... }`.
     Hmac,
+}
+
+impl ProviderConfig {
+    /// The preset in force; a missing one (refused by the rules) verifies nothing.
+    pub fn preset(&self) -> Preset {
+        self.preset.unwrap_or(Preset::None)
+    }
 }
 
 impl Preset {
@@ -135,9 +146,18 @@ pub struct SecretRef {
     pub env: String,
     /// RFC 3339 instant after which the secret is no longer accepted.
     pub not_after: Option<String>,
+    /// A value written in the config, used while `env` is unset: for trying hookgate on
+    /// one machine only. It is public (anyone who reads the config can sign with it), so
+    /// it is refused on a listen address other than loopback, and warned about anywhere.
+    pub demo: Option<String>,
 }
 
 impl SecretRef {
+    /// Whether the demo value stands in for the secret: one is written and `env` is unset.
+    pub fn demo_in_use(&self) -> bool {
+        self.demo.is_some() && std::env::var(&self.env).map_or(true, |v| v.is_empty())
+    }
+
     /// `not_after` as an instant (`Err` with the text when it does not parse).
     pub fn not_after(&self) -> Result<Option<std::time::SystemTime>, String> {
         self.not_after
@@ -234,13 +254,13 @@ pub fn effective_key(config: &ProviderConfig) -> Vec<KeySource> {
     config
         .key
         .clone()
-        .unwrap_or_else(|| preset_key(config.preset))
+        .unwrap_or_else(|| preset_key(config.preset()))
 }
 
 /// The delivery mode in force: the configured one, else the preset's. GitHub does not
 /// redeliver a failed webhook by itself, so its events are queued: hookgate redelivers.
 pub fn effective_mode(config: &ProviderConfig) -> Mode {
-    config.mode.unwrap_or(match config.preset {
+    config.mode.unwrap_or(match config.preset() {
         Preset::Github => Mode::Queue,
         _ => Mode::Sync,
     })

@@ -28,9 +28,11 @@ pub(super) fn provider_rules(config: &Config) -> Vec<Rule> {
         ),
     ];
     let mut seen = HashSet::new();
+    let network = !config.server.on_loopback();
     for p in &config.providers {
         let unique = seen.insert(p.name.as_str());
         rules.extend(one_provider_rules(p, unique));
+        rules.extend(unsigned_rules(p, network, &config.server.listen));
         rules.extend(delivery_rules(p, lease, config.sender_horizon(p)));
     }
     rules
@@ -85,6 +87,53 @@ fn delivery_rules(p: &ProviderConfig, lease: Duration, horizon: Duration) -> Vec
     rules
 }
 
+/// Who can make an event pass: the preset must be written (a missing one is not an
+/// opt-out), unsigned events reach a network listener only with a second opt-in, and a
+/// demo secret (public: it is written in the config) is used on loopback only.
+fn unsigned_rules(p: &ProviderConfig, network: bool, listen: &str) -> Vec<Rule> {
+    let name = &p.name;
+    let unsigned = p.preset() == Preset::None;
+    let mut rules = vec![
+        rule(
+            format!("providers.{name}.preset is set"),
+            p.preset.is_some(),
+            "no preset verifies nothing: name the sender's (stripe, github, \
+             standard-webhooks, slack, shopify, hmac), or write preset = \"none\" to accept \
+             unsigned events",
+        ),
+        advice(
+            format!("providers.{name}: signatures are verified"),
+            !unsigned,
+            format!("preset {}: anyone who can reach the port can send events", p.preset().as_str()),
+        ),
+        rule(
+            format!("providers.{name}: unsigned events only on loopback"),
+            !unsigned || !network || p.allow_unsigned_from_network,
+            format!(
+                "preset none on server.listen {listen}: use a signing preset, listen on \
+                 127.0.0.1, or set allow_unsigned_from_network = true"
+            ),
+        ),
+    ];
+    for secret in p.secrets.iter().filter(|s| s.demo_in_use()) {
+        let var = &secret.env;
+        let detail = format!(
+            "${var} is unset, so the demo secret written in the config is used: anyone who \
+             reads the config can sign events; set ${var}"
+        );
+        rules.push(if network {
+            rule(
+                format!("providers.{name}: no demo secret on a network address"),
+                false,
+                format!("{detail} (server.listen {listen})"),
+            )
+        } else {
+            advice(format!("providers.{name}: demo secret"), false, detail)
+        });
+    }
+    rules
+}
+
 /// The rules of one `[[providers]]` entry; `unique` says no earlier entry has its name.
 fn one_provider_rules(p: &ProviderConfig, unique: bool) -> Vec<Rule> {
     let mut rules = Vec::new();
@@ -125,15 +174,10 @@ fn one_provider_rules(p: &ProviderConfig, unique: bool) -> Vec<Rule> {
         format!(
             "{} source(s), explicit or from preset {}; JSON pointers start with '/'",
             key.len(),
-            p.preset.as_str()
+            p.preset().as_str()
         ),
     ));
-    let signed = p.preset != Preset::None;
-    rules.push(advice(
-        format!("providers.{name}: signatures are verified"),
-        signed,
-        format!("preset {}", p.preset.as_str()),
-    ));
+    let signed = p.preset() != Preset::None;
     rules.push(rule(
         format!("providers.{name}.secrets when signatures are verified"),
         !signed || !p.secrets.is_empty(),
@@ -141,8 +185,8 @@ fn one_provider_rules(p: &ProviderConfig, unique: bool) -> Vec<Rule> {
     ));
     rules.push(rule(
         format!("providers.{name}.signature set exactly for preset hmac"),
-        (p.preset == Preset::Hmac) == p.signature.is_some(),
-        format!("preset {}", p.preset.as_str()),
+        (p.preset() == Preset::Hmac) == p.signature.is_some(),
+        format!("preset {}", p.preset().as_str()),
     ));
     if let Some(sig) = &p.signature {
         rules.push(rule(
@@ -213,6 +257,69 @@ fn one_provider_rules(p: &ProviderConfig, unique: bool) -> Vec<Rule> {
 mod tests {
     use crate::config::Config;
 
+    fn unsigned(listen: &str, preset: &str, extra: &str) -> Result<Config, String> {
+        Config::from_toml(&format!(
+            r#"
+            [server]
+            listen = "{listen}"
+            [[providers]]
+            name = "p"
+            {preset}
+            {extra}
+            key = [{{ json = "/id" }}]
+            target = {{ url = "http://127.0.0.1:9/" }}
+            "#
+        ))
+        .map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn a_provider_without_a_preset_is_refused_and_none_must_be_written() {
+        let err = unsigned("127.0.0.1:8080", "", "").unwrap_err();
+        assert!(err.contains("providers.p.preset is set"), "{err}");
+        assert!(err.contains("preset = \"none\""), "says how to opt out: {err}");
+        let config = unsigned("127.0.0.1:8080", r#"preset = "none""#, "").expect("opted out");
+        let warned = config.rules().into_iter().any(|r| {
+            r.name == "providers.p: signatures are verified"
+                && r.verdict == crate::config::Verdict::Warn
+        });
+        assert!(warned, "an unsigned provider is still warned about");
+    }
+
+    #[test]
+    fn unsigned_events_off_loopback_need_a_second_opt_in() {
+        for listen in ["0.0.0.0:8080", "10.0.0.5:80", "[::]:8080", "example.com:80"] {
+            let err = unsigned(listen, r#"preset = "none""#, "").unwrap_err();
+            assert!(
+                err.contains("providers.p: unsigned events only on loopback")
+                    && err.contains("allow_unsigned_from_network"),
+                "{listen}: {err}"
+            );
+            unsigned(listen, r#"preset = "none""#, "allow_unsigned_from_network = true")
+                .unwrap_or_else(|e| panic!("{listen}: {e}"));
+        }
+        for listen in ["127.0.0.1:8080", "[::1]:80", "localhost:8080", "127.0.0.2:1"] {
+            unsigned(listen, r#"preset = "none""#, "").unwrap_or_else(|e| panic!("{listen}: {e}"));
+        }
+    }
+
+    #[test]
+    fn a_demo_secret_warns_on_loopback_and_is_refused_on_a_network_address() {
+        let secret = r#"preset = "stripe"
+            secrets = [{ env = "HOOKGATE_TEST_SURELY_UNSET_DEMO", demo = "whsec_demo" }]"#;
+        let config = unsigned("127.0.0.1:8080", secret, "").expect("allowed on loopback");
+        let warned = config.rules().into_iter().any(|r| {
+            r.name == "providers.p: demo secret" && r.verdict == crate::config::Verdict::Warn
+        });
+        assert!(warned);
+        let err = unsigned("0.0.0.0:8080", secret, "").unwrap_err();
+        assert!(
+            err.contains("no demo secret on a network address")
+                && err.contains("HOOKGATE_TEST_SURELY_UNSET_DEMO"),
+            "{err}"
+        );
+    }
+
     #[test]
     fn an_hmac_template_must_sign_the_body_and_a_checked_timestamp() {
         let config = |signature: &str| {
@@ -249,6 +356,7 @@ mod tests {
             r#"
             [[providers]]
             name = "p"
+            preset = "none"
             key = [{ json = "/id" }]
             target = { url = "http://127.0.0.1:9/", signing_secret = { env = "S", not_after = "2030-01-01T00:00:00Z" } }
             "#,
@@ -372,6 +480,7 @@ mod tests {
             base = "10s"
             [[providers]]
             name = "q"
+            preset = "none"
             mode = "queue"
             sender_horizon = "30s"
             key = [{ json = "/id" }]
@@ -396,6 +505,7 @@ mod tests {
             base = "10s"
             [[providers]]
             name = "s"
+            preset = "none"
             key = [{ json = "/id" }]
             target = { url = "http://127.0.0.1:9000/", timeout = "1m" }
             "#,

@@ -88,6 +88,18 @@ impl Default for ServerConfig {
 }
 
 impl ServerConfig {
+    /// Whether `listen` is a loopback address (`127.0.0.0/8`, `::1`, `localhost`): only
+    /// this machine can reach it. Anything else, `0.0.0.0` included, is a network.
+    pub fn on_loopback(&self) -> bool {
+        match self.listen.parse::<std::net::SocketAddr>() {
+            Ok(addr) => addr.ip().is_loopback(),
+            Err(_) => self
+                .listen
+                .rsplit_once(':')
+                .is_some_and(|(host, _)| host.eq_ignore_ascii_case("localhost")),
+        }
+    }
+
     /// The effective shard count: the configured one, or two per CPU.
     pub fn shard_count(&self) -> usize {
         self.shards.unwrap_or_else(|| 2 * cpus())
@@ -321,7 +333,7 @@ impl Config {
     pub fn sender_horizon(&self, provider: &ProviderConfig) -> Duration {
         provider
             .sender_horizon
-            .or_else(|| preset_horizon(provider.preset))
+            .or_else(|| preset_horizon(provider.preset()))
             .unwrap_or(self.retry.sender_horizon)
     }
 

@@ -182,6 +182,7 @@ mod tests {
     const PROVIDER: &str = r#"
         [[providers]]
         name = "stripe"
+        preset = "none"
         key = [{ json = "/id" }]
         target = { url = "http://127.0.0.1:9000/", timeout = "10s" }
     "#;

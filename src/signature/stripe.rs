@@ -40,6 +40,14 @@ pub fn verify(
     any_sha256_matches(keys, &parts, &candidates)
 }
 
+/// The `Stripe-Signature` header Stripe would attach to `body` sent at `timestamp`
+/// (Unix seconds), signed with `secret` (the whole `whsec_…` string is the HMAC key).
+pub fn sign(secret: &[u8], timestamp: i64, body: &[u8]) -> (String, String) {
+    let ts = timestamp.to_string();
+    let mac = super::hmac::sign_sha256(secret, &[ts.as_bytes(), b".", body]);
+    (HEADER.into(), format!("t={ts},v1={}", hex::encode(mac)))
+}
+
 fn hex_mac(text: &str) -> Option<Vec<u8>> {
     hex::decode(text).ok()
 }

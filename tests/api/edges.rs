@@ -120,7 +120,7 @@ fn check_config_prints_toml_that_parses_back_into_the_same_config() {
 fn a_config_error_prints_the_rules_and_no_backtrace() {
     let out = run(
         &["serve"],
-        "[lease]\nduration = \"60s\"\n[[providers]]\nname = \"s\"\nkey = [{ json = \"/id\" }]\n\
+        "[lease]\nduration = \"60s\"\n[[providers]]\nname = \"s\"\npreset = \"none\"\nkey = [{ json = \"/id\" }]\n\
          target = { url = \"http://127.0.0.1:9/\" }\n",
     );
     assert!(!out.status.success());
@@ -145,7 +145,7 @@ fn migrate_needs_only_the_store_section() {
 #[test]
 fn a_config_without_a_store_section_means_the_embedded_store() {
     let config = hookgate::config::Config::from_toml(
-        "[[providers]]\nname = \"s\"\nkey = [{ json = \"/id\" }]\ntarget = { url = \"http://127.0.0.1:9/\" }\n",
+        "[[providers]]\nname = \"s\"\npreset = \"none\"\nkey = [{ json = \"/id\" }]\ntarget = { url = \"http://127.0.0.1:9/\" }\n",
     )
     .unwrap();
     assert_eq!(config.store.url, "sqlite://data/hookgate.db");

@@ -35,5 +35,6 @@ mod pressure;
 mod providers;
 mod queue;
 mod queue_promise;
+mod safe_defaults;
 mod store_conformance;
 mod tls;

@@ -295,7 +295,7 @@ fn check_config_exits_non_zero_naming_the_keys_to_change() {
     let bad = dir.join("bad.toml");
     std::fs::write(
         &bad,
-        "[lease]\nduration = \"60s\"\n[[providers]]\nname = \"s\"\nkey = [{ json = \"/id\" }]\n\
+        "[lease]\nduration = \"60s\"\n[[providers]]\nname = \"s\"\npreset = \"none\"\nkey = [{ json = \"/id\" }]\n\
          target = { url = \"http://127.0.0.1:9/\" }\n",
     )
     .unwrap();
@@ -318,7 +318,7 @@ fn check_config_exits_non_zero_naming_the_keys_to_change() {
     let good = dir.join("good.toml");
     std::fs::write(
         &good,
-        "[store]\nurl = \"postgres://app:pw@db/h\"\n[[providers]]\nname = \"s\"\n\
+        "[store]\nurl = \"postgres://app:pw@db/h\"\n[[providers]]\nname = \"s\"\npreset = \"none\"\n\
          key = [{ json = \"/id\" }]\ntarget = { url = \"http://127.0.0.1:9/\" }\n",
     )
     .unwrap();

@@ -571,7 +571,7 @@ fn check_config_warns_about_a_postgres_that_may_lose_commits_and_a_short_grace()
     std::fs::write(
         &file,
         format!(
-            "[store]\nurl = \"{url}\"\n[shutdown]\ngrace = \"1s\"\n[[providers]]\nname = \"s\"\n\
+            "[store]\nurl = \"{url}\"\n[shutdown]\ngrace = \"1s\"\n[[providers]]\nname = \"s\"\npreset = \"none\"\n\
              key = [{{ json = \"/id\" }}]\ntarget = {{ url = \"http://127.0.0.1:9/\", timeout = \"10s\" }}\n"
         ),
     )

@@ -53,6 +53,7 @@ fn providers(target: &str) -> Vec<ProviderConfig> {
         target = {{ url = "{target}" }}
         [[providers]]
         name = "nofp"
+        preset = "none"
         fingerprint = "off"
         key = [{{ json = "/id" }}]
         target = {{ url = "{target}" }}

@@ -44,6 +44,7 @@ base = "3s"
 poll_interval = "100ms"
 [[providers]]
 name = "{PROVIDER}"
+preset = "none"
 mode = "queue"
 key = [{{ header = "X-Idempotency-Key" }}, {{ json = "/id" }}]
 target = {{ url = "{target}", timeout = "1s" }}

@@ -73,6 +73,7 @@ pub fn base_config(db: &TestDb, target: &TestTarget) -> Config {
         http_workers = 2
         [[providers]]
         name = "{PROVIDER}"
+        preset = "none"
         key = [{{ header = "X-Idempotency-Key" }}, {{ json = "/id" }}]
         target = {{ url = "{}", timeout = "10s" }}
         "#,

@@ -1,4 +1,5 @@
-//! The command line: `serve`, `check-config`, `migrate`, `events show`, `dead list|show|replay`.
+//! The command line: `serve`, `check-config`, `migrate`, `send`, `events list|show`,
+//! `dead list|show|replay`.
 //!
 //! Each command loads the config the same way (`--config FILE`, then env overrides) and
 //! fails with a message naming what to fix.
@@ -21,6 +22,8 @@ use crate::startup::Application;
 use crate::store;
 use crate::worker::{Delivery, HttpDelivery};
 
+mod send;
+
 /// hookgate: claim before work, one record, every attempt labelled.
 #[derive(Debug, Parser)]
 #[command(name = "hookgate", version, about)]
@@ -42,6 +45,8 @@ pub enum Command {
     CheckConfig,
     /// Create or upgrade the store's schema.
     Migrate,
+    /// Post a test event signed with the provider's secret and scheme to this node.
+    Send(send::SendArgs),
     /// Read and replay dead letters.
     Dead {
         /// What to do.
@@ -120,6 +125,7 @@ pub async fn run() -> anyhow::Result<()> {
     let config = Config::load(&cli.config)?;
     match cli.command {
         Command::Serve => serve(config).await,
+        Command::Send(args) => send::send(&config, args).await,
         Command::CheckConfig | Command::Migrate => Ok(()),
         Command::Events {
             command: EventsCommand::Show { provider, key },
@@ -318,6 +324,12 @@ async fn durability(config: &Config) -> String {
 async fn serve(config: Config) -> anyhow::Result<()> {
     let (log, _guard) = crate::logging::init(&config.log)?;
     crate::logging::install_panic_hook(log.clone());
+    for p in &config.providers {
+        for secret in p.secrets.iter().filter(|s| s.demo_in_use()) {
+            slog::warn!(log, "config.demo_secret"; "provider" => &p.name, "env" => &secret.env,
+                "message" => "the public demo secret from the config signs this provider's events");
+        }
+    }
     let store = store::open(&config.store).await?;
     store
         .migrate()
