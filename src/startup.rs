@@ -143,6 +143,7 @@ impl Application {
             dispatcher: dispatcher.clone(),
             store,
             max_body_bytes: config.server.max_body_bytes,
+            body_budget: crate::http::BodyBudget::new(config.server.max_body_bytes_in_flight),
             read_timeout: config.server.read_timeout,
             log: log.clone(),
             metrics,

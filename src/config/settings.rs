@@ -66,6 +66,10 @@ pub struct ServerConfig {
     /// Largest accepted request body; larger bodies are refused with 413. A byte size.
     #[serde(deserialize_with = "byte_size")]
     pub max_body_bytes: usize,
+    /// Request bodies held at once over the node (each is read whole before its
+    /// signature is checked); past it requests get 503 `overloaded`. A byte size.
+    #[serde(deserialize_with = "byte_size")]
+    pub max_body_bytes_in_flight: usize,
     /// HTTP worker threads; `None` means one per CPU.
     pub http_workers: Option<usize>,
 }
@@ -82,6 +86,7 @@ impl Default for ServerConfig {
             max_connections: 10_000,
             mailbox_capacity: 1024,
             max_body_bytes: 1024 * 1024,
+            max_body_bytes_in_flight: 64 * 1024 * 1024,
             http_workers: None,
         }
     }

@@ -65,6 +65,14 @@ fn node_rules(config: &Config) -> Vec<Rule> {
             ),
         ),
         rule(
+            "server.max_body_bytes <= max_body_bytes_in_flight",
+            config.server.max_body_bytes <= config.server.max_body_bytes_in_flight,
+            format!(
+                "max_body_bytes {} vs max_body_bytes_in_flight {}: the largest body must fit",
+                config.server.max_body_bytes, config.server.max_body_bytes_in_flight
+            ),
+        ),
+        rule(
             "server.read_timeout >= 100ms",
             config.server.read_timeout >= Duration::from_millis(100),
             format!("read_timeout = {}", show(config.server.read_timeout)),

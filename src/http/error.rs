@@ -7,7 +7,8 @@ use actix_web::http::StatusCode;
 use actix_web::{HttpResponse, ResponseError};
 
 use crate::key::KeyError;
-use crate::shard::STORE_RETRY_AFTER_SECS;
+use crate::claim::Path;
+use crate::shard::{BUSY_RETRY_AFTER_SECS, STORE_RETRY_AFTER_SECS};
 use crate::signature::SignatureError;
 use crate::store::StoreError;
 
@@ -50,6 +51,9 @@ pub enum ApiError {
     /// The node cannot take the request now.
     #[error("try again later ({0})")]
     Unavailable(&'static str),
+    /// The node holds as many request bodies as its budget allows; nothing was claimed.
+    #[error("overloaded: {0}")]
+    Overloaded(&'static str),
     /// The store failed; the cause is logged, not shown.
     #[error("the store is unavailable")]
     Store(#[from] StoreError),
@@ -73,6 +77,7 @@ impl ApiError {
             ApiError::NoSuchEvent(_) => "no_such_event",
             ApiError::NotDead(_) => "not_dead",
             ApiError::Unavailable(_) => "unavailable",
+            ApiError::Overloaded(_) => "overloaded",
             ApiError::Store(_) => "store_unavailable",
         }
     }
@@ -89,7 +94,9 @@ impl ResponseError for ApiError {
             ApiError::Unauthorized | ApiError::Signature(_) => StatusCode::UNAUTHORIZED,
             ApiError::NoSuchEvent(_) => StatusCode::NOT_FOUND,
             ApiError::NotDead(_) => StatusCode::CONFLICT,
-            ApiError::Unavailable(_) | ApiError::Store(_) => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::Unavailable(_) | ApiError::Overloaded(_) | ApiError::Store(_) => {
+                StatusCode::SERVICE_UNAVAILABLE
+            }
         }
     }
 
@@ -101,6 +108,10 @@ impl ResponseError for ApiError {
             }
             ApiError::Unavailable(_) | ApiError::Store(_) => {
                 response.insert_header(("Retry-After", STORE_RETRY_AFTER_SECS.to_string()));
+            }
+            ApiError::Overloaded(_) => {
+                response.insert_header(("Retry-After", BUSY_RETRY_AFTER_SECS.to_string()));
+                response.insert_header(("Hookgate-Path", Path::Overloaded.as_str()));
             }
             // The rest of a stalled body may never come: end the connection.
             ApiError::SlowBody(_) => {

@@ -17,6 +17,7 @@ use actix_web::{HttpRequest, HttpResponse, HttpResponseBuilder};
 use futures_util::StreamExt;
 use serde_json::json;
 
+use super::budget::Reserved;
 use super::error::ApiError;
 use super::state::AppState;
 use crate::canonical::Body;
@@ -81,6 +82,8 @@ struct Accepted {
     id: EventId,
     fingerprint: Option<String>,
     body: Bytes,
+    /// The body's bytes in the node's budget, held until the request is answered.
+    _reserved: Reserved,
     target: Arc<Target>,
     mode: Mode,
 }
@@ -96,9 +99,10 @@ async fn accept(
         .providers
         .get(provider)
         .ok_or_else(|| ApiError::UnknownProvider(excerpt(provider)))?;
+    let mut reserved = state.body_budget.reserve();
     let body = tokio::time::timeout(
         state.read_timeout,
-        read_body(req, payload, state.max_body_bytes),
+        read_body(req, payload, state.max_body_bytes, &mut reserved),
     )
     .await
     .map_err(|_| ApiError::SlowBody(state.read_timeout.as_secs_f64()))??;
@@ -112,16 +116,20 @@ async fn accept(
         id: EventId::new(Arc::clone(&runtime.name), key),
         fingerprint,
         body,
+        _reserved: reserved,
         target: Arc::clone(&runtime.target),
         mode: runtime.mode,
     })
 }
 
-/// Reads the whole body, refusing it as soon as it passes `limit` bytes.
+/// Reads the whole body, refusing it as soon as it passes `limit` bytes, or when the
+/// node's budget of body bytes cannot hold it (`reserved` grows with it: by the declared
+/// length at once, else chunk by chunk).
 async fn read_body(
     req: &HttpRequest,
     mut payload: web::Payload,
     limit: usize,
+    reserved: &mut Reserved,
 ) -> Result<Bytes, ApiError> {
     let declared = req
         .headers()
@@ -131,11 +139,19 @@ async fn read_body(
     if declared.is_some_and(|n| n > limit) {
         return Err(ApiError::TooLarge(limit));
     }
+    let over_budget = ApiError::Overloaded("the node holds as many request bodies as it may");
+    if !reserved.grow_to(declared.unwrap_or(0)) {
+        return Err(over_budget);
+    }
     let mut body = BytesMut::with_capacity(declared.unwrap_or(0));
     while let Some(chunk) = payload.next().await {
         let chunk = chunk.map_err(|e| ApiError::BadBody(e.to_string()))?;
-        if body.len() + chunk.len() > limit {
+        let total = body.len() + chunk.len();
+        if total > limit {
             return Err(ApiError::TooLarge(limit));
+        }
+        if !reserved.grow_to(total) {
+            return Err(over_budget);
         }
         body.extend_from_slice(&chunk);
     }

@@ -3,9 +3,10 @@
 //! decision about an event is the shard's.
 //!
 //! The files import one another one way (this one only re-exports): `routes` → the
-//! handlers (`ingest`, `admin`, `health`) → `state`, `error`, `event_json`.
+//! handlers (`ingest`, `admin`, `health`) → `state`, `budget`, `error`, `event_json`.
 
 mod admin;
+mod budget;
 mod error;
 mod event_json;
 mod health;
@@ -13,6 +14,7 @@ mod ingest;
 mod routes;
 mod state;
 
+pub use budget::BodyBudget;
 pub use error::ApiError;
 pub use event_json::event_json;
 pub use routes::routes;

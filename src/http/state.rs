@@ -21,6 +21,8 @@ pub struct AppState {
     pub store: Arc<dyn Store>,
     /// `server.max_body_bytes`.
     pub max_body_bytes: usize,
+    /// `server.max_body_bytes_in_flight`: request bodies held at once, over the node.
+    pub body_budget: Arc<super::budget::BodyBudget>,
     /// `server.read_timeout`: the deadline for reading a request's body.
     pub read_timeout: std::time::Duration,
     /// Request-path logger.

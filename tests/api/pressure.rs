@@ -442,6 +442,63 @@ async fn a_stalled_body_gets_408_and_trickling_senders_do_not_delay_an_honest_on
     assert_eq!(app.db.status(PROVIDER, "slow").await, None);
 }
 
+/// A JSON body of exactly `len` bytes with `"id": key`.
+fn padded_body(key: &str, len: usize) -> String {
+    let head = format!("{{\"id\":\"{key}\",\"pad\":\"");
+    format!("{head}{}\"}}", "x".repeat(len - head.len() - 2))
+}
+
+#[actix_web::test]
+async fn bodies_past_the_node_wide_budget_get_503_overloaded_and_claim_nothing() {
+    let app = spawn_app_with(|c| {
+        c.server.max_body_bytes = 1000;
+        c.server.max_body_bytes_in_flight = 2000;
+    })
+    .await;
+    let address = app.address.trim_start_matches("http://").to_owned();
+    // Two senders that declared 1000 bytes each and sent only their first bytes: the
+    // node holds room for both bodies while it waits.
+    let mut held = Vec::new();
+    for key in ["big1", "big2"] {
+        let body = padded_body(key, 1000);
+        let mut conn = tokio::net::TcpStream::connect(&address).await.unwrap();
+        conn.write_all(
+            format!(
+                "POST /webhooks/{PROVIDER} HTTP/1.1\r\nHost: x\r\nX-Idempotency-Key: {key}\r\n\
+                 Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n{}",
+                &body[..10]
+            )
+            .as_bytes(),
+        )
+        .await
+        .unwrap();
+        held.push((conn, body));
+    }
+    eventually("both bodies to be reserved", || async {
+        app.deliver("evt_small", "{}").await.status == 503
+    })
+    .await;
+    let refused = app.deliver("evt_small", "{}").await;
+    assert_eq!(refused.path, "overloaded", "{}", refused.body);
+    assert_eq!(refused.retry_after, Some(1));
+    assert!(refused.body.contains("overloaded"), "{}", refused.body);
+    assert_eq!(app.db.status(PROVIDER, "evt_small").await, None, "claimed nothing");
+    assert_eq!(app.target.count(&TestApp::idem("evt_small")), 0);
+
+    // One body arrives whole: it is delivered, its bytes go back, a new request fits.
+    let (mut conn, body) = held.swap_remove(0);
+    conn.write_all(&body.as_bytes()[10..]).await.unwrap();
+    let mut answer = [0u8; 12];
+    conn.read_exact(&mut answer).await.unwrap();
+    assert_eq!(&answer, b"HTTP/1.1 201");
+    drop(conn);
+    eventually("the delivered body's bytes to come back", || async {
+        app.deliver("evt_small", "{}").await.status == 201
+    })
+    .await;
+    assert_eq!(app.target.count(&TestApp::idem("evt_small")), 1);
+}
+
 #[actix_web::test]
 async fn large_answers_are_bounded_in_bytes_and_replayed_whole_from_the_row() {
     let app = spawn_app_with(|c| c.cache.max_bytes = 256 * 1024).await;
