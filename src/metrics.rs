@@ -113,6 +113,11 @@ impl Metrics {
         let queue_taken = Family::<ProviderLabels, Counter>::default();
         let panics = Family::<ActorLabels, Counter>::default();
         registry.register(
+            "log_lines_dropped",
+            "Log records dropped because the log writer fell behind (this process)",
+            crate::logging::dropped_total(),
+        );
+        registry.register(
             "actor_panics",
             "Panics caught in a worker (restarted) or seen in a shard (the node stops)",
             panics.clone(),
@@ -428,6 +433,10 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("hookgate_cache_hits_total 1"), "{text}");
+        assert!(
+            text.contains("hookgate_log_lines_dropped_total "),
+            "served from the first scrape: {text}"
+        );
         assert!(text.contains("hookgate_delivery_seconds_count{provider=\"stripe\"} 1"));
     }
 }

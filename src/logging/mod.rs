@@ -14,6 +14,8 @@ use crate::config::{LogConfig, LogFormat};
 
 mod writer;
 
+pub use writer::dropped_total;
+
 /// Lines buffered for the writer thread; beyond that, lines are dropped and the drop is
 /// reported, because blocking a shard on stdout would be worse than losing a log line.
 const CHANNEL_SIZE: usize = 16 * 1024;

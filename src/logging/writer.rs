@@ -4,16 +4,21 @@
 //! gather for [`BATCH_WINDOW`], formats all of them and writes them out at once: one
 //! wake-up and one `write` for every batch instead of one of each per line, and no line
 //! waits longer than the window (plus formatting) to be written.
+//!
+//! A record's control characters are escaped (`\x1b`), its final newline kept, so a value
+//! an unauthenticated caller chose can neither forge a line nor send escape sequences to a
+//! terminal, whatever the format. Every dropped record is counted in [`dropped_total`].
 
 use std::cell::RefCell;
 use std::io::Write;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 use std::thread::{self, JoinHandle};
 use std::time::Duration;
 
+use prometheus_client::metrics::counter::Counter;
 use slog::{Drain, Never, OwnedKVList, Record};
 use slog_async::AsyncRecord;
 
@@ -22,6 +27,15 @@ pub const BATCH_WINDOW: Duration = Duration::from_millis(2);
 
 /// Records one batch takes at most, so that a flood of them is still written as it goes.
 const BATCH_RECORDS: usize = 1024;
+
+/// Records dropped since the process started, over every writer: a counter the node's
+/// metrics serve (a clone shares the count).
+static DROPPED_TOTAL: LazyLock<Counter> = LazyLock::new(Counter::default);
+
+/// The process's count of dropped log records, as a metric to register.
+pub fn dropped_total() -> Counter {
+    DROPPED_TOTAL.clone()
+}
 
 /// Where the formatting drain writes a batch's lines until the thread writes them out.
 /// It lives on the writer thread only, so it needs no lock.
@@ -35,6 +49,31 @@ impl Lines {
         let written = out.write_all(&lines).and_then(|()| out.flush());
         lines.clear();
         written
+    }
+
+    /// Escapes every control character of what was written from `start` on (one record),
+    /// except the newline that ends it.
+    fn escape_controls_from(&self, start: usize) {
+        let mut lines = self.0.borrow_mut();
+        let record = &lines[start..];
+        let body = record.strip_suffix(b"\n").unwrap_or(record);
+        let control = |b: u8| b < 0x20 || b == 0x7f;
+        if !body.iter().copied().any(control) {
+            return;
+        }
+        let body_len = body.len();
+        let written = lines.split_off(start);
+        for (i, &b) in written.iter().enumerate() {
+            if control(b) && i < body_len {
+                lines.extend_from_slice(format!("\\x{b:02x}").as_bytes());
+            } else {
+                lines.push(b);
+            }
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.0.borrow().len()
     }
 }
 
@@ -68,6 +107,7 @@ impl Drain for Batched {
         let message = Message::Record(AsyncRecord::from(record, values));
         if self.records.try_send(message).is_err() {
             self.dropped.fetch_add(1, Ordering::Relaxed);
+            DROPPED_TOTAL.inc();
         }
         Ok(())
     }
@@ -140,7 +180,9 @@ fn run<D>(
         for message in std::iter::once(first).chain(waiting) {
             match message {
                 Message::Record(record) => {
+                    let start = lines.len();
                     let _ = record.log_to(format);
+                    lines.escape_controls_from(start);
                 }
                 Message::Stop => {
                     stop = true;
@@ -286,6 +328,30 @@ mod tests {
         writes
     }
 
+    #[test]
+    fn control_characters_in_a_term_record_are_escaped_and_cannot_forge_a_line() {
+        let format = |lines| {
+            let decorator = slog_term::PlainDecorator::new(lines);
+            slog_term::FullFormat::new(decorator).build().fuse()
+        };
+        let writes = Arc::new(Mutex::new(Vec::new()));
+        let out = Out {
+            writes: Arc::clone(&writes),
+            gate: None,
+        };
+        let (drain, guard) = start(format, out, 16).unwrap();
+        let log = slog::Logger::root(drain, slog::o!());
+        slog::info!(log, "seen"; "provider" => "x\nINFO forged line\x1b[31m");
+        drop(guard);
+        let text = writes.lock().unwrap().concat();
+        assert_eq!(text.lines().count(), 1, "{text:?}");
+        assert!(text.ends_with('\n'));
+        assert!(
+            text.contains("x\\x0aINFO forged line\\x1b[31m"),
+            "{text:?}"
+        );
+    }
+
     fn messages(write: &str) -> Vec<serde_json::Value> {
         write
             .lines()
@@ -338,7 +404,9 @@ mod tests {
                 slog::info!(log, "waiting"; "n" => n);
             }
         };
+        let before = dropped_total().get();
         let writes = while_stuck(2, ten, 1);
+        assert!(dropped_total().get() >= before + 8, "the process-wide count");
         let second = messages(&writes[1]);
         let kept: Vec<_> = second.iter().filter(|l| l["msg"] == "waiting").collect();
         assert_eq!(kept.len(), 2);
