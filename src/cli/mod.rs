@@ -119,7 +119,11 @@ pub async fn run() -> anyhow::Result<()> {
     match cli.command {
         Command::CheckConfig => return check_config(&Config::load_unchecked(&cli.config)?).await,
         // Only `[store]` matters: providers need not be valid, nor their secrets set.
-        Command::Migrate => return migrate(&Config::load_unchecked(&cli.config)?).await,
+        Command::Migrate => {
+            let mut config = Config::load_unchecked(&cli.config)?;
+            config.settle();
+            return migrate(&config).await;
+        }
         _ => {}
     }
     let config = Config::load(&cli.config)?;
@@ -342,7 +346,9 @@ async fn serve(config: Config) -> anyhow::Result<()> {
 /// Prints the effective config and every rule; fails when a rule fails or a secret is
 /// missing.
 async fn check_config(config: &Config) -> anyhow::Result<()> {
-    let effective = toml::to_string(config).context("printing the config as TOML")?;
+    let mut settled = config.clone();
+    settled.settle();
+    let effective = toml::to_string(&settled).context("printing the config as TOML")?;
     println!("# effective configuration (secrets redacted): TOML you can paste back\n{effective}");
     println!("# rules checked");
     let rules = config.rules();

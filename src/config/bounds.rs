@@ -51,7 +51,7 @@ pub(super) fn bounds_rules(config: &Config) -> Vec<Rule> {
         within("store.pool_timeout", config.store.pool_timeout, 10 * MINUTE),
         within(
             "store.statement_timeout",
-            config.store.statement_timeout,
+            config.store.deadline(),
             10 * MINUTE,
         ),
         within("lease.duration", config.lease.duration, DAY),

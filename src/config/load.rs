@@ -44,6 +44,7 @@ impl Config {
         let mut config = Self::load_unchecked(path)?;
         config.validate()?;
         config.resolve_secrets()?;
+        config.settle();
         Ok(config)
     }
 
@@ -96,11 +97,12 @@ impl Config {
 
     /// Parses TOML text without the environment layer (tests, examples).
     pub fn from_toml(text: &str) -> Result<Self, ConfigError> {
-        let config: Config = Figment::new()
+        let mut config: Config = Figment::new()
             .merge(Toml::string(text))
             .extract()
             .map_err(|e| ConfigError::Parse(e.to_string()))?;
         config.validate()?;
+        config.settle();
         Ok(config)
     }
 

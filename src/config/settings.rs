@@ -328,7 +328,7 @@ impl Config {
             .unwrap_or_default();
         self.shutdown.grace.max(
             longest
-                .saturating_add(self.store.statement_timeout)
+                .saturating_add(self.store.deadline())
                 .saturating_add(Duration::from_secs(1)),
         )
     }
@@ -340,6 +340,24 @@ impl Config {
             .sender_horizon
             .or_else(|| preset_horizon(provider.preset()))
             .unwrap_or(self.retry.sender_horizon)
+    }
+
+    /// The store deadline when `store.statement_timeout` is not written: a third of the
+    /// lease (so an outcome write fits inside it with room to retry), at most
+    /// [`DEFAULT_DEADLINE`](super::store::DEFAULT_DEADLINE).
+    pub fn derived_deadline(&self) -> Duration {
+        let third = (self.lease.duration / 3).min(super::store::DEFAULT_DEADLINE);
+        // Whole milliseconds: the deadline is also Postgres's `statement_timeout`.
+        Duration::from_millis(u64::try_from(third.as_millis()).unwrap_or(u64::MAX))
+    }
+
+    /// Fills what is derived from other settings when not written (the store deadline
+    /// from the lease). Done once loaded and checked, so the rules still know what the
+    /// operator wrote.
+    pub fn settle(&mut self) {
+        if self.store.statement_timeout.is_none() {
+            self.store.statement_timeout = Some(self.derived_deadline());
+        }
     }
 
     /// The provider called `name`.

@@ -23,10 +23,18 @@ pub struct StoreConfig {
     #[serde(with = "humantime_serde")]
     pub pool_timeout: Duration,
     /// Client-side deadline of every store operation; past it the connection is dropped
-    /// and the caller answers 503 `store_unavailable`.
-    #[serde(with = "humantime_serde")]
-    pub statement_timeout: Duration,
+    /// and the caller answers 503 `store_unavailable`. Unset: derived from the lease when
+    /// the config is loaded (a third of it, at most 5 s); read it through
+    /// [`deadline`](Self::deadline).
+    #[serde(
+        with = "humantime_serde::option",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub statement_timeout: Option<Duration>,
 }
+
+/// The store deadline when neither the config nor a lease says otherwise.
+pub const DEFAULT_DEADLINE: Duration = Duration::from_secs(5);
 
 impl Default for StoreConfig {
     fn default() -> Self {
@@ -36,12 +44,17 @@ impl Default for StoreConfig {
             schema: "public".into(),
             pool_size: 16,
             pool_timeout: Duration::from_secs(5),
-            statement_timeout: Duration::from_secs(5),
+            statement_timeout: None,
         }
     }
 }
 
 impl StoreConfig {
+    /// The deadline of every store operation: `statement_timeout` as written or derived.
+    pub fn deadline(&self) -> Duration {
+        self.statement_timeout.unwrap_or(DEFAULT_DEADLINE)
+    }
+
     /// The URL with any password replaced by `***`, safe for logs and `check-config`.
     pub fn redacted_url(&self) -> String {
         redact_url_password(&self.url)

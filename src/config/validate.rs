@@ -11,6 +11,7 @@ use super::bounds::bounds_rules;
 use super::provider_rules::provider_rules;
 use super::rule::{advice, rule, show};
 use super::settings::Config;
+use super::store::DEFAULT_DEADLINE;
 
 pub use super::rule::{Rule, Verdict};
 
@@ -54,16 +55,28 @@ fn node_rules(config: &Config) -> Vec<Rule> {
             config.store.pool_size >= 1,
             format!("pool_size = {}", config.store.pool_size),
         ),
-        rule(
-            "10ms <= store.statement_timeout < lease.duration",
-            config.store.statement_timeout >= Duration::from_millis(10)
-                && config.store.statement_timeout < lease,
-            format!(
-                "statement_timeout {} vs lease {}: an outcome write must fit inside the lease",
-                show(config.store.statement_timeout),
-                show(lease)
+        match config.store.statement_timeout {
+            Some(deadline) => rule(
+                "10ms <= store.statement_timeout < lease.duration",
+                deadline >= Duration::from_millis(10) && deadline < lease,
+                format!(
+                    "statement_timeout {} vs lease {}: an outcome write must fit inside the \
+                     lease",
+                    show(deadline),
+                    show(lease)
+                ),
             ),
-        ),
+            None => rule(
+                "10ms <= store.statement_timeout < lease.duration",
+                config.derived_deadline() >= Duration::from_millis(10),
+                format!(
+                    "not set: derived from lease {}: min(lease / 3, {}) = {}",
+                    show(lease),
+                    show(DEFAULT_DEADLINE),
+                    show(config.derived_deadline())
+                ),
+            ),
+        },
         rule(
             "server.max_body_bytes <= max_body_bytes_in_flight",
             config.server.max_body_bytes <= config.server.max_body_bytes_in_flight,
@@ -194,6 +207,25 @@ mod tests {
         key = [{ json = "/id" }]
         target = { url = "http://127.0.0.1:9000/", timeout = "10s" }
     "#;
+
+    #[test]
+    fn an_unwritten_store_deadline_is_derived_from_the_lease_and_only_a_written_one_refused() {
+        let short = "[lease]\nduration = \"2s\"\n[retry]\nbase = \"3s\"\n";
+        let text = format!("{short}{}", PROVIDER.replace("10s", "1s"));
+        let config = Config::from_toml(&text).expect("a short lease alone is fine");
+        assert_eq!(
+            config.store.deadline(),
+            std::time::Duration::from_millis(666)
+        );
+        let written = format!(
+            "{short}[store]\nstatement_timeout = \"5s\"\n{}",
+            PROVIDER.replace("10s", "1s")
+        );
+        let err = Config::from_toml(&written).unwrap_err().to_string();
+        assert!(err.contains("statement_timeout 5s vs lease 2s"), "{err}");
+        let default = Config::from_toml(PROVIDER).unwrap();
+        assert_eq!(default.store.deadline(), std::time::Duration::from_secs(5));
+    }
 
     #[test]
     fn a_lease_not_shorter_than_the_first_backoff_is_refused_naming_both_keys() {

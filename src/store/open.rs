@@ -14,7 +14,7 @@ pub async fn open(config: &StoreConfig) -> Result<Arc<dyn Store>, StoreError> {
     } else if let Some(path) = SqliteStore::path_of(&config.url) {
         Ok(Arc::new(SqliteStore::open(
             std::path::Path::new(path),
-            config.statement_timeout,
+            config.deadline(),
         )?))
     } else {
         Err(StoreError::Query(format!(

@@ -82,7 +82,7 @@ impl PgStore {
         pg.options(format!(
             "-c search_path={schema} -c statement_timeout={} -c enable_seqscan=off \
              -c enable_hashjoin=off -c enable_mergejoin=off",
-            millis(config.statement_timeout).max(1)
+            millis(config.deadline()).max(1)
         ));
         pg.connect_timeout(CONNECT_TIMEOUT);
         let manager = Manager::from_config(
@@ -102,7 +102,7 @@ impl PgStore {
         let inner = Arc::new(Inner {
             pool,
             schema,
-            deadline: config.statement_timeout,
+            deadline: config.deadline(),
             reconnect: Reconnect::default(),
         });
         let slots = Arc::new(Semaphore::new(BATCHES_IN_FLIGHT));
@@ -112,7 +112,7 @@ impl PgStore {
         let claims = Batcher::start(
             MAX_BATCH,
             Arc::clone(&slots),
-            config.statement_timeout,
+            config.deadline(),
             queue_bound,
             {
                 let inner = Arc::clone(&inner);
@@ -120,7 +120,7 @@ impl PgStore {
             },
         );
         // A completion is never withdrawn: it only ends on its answer or the deadline.
-        let completions = Batcher::start(MAX_BATCH, slots, config.statement_timeout, None, {
+        let completions = Batcher::start(MAX_BATCH, slots, config.deadline(), None, {
             let inner = Arc::clone(&inner);
             move |calls| postgres_batch::completions(Arc::clone(&inner), calls)
         });

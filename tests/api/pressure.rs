@@ -273,7 +273,7 @@ async fn an_attempt_won_after_shutdown_began_is_released_without_reaching_the_ta
 #[actix_web::test]
 async fn a_frozen_database_is_answered_503_at_the_deadline_and_service_resumes_by_itself() {
     let (app, proxy) =
-        spawn_app_behind_proxy_with(|c| c.store.statement_timeout = Duration::from_millis(500))
+        spawn_app_behind_proxy_with(|c| c.store.statement_timeout = Some(Duration::from_millis(500)))
             .await;
     assert_eq!(app.deliver("evt_before", "{}").await.status, 201);
 
@@ -312,7 +312,7 @@ async fn a_frozen_database_is_answered_503_at_the_deadline_and_service_resumes_b
 #[actix_web::test]
 async fn an_outcome_write_that_times_out_is_retried_and_the_event_is_delivered_once() {
     let (app, proxy) =
-        spawn_app_behind_proxy_with(|c| c.store.statement_timeout = Duration::from_millis(500))
+        spawn_app_behind_proxy_with(|c| c.store.statement_timeout = Some(Duration::from_millis(500)))
             .await;
     app.target.set(Behaviour::Hang);
     let delivery = app.deliver("evt_rec", "{}");

@@ -154,7 +154,7 @@ async fn the_lease_is_renewed_while_a_long_delivery_runs(backend: Backend) {
         queue_mode(c);
         c.lease.duration = Duration::from_secs(2);
         c.retry.base = Duration::from_secs(3);
-        c.store.statement_timeout = Duration::from_secs(1);
+        c.store.statement_timeout = Some(Duration::from_secs(1));
         c.providers[0].target.timeout = Duration::from_secs(30);
     })
     .await;
@@ -339,7 +339,7 @@ async fn two_nodes_on_one_postgres_finish_every_event_when_one_is_killed_halfway
     config.lease.duration = Duration::from_secs(2);
     config.retry.base = Duration::from_secs(3);
     config.providers[0].target.timeout = Duration::from_secs(1);
-    config.store.statement_timeout = Duration::from_secs(1);
+    config.store.statement_timeout = Some(Duration::from_secs(1));
     let b = crate::helpers::start_node(
         db.attach().await,
         target.clone(),

@@ -29,7 +29,7 @@ fn long_deliveries(c: &mut Config) {
     c.lease.duration = Duration::from_secs(2);
     c.retry.base = Duration::from_secs(3);
     c.retry.cap = Duration::from_secs(30);
-    c.store.statement_timeout = Duration::from_secs(1);
+    c.store.statement_timeout = Some(Duration::from_secs(1));
     c.providers[0].target.timeout = Duration::from_secs(30);
 }
 
