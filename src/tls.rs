@@ -6,6 +6,12 @@
 //! store: [`Verify::Full`] (chain and host name — targets always, `verify-full`),
 //! [`Verify::Chain`] (chain only — `verify-ca`), [`Verify::Encrypt`] (encryption without
 //! authentication — `require`/`prefer`, as libpq does without a root certificate).
+//!
+//! A certificate in the CA file that is exactly the one the server presents is trusted as
+//! that server's identity, as curl and OpenSSL trust it: the self-signed certificate
+//! `openssl req -x509` makes carries `CA:TRUE`, which webpki refuses as an end entity
+//! (`CaUsedAsEndEntity`). Its validity period and (for [`Verify::Full`]) the host name are
+//! still checked.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -32,21 +38,27 @@ fn provider() -> Arc<CryptoProvider> {
     Arc::new(rustls::crypto::ring::default_provider())
 }
 
+/// The certificates in a PEM file.
+fn pem_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, String> {
+    let certs = CertificateDer::pem_file_iter(path)
+        .map_err(|e| format!("reading CA file {}: {e}", path.display()))?
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| format!("CA file {}: {e}", path.display()))?;
+    if certs.is_empty() {
+        return Err(format!("CA file {} holds no certificate", path.display()));
+    }
+    Ok(certs)
+}
+
 /// The trust anchors: the certificates in `ca_file` (PEM), or the system's.
 pub fn roots(ca_file: Option<&Path>) -> Result<RootCertStore, String> {
     let mut roots = RootCertStore::empty();
     match ca_file {
         Some(path) => {
-            let certs = CertificateDer::pem_file_iter(path)
-                .map_err(|e| format!("reading CA file {}: {e}", path.display()))?;
-            for cert in certs {
-                let cert = cert.map_err(|e| format!("CA file {}: {e}", path.display()))?;
+            for cert in pem_certs(path)? {
                 roots
                     .add(cert)
                     .map_err(|e| format!("CA file {}: {e}", path.display()))?;
-            }
-            if roots.is_empty() {
-                return Err(format!("CA file {} holds no certificate", path.display()));
             }
         }
         None => {
@@ -66,26 +78,110 @@ pub fn client_config(ca_file: Option<&Path>, verify: Verify) -> Result<Arc<Clien
     let builder = ClientConfig::builder_with_provider(provider())
         .with_safe_default_protocol_versions()
         .map_err(|e| format!("TLS settings: {e}"))?;
+    let webpki = || {
+        WebPkiServerVerifier::builder_with_provider(Arc::new(roots(ca_file)?), provider())
+            .build()
+            .map_err(|e| format!("TLS settings: {e}"))
+    };
+    let pinned = ca_file.map(pem_certs).transpose()?.unwrap_or_default();
     let config = match verify {
-        Verify::Full => builder
+        Verify::Full if pinned.is_empty() => builder
             .with_root_certificates(roots(ca_file)?)
             .with_no_client_auth(),
-        Verify::Chain => {
-            let inner =
-                WebPkiServerVerifier::builder_with_provider(Arc::new(roots(ca_file)?), provider())
-                    .build()
-                    .map_err(|e| format!("TLS settings: {e}"))?;
-            builder
-                .dangerous()
-                .with_custom_certificate_verifier(Arc::new(ChainOnly(inner)))
-                .with_no_client_auth()
-        }
+        Verify::Full => builder
+            .dangerous()
+            .with_custom_certificate_verifier(Arc::new(Pinned {
+                chain: ChainOnly(webpki()?),
+                pinned,
+                check_name: true,
+            }))
+            .with_no_client_auth(),
+        Verify::Chain => builder
+            .dangerous()
+            .with_custom_certificate_verifier(Arc::new(Pinned {
+                chain: ChainOnly(webpki()?),
+                pinned,
+                check_name: false,
+            }))
+            .with_no_client_auth(),
         Verify::Encrypt => builder
             .dangerous()
             .with_custom_certificate_verifier(Arc::new(EncryptOnly(provider())))
             .with_no_client_auth(),
     };
     Ok(Arc::new(config))
+}
+
+/// The checks of a CA file: the chain to one of its certificates, or the presented
+/// certificate being exactly one of them (within its validity period); then, when
+/// `check_name`, the host name.
+#[derive(Debug)]
+struct Pinned {
+    chain: ChainOnly,
+    pinned: Vec<CertificateDer<'static>>,
+    check_name: bool,
+}
+
+impl Pinned {
+    /// Whether `cert` is one of the pinned certificates and valid `now`.
+    fn is_pinned_and_current(&self, cert: &CertificateDer<'_>, now: UnixTime) -> bool {
+        use x509_cert::der::Decode;
+        if !self.pinned.iter().any(|p| p.as_ref() == cert.as_ref()) {
+            return false;
+        }
+        let Ok(parsed) = x509_cert::Certificate::from_der(cert.as_ref()) else {
+            return false;
+        };
+        let validity = parsed.tbs_certificate.validity;
+        let now = std::time::Duration::from_secs(now.as_secs());
+        validity.not_before.to_unix_duration() <= now
+            && now <= validity.not_after.to_unix_duration()
+    }
+}
+
+impl ServerCertVerifier for Pinned {
+    fn verify_server_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        server_name: &ServerName<'_>,
+        ocsp: &[u8],
+        now: UnixTime,
+    ) -> Result<ServerCertVerified, Error> {
+        let chained = self
+            .chain
+            .verify_server_cert(end_entity, intermediates, server_name, ocsp, now);
+        if chained.is_err() && !self.is_pinned_and_current(end_entity, now) {
+            return chained;
+        }
+        if self.check_name {
+            let parsed = rustls::server::ParsedCertificate::try_from(end_entity)?;
+            rustls::client::verify_server_name(&parsed, server_name)?;
+        }
+        Ok(ServerCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, Error> {
+        self.chain.verify_tls12_signature(message, cert, dss)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, Error> {
+        self.chain.verify_tls13_signature(message, cert, dss)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+        self.chain.supported_verify_schemes()
+    }
 }
 
 /// `verify-ca`: the chain must lead to a trusted root; the host name is not checked.

@@ -182,3 +182,64 @@ async fn an_https_target_is_verified_against_its_ca_file_and_a_bad_certificate_f
     );
     std::fs::remove_file(certs.ca_file).unwrap();
 }
+
+/// What `openssl req -x509` makes: a self-signed certificate for `localhost` that says
+/// `CA:TRUE`, written to a PEM file, and the server that presents it.
+fn self_signed() -> Certs {
+    let key = KeyPair::generate().unwrap();
+    let mut params = CertificateParams::new(vec!["localhost".to_owned()]).unwrap();
+    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    let cert = params.self_signed(&key).unwrap();
+    let ca_file = std::env::temp_dir().join(format!(
+        "hookgate-self-signed-{}-{}.pem",
+        std::process::id(),
+        fastrand::u32(..)
+    ));
+    std::fs::write(&ca_file, cert.pem()).unwrap();
+    let server = rustls::ServerConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_no_client_auth()
+    .with_single_cert(
+        vec![cert.der().clone()],
+        rustls::pki_types::PrivateKeyDer::Pkcs8(key.serialize_der().into()),
+    )
+    .unwrap();
+    Certs { ca_file, server }
+}
+
+#[actix_web::test]
+async fn a_ca_file_holding_the_targets_own_self_signed_certificate_trusts_it_by_host_name() {
+    let certs = self_signed();
+    let (url, delivered) = https_target(certs.server);
+    let app = spawn_app_with(|c| {
+        c.providers[0].target.url = url.clone();
+        c.providers[0].target.ca_file = Some(certs.ca_file.clone());
+    })
+    .await;
+    let answer = app.deliver("evt_self_signed", "{}").await;
+    assert_eq!(answer.status, 201, "{answer:?}");
+    assert_eq!(delivered.load(Ordering::SeqCst), 1);
+
+    // The host name is still checked: the certificate names localhost, not 127.0.0.1.
+    let by_address = url.replace("localhost", "127.0.0.1");
+    let app = spawn_app_with(|c| {
+        c.providers[0].target.url = by_address;
+        c.providers[0].target.ca_file = Some(certs.ca_file.clone());
+    })
+    .await;
+    assert_eq!(app.deliver("evt_by_address", "{}").await.status, 503);
+    // Another self-signed certificate in the file trusts nothing of this server.
+    let other = self_signed();
+    let app = spawn_app_with(|c| {
+        c.providers[0].target.url = url.clone();
+        c.providers[0].target.ca_file = Some(other.ca_file.clone());
+    })
+    .await;
+    assert_eq!(app.deliver("evt_other", "{}").await.status, 503);
+    assert_eq!(delivered.load(Ordering::SeqCst), 1, "nothing else arrived");
+    std::fs::remove_file(certs.ca_file).unwrap();
+    std::fs::remove_file(other.ca_file).unwrap();
+}
