@@ -148,9 +148,9 @@ impl ServerCertVerifier for Pinned {
         ocsp: &[u8],
         now: UnixTime,
     ) -> Result<ServerCertVerified, Error> {
-        let chained = self
-            .chain
-            .verify_server_cert(end_entity, intermediates, server_name, ocsp, now);
+        let chained =
+            self.chain
+                .verify_server_cert(end_entity, intermediates, server_name, ocsp, now);
         if chained.is_err() && !self.is_pinned_and_current(end_entity, now) {
             return chained;
         }

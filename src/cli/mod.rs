@@ -214,7 +214,7 @@ async fn dead(config: &Config, command: DeadCommand) -> anyhow::Result<()> {
     match command {
         DeadCommand::List { provider, limit } => {
             let store = store::open(&config.store).await?;
-            let dead = store.dead_letters(provider.as_deref(), limit).await?;
+            let dead = store.dead_letters(provider.as_deref(), None, limit).await?;
             for r in &dead {
                 println!(
                     "{}\t{}\t{}\tattempts={}\t{}",

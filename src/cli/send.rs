@@ -37,8 +37,8 @@ pub async fn send(config: &Config, args: SendArgs) -> anyhow::Result<()> {
     let entry = config
         .provider(&args.provider)
         .with_context(|| format!("no provider {:?} in the config", args.provider))?;
-    let provider = Provider::from_config(entry, config.sender_horizon(entry))
-        .map_err(anyhow::Error::msg)?;
+    let provider =
+        Provider::from_config(entry, config.sender_horizon(entry)).map_err(anyhow::Error::msg)?;
     let id = args
         .id
         .unwrap_or_else(|| format!("evt_hookgate_{:016x}", fastrand::u64(..)));
@@ -51,13 +51,15 @@ pub async fn send(config: &Config, args: SendArgs) -> anyhow::Result<()> {
                 .context("reading the body from stdin")?;
             body
         }
-        Some(path) => {
-            std::fs::read(path).with_context(|| format!("reading {}", path.display()))?
-        }
+        Some(path) => std::fs::read(path).with_context(|| format!("reading {}", path.display()))?,
     };
-    let url = args
-        .url
-        .unwrap_or_else(|| format!("{}/webhooks/{}", base_url(&config.server.listen), entry.name));
+    let url = args.url.unwrap_or_else(|| {
+        format!(
+            "{}/webhooks/{}",
+            base_url(&config.server.listen),
+            entry.name
+        )
+    });
     let mut request = awc::Client::new()
         .post(&url)
         .insert_header(("Content-Type", "application/json"));

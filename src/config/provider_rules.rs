@@ -104,7 +104,10 @@ fn unsigned_rules(p: &ProviderConfig, network: bool, listen: &str) -> Vec<Rule> 
         advice(
             format!("providers.{name}: signatures are verified"),
             !unsigned,
-            format!("preset {}: anyone who can reach the port can send events", p.preset().as_str()),
+            format!(
+                "preset {}: anyone who can reach the port can send events",
+                p.preset().as_str()
+            ),
         ),
         rule(
             format!("providers.{name}: unsigned events only on loopback"),
@@ -277,7 +280,10 @@ mod tests {
     fn a_provider_without_a_preset_is_refused_and_none_must_be_written() {
         let err = unsigned("127.0.0.1:8080", "", "").unwrap_err();
         assert!(err.contains("providers.p.preset is set"), "{err}");
-        assert!(err.contains("preset = \"none\""), "says how to opt out: {err}");
+        assert!(
+            err.contains("preset = \"none\""),
+            "says how to opt out: {err}"
+        );
         let config = unsigned("127.0.0.1:8080", r#"preset = "none""#, "").expect("opted out");
         let warned = config.rules().into_iter().any(|r| {
             r.name == "providers.p: signatures are verified"
@@ -295,10 +301,19 @@ mod tests {
                     && err.contains("allow_unsigned_from_network"),
                 "{listen}: {err}"
             );
-            unsigned(listen, r#"preset = "none""#, "allow_unsigned_from_network = true")
-                .unwrap_or_else(|e| panic!("{listen}: {e}"));
+            unsigned(
+                listen,
+                r#"preset = "none""#,
+                "allow_unsigned_from_network = true",
+            )
+            .unwrap_or_else(|e| panic!("{listen}: {e}"));
         }
-        for listen in ["127.0.0.1:8080", "[::1]:80", "localhost:8080", "127.0.0.2:1"] {
+        for listen in [
+            "127.0.0.1:8080",
+            "[::1]:80",
+            "localhost:8080",
+            "127.0.0.2:1",
+        ] {
             unsigned(listen, r#"preset = "none""#, "").unwrap_or_else(|e| panic!("{listen}: {e}"));
         }
     }

@@ -18,6 +18,7 @@ use super::state::AppState;
 use crate::claim::Path;
 use crate::key::EventId;
 use crate::shard::Reply;
+use crate::store::PageCursor;
 
 /// Dead letters listed when no `limit` is given, and the most one request may ask for.
 const DEFAULT_LIMIT: u32 = 50;
@@ -81,6 +82,8 @@ async fn show_event(
 struct DeadQuery {
     provider: Option<String>,
     limit: Option<u32>,
+    /// `next_cursor` of the page before.
+    cursor: Option<String>,
 }
 
 async fn list_dead(
@@ -90,16 +93,22 @@ async fn list_dead(
 ) -> Result<HttpResponse, ApiError> {
     authorize(&req, &state)?;
     let limit = query.limit.unwrap_or(DEFAULT_LIMIT).clamp(1, MAX_LIMIT);
+    let after = match &query.cursor {
+        Some(text) => Some(PageCursor::decode(text).ok_or(ApiError::BadCursor)?),
+        None => None,
+    };
+    // One row more than the page shows says whether there is a next page.
     let dead = state
         .store
-        .dead_letters(query.provider.as_deref(), limit)
+        .dead_letters(query.provider.as_deref(), after.as_ref(), limit + 1)
         .await?;
     // Bounded by bytes, not only rows: a thousand dead letters with large payloads would
-    // make an answer of a gigabyte. Past the budget the list stops and says so.
+    // make an answer of a gigabyte. Past the budget the page ends early and says so.
     let mut items = Vec::new();
     let mut bytes = 0;
     let mut truncated = false;
-    for record in &dead {
+    let mut last = None;
+    for record in dead.iter().take(limit as usize) {
         let item = event_json(record);
         bytes += item.to_string().len();
         if bytes > MAX_ANSWER_BYTES && !items.is_empty() {
@@ -107,8 +116,17 @@ async fn list_dead(
             break;
         }
         items.push(item);
+        last = Some(record);
     }
-    Ok(HttpResponse::Ok().json(serde_json::json!({ "dead": items, "truncated": truncated })))
+    let more = truncated || dead.len() > limit as usize;
+    let next_cursor = last
+        .filter(|_| more)
+        .map(|r| PageCursor::after(r.updated_at, &r.id).encode());
+    Ok(HttpResponse::Ok().json(serde_json::json!({
+        "dead": items,
+        "truncated": truncated,
+        "next_cursor": next_cursor,
+    })))
 }
 
 async fn replay(

@@ -6,8 +6,8 @@
 use actix_web::http::StatusCode;
 use actix_web::{HttpResponse, ResponseError};
 
-use crate::key::KeyError;
 use crate::claim::Path;
+use crate::key::KeyError;
 use crate::shard::{BUSY_RETRY_AFTER_SECS, STORE_RETRY_AFTER_SECS};
 use crate::signature::SignatureError;
 use crate::store::StoreError;
@@ -45,6 +45,9 @@ pub enum ApiError {
     /// No row for this key.
     #[error("no event {0}")]
     NoSuchEvent(String),
+    /// A `cursor` that no page gave out.
+    #[error("the cursor is not one a page gave out")]
+    BadCursor,
     /// Only dead letters can be replayed.
     #[error("the event is {0}, not dead; only dead letters can be replayed")]
     NotDead(&'static str),
@@ -76,6 +79,7 @@ impl ApiError {
             ApiError::Unauthorized => "unauthorized",
             ApiError::NoSuchEvent(_) => "no_such_event",
             ApiError::NotDead(_) => "not_dead",
+            ApiError::BadCursor => "bad_cursor",
             ApiError::Unavailable(_) => "unavailable",
             ApiError::Overloaded(_) => "overloaded",
             ApiError::Store(_) => "store_unavailable",
@@ -89,7 +93,9 @@ impl ResponseError for ApiError {
             ApiError::UnknownProvider(_) | ApiError::NotFound => StatusCode::NOT_FOUND,
             ApiError::TooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::SlowBody(_) => StatusCode::REQUEST_TIMEOUT,
-            ApiError::BadBody(_) | ApiError::Key(_) => StatusCode::BAD_REQUEST,
+            ApiError::BadBody(_) | ApiError::Key(_) | ApiError::BadCursor => {
+                StatusCode::BAD_REQUEST
+            }
             ApiError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             ApiError::Unauthorized | ApiError::Signature(_) => StatusCode::UNAUTHORIZED,
             ApiError::NoSuchEvent(_) => StatusCode::NOT_FOUND,

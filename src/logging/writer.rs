@@ -346,10 +346,7 @@ mod tests {
         let text = writes.lock().unwrap().concat();
         assert_eq!(text.lines().count(), 1, "{text:?}");
         assert!(text.ends_with('\n'));
-        assert!(
-            text.contains("x\\x0aINFO forged line\\x1b[31m"),
-            "{text:?}"
-        );
+        assert!(text.contains("x\\x0aINFO forged line\\x1b[31m"), "{text:?}");
     }
 
     fn messages(write: &str) -> Vec<serde_json::Value> {
@@ -406,7 +403,10 @@ mod tests {
         };
         let before = dropped_total().get();
         let writes = while_stuck(2, ten, 1);
-        assert!(dropped_total().get() >= before + 8, "the process-wide count");
+        assert!(
+            dropped_total().get() >= before + 8,
+            "the process-wide count"
+        );
         let second = messages(&writes[1]);
         let kept: Vec<_> = second.iter().filter(|l| l["msg"] == "waiting").collect();
         assert_eq!(kept.len(), 2);

@@ -77,7 +77,10 @@ impl Verifier {
                 Some(key) => vec![
                     ("webhook-id".into(), id.into()),
                     ("webhook-timestamp".into(), ts.to_string()),
-                    ("webhook-signature".into(), standard::sign(&key, id, ts, body)),
+                    (
+                        "webhook-signature".into(),
+                        standard::sign(&key, id, ts, body),
+                    ),
                 ],
                 None => Vec::new(),
             },

@@ -16,6 +16,8 @@ use crate::config::Mode;
 use crate::key::EventId;
 use crate::outcome::DeadReason;
 
+use super::page::PageCursor;
+
 /// Why a store operation failed. Outcomes (a duplicate, a held key) are not errors.
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum StoreError {
@@ -258,10 +260,12 @@ pub trait Store: Send + Sync + 'static {
     /// one key, exactly one reopens it.
     fn replay<'a>(&'a self, id: &'a EventId, lease: Duration) -> StoreFuture<'a, Option<Reopened>>;
 
-    /// Dead letters, newest first, optionally of one provider.
+    /// Dead letters, newest first, optionally of one provider; with `after`, those that
+    /// come after that cursor (the next page). A plain read.
     fn dead_letters<'a>(
         &'a self,
         provider: Option<&'a str>,
+        after: Option<&'a PageCursor>,
         limit: u32,
     ) -> StoreFuture<'a, Vec<EventRecord>>;
 

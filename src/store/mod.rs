@@ -11,6 +11,7 @@
 pub mod api;
 mod batcher;
 mod open;
+mod page;
 pub mod postgres;
 mod postgres_batch;
 mod postgres_pool;
@@ -31,3 +32,4 @@ pub use api::{
     StoreFuture, Taken,
 };
 pub use open::open;
+pub use page::PageCursor;

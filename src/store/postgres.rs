@@ -24,6 +24,7 @@ use super::api::{
     StoreFuture, Taken,
 };
 use super::batcher::Batcher;
+use super::page::PageCursor;
 use super::postgres_batch::{self, ClaimCall, CompleteCall};
 use super::postgres_pool::Inner;
 use super::postgres_queue;
@@ -308,11 +309,25 @@ impl Store for PgStore {
     fn dead_letters<'a>(
         &'a self,
         provider: Option<&'a str>,
+        after: Option<&'a PageCursor>,
         limit: u32,
     ) -> StoreFuture<'a, Vec<EventRecord>> {
+        let (us, after_provider, after_key) = match after {
+            Some(c) => (Some(c.updated_us), Some(&*c.id.provider), Some(&*c.id.key)),
+            None => (None, None, None),
+        };
         Box::pin(self.guarded(self.inner.run(async move |client| {
             let rows = client
-                .query(DEAD_LETTERS, &[&provider, &i64::from(limit)])
+                .query(
+                    DEAD_LETTERS,
+                    &[
+                        &provider,
+                        &i64::from(limit),
+                        &us,
+                        &after_provider,
+                        &after_key,
+                    ],
+                )
                 .await
                 .map_err(db_error)?;
             rows.iter().map(record).collect()

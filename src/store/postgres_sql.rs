@@ -115,12 +115,17 @@ pub(crate) const LOOKUP: &str = concat!(
     " FROM webhook_events WHERE provider = $1 AND event_key = $2"
 );
 
-/// Dead letters, newest first: a plain read over the (status, updated_at) index.
+/// Dead letters, newest first, after the cursor `($3 µs, $4, $5)` when one is given: a
+/// plain read over the (status, updated_at) index, no lock. The cursor compares whole
+/// microseconds, as [`PageCursor`](super::PageCursor) holds them.
 pub(crate) const DEAD_LETTERS: &str = concat!(
     "SELECT ",
     record_columns!(),
     " FROM webhook_events WHERE status = 'dead' AND ($1::text IS NULL OR provider = $1)
-      ORDER BY updated_at DESC LIMIT $2"
+      AND ($3::bigint IS NULL
+           OR (updated_at, provider, event_key)
+              < ('epoch'::timestamptz + $3::bigint * interval '1 microsecond', $4, $5))
+      ORDER BY updated_at DESC, provider DESC, event_key DESC LIMIT $2"
 );
 
 /// List: rows oldest first, optionally of one provider and one status (`events list`). A

@@ -21,6 +21,7 @@ use super::api::{
     millis, Enqueue, Enqueued, EventRecord, Failure, Fenced, QueueDepth, Reopened, Store,
     StoreError, StoreFuture, Taken,
 };
+use super::page::PageCursor;
 use super::sqlite_queue;
 use super::sqlite_rows::{fenced, record, select_record};
 use super::sqlite_writer::{sql_error, Writer};
@@ -328,17 +329,32 @@ impl Store for SqliteStore {
     fn dead_letters<'a>(
         &'a self,
         provider: Option<&'a str>,
+        after: Option<&'a PageCursor>,
         limit: u32,
     ) -> StoreFuture<'a, Vec<EventRecord>> {
         let provider = provider.map(str::to_owned);
+        let (us, after_provider, after_key) = match after {
+            Some(c) => (
+                Some(c.updated_us),
+                Some(c.id.provider.to_string()),
+                Some(c.id.key.to_string()),
+            ),
+            None => (None, None, None),
+        };
         Box::pin(self.writer.call(move |conn| {
+            // Whole microseconds, rounded as `PageCursor` rounds them.
             let sql = select_record(
                 "WHERE status = 'dead' AND (?1 IS NULL OR provider = ?1)
-                 ORDER BY updated_at DESC, rowid DESC LIMIT ?2",
+                 AND (?3 IS NULL OR (CAST(round(updated_at * 1000000) AS INTEGER), provider,
+                      event_key) < (?3, ?4, ?5))
+                 ORDER BY updated_at DESC, provider DESC, event_key DESC LIMIT ?2",
             );
             let mut stmt = conn.prepare_cached(&sql).map_err(sql_error)?;
             let rows = stmt
-                .query_map(params![provider, limit], record)
+                .query_map(
+                    params![provider, limit, us, after_provider, after_key],
+                    record,
+                )
                 .map_err(sql_error)?;
             rows.map(|r| r.map_err(sql_error)?).collect()
         }))

@@ -142,6 +142,43 @@ async fn an_operator_reads_an_event_and_the_dead_letters() {
 }
 
 #[actix_web::test]
+async fn the_dead_letter_list_pages_by_cursor_and_refuses_a_forged_one() {
+    let app = admin_app().await;
+    for i in 0..5 {
+        dead_letter(&app, &format!("evt_page{i}")).await;
+    }
+    let token = bearer(TOKEN);
+    let mut keys = Vec::new();
+    let mut cursor: Option<String> = None;
+    for _ in 0..5 {
+        let path = match &cursor {
+            Some(c) => format!("/admin/dead?limit=2&cursor={c}"),
+            None => "/admin/dead?limit=2".to_owned(),
+        };
+        let page: serde_json::Value =
+            serde_json::from_str(&app.get_with(&path, &token).await.body).unwrap();
+        let items = page["dead"].as_array().unwrap();
+        keys.extend(
+            items
+                .iter()
+                .map(|i| i["event_key"].as_str().unwrap().to_owned()),
+        );
+        match page["next_cursor"].as_str() {
+            Some(next) => cursor = Some(next.to_owned()),
+            None => break,
+        }
+    }
+    keys.sort();
+    assert_eq!(
+        keys,
+        (0..5).map(|i| format!("evt_page{i}")).collect::<Vec<_>>()
+    );
+    let forged = app.get_with("/admin/dead?cursor=garbage", &token).await;
+    assert_eq!(forged.status, 400);
+    assert!(forged.body.contains("bad_cursor"), "{}", forged.body);
+}
+
+#[actix_web::test]
 async fn twenty_parallel_replays_deliver_a_dead_letter_exactly_once() {
     let app = admin_app().await;
     dead_letter(&app, "evt_rp").await;

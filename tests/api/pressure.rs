@@ -272,9 +272,10 @@ async fn an_attempt_won_after_shutdown_began_is_released_without_reaching_the_ta
 
 #[actix_web::test]
 async fn a_frozen_database_is_answered_503_at_the_deadline_and_service_resumes_by_itself() {
-    let (app, proxy) =
-        spawn_app_behind_proxy_with(|c| c.store.statement_timeout = Some(Duration::from_millis(500)))
-            .await;
+    let (app, proxy) = spawn_app_behind_proxy_with(|c| {
+        c.store.statement_timeout = Some(Duration::from_millis(500))
+    })
+    .await;
     assert_eq!(app.deliver("evt_before", "{}").await.status, 201);
 
     proxy.freeze();
@@ -311,9 +312,10 @@ async fn a_frozen_database_is_answered_503_at_the_deadline_and_service_resumes_b
 
 #[actix_web::test]
 async fn an_outcome_write_that_times_out_is_retried_and_the_event_is_delivered_once() {
-    let (app, proxy) =
-        spawn_app_behind_proxy_with(|c| c.store.statement_timeout = Some(Duration::from_millis(500)))
-            .await;
+    let (app, proxy) = spawn_app_behind_proxy_with(|c| {
+        c.store.statement_timeout = Some(Duration::from_millis(500))
+    })
+    .await;
     app.target.set(Behaviour::Hang);
     let delivery = app.deliver("evt_rec", "{}");
     let freeze = async {
@@ -482,7 +484,11 @@ async fn bodies_past_the_node_wide_budget_get_503_overloaded_and_claim_nothing()
     assert_eq!(refused.path, "overloaded", "{}", refused.body);
     assert_eq!(refused.retry_after, Some(1));
     assert!(refused.body.contains("overloaded"), "{}", refused.body);
-    assert_eq!(app.db.status(PROVIDER, "evt_small").await, None, "claimed nothing");
+    assert_eq!(
+        app.db.status(PROVIDER, "evt_small").await,
+        None,
+        "claimed nothing"
+    );
     assert_eq!(app.target.count(&TestApp::idem("evt_small")), 0);
 
     // One body arrives whole: it is delivered, its bytes go back, a new request fits.

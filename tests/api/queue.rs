@@ -239,7 +239,11 @@ async fn a_stale_failed_sync_row_becomes_a_sender_gave_up_dead_letter(backend: B
         .expect("row");
     assert_eq!(row.status.as_str(), "dead");
     assert_eq!(row.dead_reason.as_deref(), Some("sender_gave_up"));
-    let dead = app.store.dead_letters(Some(PROVIDER), 10).await.unwrap();
+    let dead = app
+        .store
+        .dead_letters(Some(PROVIDER), None, 10)
+        .await
+        .unwrap();
     assert_eq!(dead.len(), 1);
 
     app.target.set(Behaviour::Accept);

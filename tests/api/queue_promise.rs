@@ -294,7 +294,11 @@ async fn an_event_throttled_past_its_horizon_is_a_dead_letter(backend: Backend) 
     })
     .await;
     wait_status(&app, "evt_old", "dead").await;
-    let dead = app.store.dead_letters(Some(PROVIDER), 10).await.unwrap();
+    let dead = app
+        .store
+        .dead_letters(Some(PROVIDER), None, 10)
+        .await
+        .unwrap();
     assert_eq!(dead.len(), 1);
     assert_eq!(dead[0].dead_reason.as_deref(), Some("throttled_too_long"));
 }
@@ -377,7 +381,11 @@ async fn queue_rows_of_a_removed_provider_become_dead_letters(backend: Backend) 
         Some("failed")
     );
     assert_eq!(sweeper(&["github"]).abandon_once().await.unwrap(), 1);
-    let dead = app.store.dead_letters(Some(PROVIDER), 10).await.unwrap();
+    let dead = app
+        .store
+        .dead_letters(Some(PROVIDER), None, 10)
+        .await
+        .unwrap();
     assert_eq!(dead.len(), 1);
     assert_eq!(dead[0].dead_reason.as_deref(), Some("provider_removed"));
 }

@@ -73,9 +73,10 @@ impl Store for FaultyStore {
     fn dead_letters<'a>(
         &'a self,
         provider: Option<&'a str>,
+        after: Option<&'a hookgate::store::PageCursor>,
         limit: u32,
     ) -> StoreFuture<'a, Vec<EventRecord>> {
-        self.inner.dead_letters(provider, limit)
+        self.inner.dead_letters(provider, after, limit)
     }
     fn sweep(&self, status: Status, older_than: Duration, batch: u32) -> StoreFuture<'_, u64> {
         self.inner.sweep(status, older_than, batch)
