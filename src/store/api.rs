@@ -332,7 +332,7 @@ pub trait Store: Send + Sync + 'static {
 
 /// Runs `op` under `deadline`: past it the caller gets [`StoreError::TimedOut`] and the
 /// operation's future is dropped (a Postgres connection it held is discarded, see
-/// `postgres_pool`).
+/// `postgres/pool.rs`).
 pub(crate) async fn within<T>(
     deadline: Duration,
     op: impl std::future::Future<Output = Result<T, StoreError>>,

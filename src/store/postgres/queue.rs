@@ -1,17 +1,17 @@
 //! The Postgres store's queue-mode operations and the abandoning of events no sender will
-//! retry, each one statement under the statement deadline (`postgres_queue_sql`).
+//! retry, each one statement under the statement deadline (`queue_sql`).
 
 use std::time::Duration;
 
 use actix_web::web::Bytes;
 
-use super::api::{millis, Enqueue, Enqueued, Fenced, QueueDepth, StoreError, Taken};
-use super::postgres_pool::Inner;
-use super::postgres_queue_sql::{ABANDON, DUE, ENQUEUE, ORPHAN, QUEUE_DEPTH, RENEW, TAKE};
-use super::postgres_rows::{db_error, get, parse_path, row_state};
+use crate::store::api::{millis, Enqueue, Enqueued, Fenced, QueueDepth, StoreError, Taken};
+use super::pool::Inner;
+use super::queue_sql::{ABANDON, DUE, ENQUEUE, ORPHAN, QUEUE_DEPTH, RENEW, TAKE};
+use super::rows::{db_error, get, parse_path, row_state};
 use crate::key::EventId;
 
-/// [`Store::enqueue`](super::api::Store::enqueue); retried while a concurrent insert hides
+/// [`Store::enqueue`](crate::store::api::Store::enqueue); retried while a concurrent insert hides
 /// the row from the report (see `ENQUEUE`).
 pub(crate) async fn enqueue(inner: &Inner, item: &Enqueue) -> Result<Enqueued, StoreError> {
     for _ in 0..3 {
@@ -48,7 +48,7 @@ pub(crate) async fn enqueue(inner: &Inner, item: &Enqueue) -> Result<Enqueued, S
     )))
 }
 
-/// [`Store::take`](super::api::Store::take).
+/// [`Store::take`](crate::store::api::Store::take).
 pub(crate) async fn take(
     inner: &Inner,
     id: &EventId,
@@ -78,7 +78,7 @@ pub(crate) async fn take(
     .transpose()
 }
 
-/// [`Store::due`](super::api::Store::due).
+/// [`Store::due`](crate::store::api::Store::due).
 pub(crate) async fn due(
     inner: &Inner,
     provider: &str,
@@ -98,7 +98,7 @@ pub(crate) async fn due(
         .collect()
 }
 
-/// [`Store::renew`](super::api::Store::renew).
+/// [`Store::renew`](crate::store::api::Store::renew).
 pub(crate) async fn renew(
     inner: &Inner,
     id: &EventId,
@@ -111,7 +111,7 @@ pub(crate) async fn renew(
         .await
 }
 
-/// [`Store::abandon`](super::api::Store::abandon).
+/// [`Store::abandon`](crate::store::api::Store::abandon).
 pub(crate) async fn abandon(
     inner: &Inner,
     provider: &str,
@@ -129,7 +129,7 @@ pub(crate) async fn abandon(
         .await
 }
 
-/// [`Store::orphan`](super::api::Store::orphan).
+/// [`Store::orphan`](crate::store::api::Store::orphan).
 pub(crate) async fn orphan(
     inner: &Inner,
     known: &[String],
@@ -147,7 +147,7 @@ pub(crate) async fn orphan(
         .await
 }
 
-/// [`Store::queue_depth`](super::api::Store::queue_depth).
+/// [`Store::queue_depth`](crate::store::api::Store::queue_depth).
 pub(crate) async fn queue_depth(inner: &Inner) -> Result<Vec<QueueDepth>, StoreError> {
     let rows = inner
         .run(async |client| client.query(QUEUE_DEPTH, &[]).await.map_err(db_error))

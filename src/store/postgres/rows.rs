@@ -6,7 +6,7 @@ use deadpool_postgres::PoolError;
 use tokio_postgres::error::SqlState;
 use tokio_postgres::Row;
 
-use super::api::{EventRecord, StoreError};
+use crate::store::api::{EventRecord, StoreError};
 use crate::claim::{ClaimResult, Path, RowState, Status, StoredResult};
 use crate::config::Mode;
 use crate::key::EventId;

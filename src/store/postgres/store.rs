@@ -1,12 +1,12 @@
 //! The Postgres store (tokio-postgres over a deadpool pool): production, high volume,
 //! several hookgate nodes on one database.
 //!
-//! Every statement is one autocommit statement — single-row here (`postgres_sql`), or one
-//! statement over many rows for group commit (`postgres_batch`) — so no transaction is ever
+//! Every statement is one autocommit statement — single-row here (`sql`), or one
+//! statement over many rows for group commit (`batch`) — so no transaction is ever
 //! held open across a delivery. Each says which rows it locks and what a concurrent caller
 //! sees. `now()` is the only clock used for leases.
 //!
-//! Every operation runs under `store.statement_timeout` (`postgres_pool`): past it the
+//! Every operation runs under `store.statement_timeout` (`pool`): past it the
 //! caller gets `TimedOut` and the connection is taken out of the pool and dropped, since
 //! an unanswered statement may still be queued on it. The server gets the same
 //! `statement_timeout`, so it gives up on its side too.
@@ -18,20 +18,20 @@ use actix_web::web::Bytes;
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
 use tokio::sync::Semaphore;
 
-use super::api::millis;
-use super::api::{
+use crate::store::api::millis;
+use crate::store::api::{
     Enqueue, Enqueued, EventRecord, Failure, Fenced, QueueDepth, Reopened, Store, StoreError,
     StoreFuture, Taken,
 };
-use super::batcher::Batcher;
-use super::page::PageCursor;
-use super::postgres_batch::{self, ClaimCall, CompleteCall};
-use super::postgres_pool::Inner;
-use super::postgres_queue;
-use super::postgres_rows::{db_error, get, parse_mode, record};
-use super::postgres_sql::{DEAD_LETTERS, FAIL, LIST, LOOKUP, REPLAY, SWEEP};
-use super::postgres_tls;
-use super::reconnect::Reconnect;
+use crate::store::batcher::Batcher;
+use crate::store::page::PageCursor;
+use super::batch::{self, ClaimCall, CompleteCall};
+use super::pool::Inner;
+use super::queue;
+use super::rows::{db_error, get, parse_mode, record};
+use super::sql::{DEAD_LETTERS, FAIL, LIST, LOOKUP, REPLAY, SWEEP};
+use super::tls;
+use crate::store::reconnect::Reconnect;
 use crate::claim::{ClaimResult, Status, StoredResult};
 use crate::config::StoreConfig;
 use crate::key::EventId;
@@ -69,13 +69,13 @@ impl PgStore {
                 "store.schema {schema:?} must be letters, digits and '_'"
             )));
         }
-        let (url, tls) = postgres_tls::split(&config.url)?;
+        let (url, tls) = tls::split(&config.url)?;
         let mut pg: tokio_postgres::Config = url
             .parse()
             .map_err(|e| StoreError::Query(format!("store.url: {e}")))?;
         pg.ssl_mode(tls.mode);
         // Planner settings: the hot statements probe the primary key per input key (see
-        // postgres_batch.rs) on cached generic plans (custom plans cost as much planning as
+        // batch.rs) on cached generic plans (custom plans cost as much planning as
         // execution). A plan cached on an empty, never-analyzed table must not become a scan
         // once it holds millions of rows (measured once: ~5.8k -> ~2.3k first runs/s over 100k
         // rows), so these sessions rule out sequential scans and hash/merge joins; every hot,
@@ -88,7 +88,7 @@ impl PgStore {
         pg.connect_timeout(CONNECT_TIMEOUT);
         let manager = Manager::from_config(
             pg,
-            postgres_tls::connector(&tls)?,
+            tls::connector(&tls)?,
             ManagerConfig {
                 recycling_method: RecyclingMethod::Fast,
             },
@@ -117,13 +117,13 @@ impl PgStore {
             queue_bound,
             {
                 let inner = Arc::clone(&inner);
-                move |calls| postgres_batch::claims(Arc::clone(&inner), calls)
+                move |calls| batch::claims(Arc::clone(&inner), calls)
             },
         );
         // A completion is never withdrawn: it only ends on its answer or the deadline.
         let completions = Batcher::start(MAX_BATCH, slots, config.deadline(), None, {
             let inner = Arc::clone(&inner);
-            move |calls| postgres_batch::completions(Arc::clone(&inner), calls)
+            move |calls| batch::completions(Arc::clone(&inner), calls)
         });
         Ok(Self {
             inner,
@@ -161,7 +161,7 @@ impl PgStore {
 /// authenticated or only local hosts are named; else why a man in the middle could read
 /// and change the traffic.
 pub fn tls_warning(url: &str) -> Result<Option<String>, StoreError> {
-    let (authenticated, hosts) = postgres_tls::authenticated_hosts(url)?;
+    let (authenticated, hosts) = tls::authenticated_hosts(url)?;
     let local =
         |h: &String| h.starts_with('/') || matches!(h.as_str(), "localhost" | "127.0.0.1" | "::1");
     Ok((!authenticated && !hosts.iter().all(local)).then(|| {
@@ -345,15 +345,15 @@ impl Store for PgStore {
     }
 
     fn enqueue<'a>(&'a self, item: &'a Enqueue) -> StoreFuture<'a, Enqueued> {
-        Box::pin(self.guarded(postgres_queue::enqueue(&self.inner, item)))
+        Box::pin(self.guarded(queue::enqueue(&self.inner, item)))
     }
 
     fn take<'a>(&'a self, id: &'a EventId, lease: Duration) -> StoreFuture<'a, Option<Taken>> {
-        Box::pin(self.guarded(postgres_queue::take(&self.inner, id, lease)))
+        Box::pin(self.guarded(queue::take(&self.inner, id, lease)))
     }
 
     fn due<'a>(&'a self, provider: &'a str, limit: u32) -> StoreFuture<'a, Vec<EventId>> {
-        Box::pin(self.guarded(postgres_queue::due(&self.inner, provider, limit)))
+        Box::pin(self.guarded(queue::due(&self.inner, provider, limit)))
     }
 
     fn renew<'a>(
@@ -366,7 +366,7 @@ impl Store for PgStore {
         // would make a short-leased delivery hang up although the database answers. It
         // still reports what it saw, so an outage opens the backoff for everything else.
         Box::pin(async move {
-            let result = postgres_queue::renew(&self.inner, id, attempts, lease).await;
+            let result = queue::renew(&self.inner, id, attempts, lease).await;
             self.inner.reconnect.observe(&result);
             result
         })
@@ -378,7 +378,7 @@ impl Store for PgStore {
         horizon: Duration,
         batch: u32,
     ) -> StoreFuture<'a, u64> {
-        Box::pin(self.guarded(postgres_queue::abandon(
+        Box::pin(self.guarded(queue::abandon(
             &self.inner,
             provider,
             horizon,
@@ -392,7 +392,7 @@ impl Store for PgStore {
         grace: Duration,
         batch: u32,
     ) -> StoreFuture<'a, u64> {
-        Box::pin(self.guarded(postgres_queue::orphan(&self.inner, known, grace, batch)))
+        Box::pin(self.guarded(queue::orphan(&self.inner, known, grace, batch)))
     }
 
     fn list<'a>(
@@ -412,6 +412,6 @@ impl Store for PgStore {
     }
 
     fn queue_depth(&self) -> StoreFuture<'_, Vec<QueueDepth>> {
-        Box::pin(self.guarded(postgres_queue::queue_depth(&self.inner)))
+        Box::pin(self.guarded(queue::queue_depth(&self.inner)))
     }
 }

@@ -15,7 +15,7 @@ use std::time::Duration;
 use rusqlite::Connection;
 use tokio::sync::oneshot;
 
-use super::api::{within, StoreError};
+use crate::store::api::{within, StoreError};
 
 /// Jobs one transaction takes at most: bounds the time a batch holds the write lock.
 const MAX_BATCH: usize = 256;

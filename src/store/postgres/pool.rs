@@ -8,11 +8,11 @@ use std::time::Duration;
 
 use deadpool_postgres::{Client, Object, Pool};
 
-use super::api::millis;
-use super::api::{Fenced, StoreError};
-use super::postgres_rows::{claim_result, db_error, pool_error};
-use super::postgres_sql::{CLAIM, COMPLETE};
-use super::reconnect::Reconnect;
+use crate::store::api::millis;
+use crate::store::api::{Fenced, StoreError};
+use super::rows::{claim_result, db_error, pool_error};
+use super::sql::{CLAIM, COMPLETE};
+use crate::store::reconnect::Reconnect;
 use crate::claim::{ClaimResult, StoredResult};
 use crate::key::EventId;
 

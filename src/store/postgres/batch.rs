@@ -1,6 +1,6 @@
 //! The Postgres store's group commit: many claims, or many completions, in one statement.
 //!
-//! The statements keep the single-row rules exactly (see `postgres_sql.rs`); `unnest` turns the
+//! The statements keep the single-row rules exactly (see `sql.rs`); `unnest` turns the
 //! batch's arrays into rows. Rows are locked in (provider, event_key) order so two batches
 //! on different nodes cannot deadlock on claims; if Postgres still reports a deadlock or a
 //! key the batch could not report, those calls fall back to the single-row statements.
@@ -10,10 +10,10 @@ use std::sync::Arc;
 
 use tokio_postgres::error::SqlState;
 
-use super::api::{Fenced, StoreError};
-use super::postgres_pool::Inner;
-use super::postgres_rows::{claim_result, db_error, get};
-use super::postgres_sql::pg_claim_conflict;
+use crate::store::api::{Fenced, StoreError};
+use super::pool::Inner;
+use super::rows::{claim_result, db_error, get};
+use super::sql::pg_claim_conflict;
 use crate::claim::{ClaimResult, StoredResult};
 use crate::key::EventId;
 
@@ -84,7 +84,7 @@ WHERE (i.provider, i.event_key) NOT IN (SELECT provider, event_key FROM claimed)
 /// Locks each matching row; rows whose attempt or status moved on match nothing and are
 /// not returned (stale). A deadlock with another node's batch falls back to single rows.
 /// The status is checked with `IS NOT DISTINCT FROM`, which no index serves, so the rows are
-/// found by the primary key per input key (see `postgres_sql.rs`).
+/// found by the primary key per input key (see `sql.rs`).
 ///
 /// The joined input carries only the keys, the attempt and the position `n`; the results
 /// are read from their arrays by position. An `UPDATE … FROM` keeps a copy of each joined

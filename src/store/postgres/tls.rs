@@ -21,7 +21,7 @@ use std::path::PathBuf;
 use tokio_postgres::config::SslMode;
 use tokio_postgres_rustls::MakeRustlsConnect;
 
-use super::api::StoreError;
+use crate::store::api::StoreError;
 use crate::tls::{client_config, Verify};
 
 /// What the URL asks of TLS.

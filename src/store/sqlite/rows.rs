@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use rusqlite::Row;
 
-use super::api::{EventRecord, Fenced, StoreError};
-use super::sqlite_writer::sql_error;
+use crate::store::api::{EventRecord, Fenced, StoreError};
+use super::writer::sql_error;
 use crate::claim::{Path as ClaimPath, Status, StoredResult};
 use crate::key::EventId;
 

@@ -1,5 +1,5 @@
 //! The embedded store's queue-mode operations and the abandoning of events no sender will
-//! retry: the same rules as Postgres's (`postgres_queue_sql`), run on the writer thread
+//! retry: the same rules as Postgres's (`postgres/queue_sql.rs`), run on the writer thread
 //! inside its `BEGIN IMMEDIATE` transaction, which holds the database's single write lock —
 //! so a take, and the report after a lost enqueue, see no concurrent writer.
 
@@ -8,8 +8,8 @@ use std::time::Duration;
 use actix_web::web::Bytes;
 use rusqlite::{params, Connection, OptionalExtension};
 
-use super::api::{millis, Enqueue, Enqueued, Fenced, QueueDepth, StoreError, Taken};
-use super::sqlite_writer::sql_error;
+use crate::store::api::{millis, Enqueue, Enqueued, Fenced, QueueDepth, StoreError, Taken};
+use super::writer::sql_error;
 use crate::claim::{Path, RowState};
 use crate::key::EventId;
 
@@ -269,10 +269,10 @@ mod tests {
     fn plan(sql: &str) -> Vec<String> {
         let conn = Connection::open_in_memory().unwrap();
         for migration in [
-            include_str!("migrations/sqlite_0001_webhook_events.sql"),
-            include_str!("migrations/sqlite_0002_request_headers.sql"),
-            include_str!("migrations/sqlite_0003_queue.sql"),
-            include_str!("migrations/sqlite_0004_throttles.sql"),
+            include_str!("migrations/0001_webhook_events.sql"),
+            include_str!("migrations/0002_request_headers.sql"),
+            include_str!("migrations/0003_queue.sql"),
+            include_str!("migrations/0004_throttles.sql"),
         ] {
             conn.execute_batch(migration).unwrap();
         }

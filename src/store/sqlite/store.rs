@@ -2,7 +2,7 @@
 //! zero-setup default; one node (several processes on one file work, one writer at a time).
 //!
 //! Same rows, states, paths and fencing as Postgres. Every operation runs on the writer
-//! thread (`sqlite_writer`) inside a `BEGIN IMMEDIATE` transaction, which holds the
+//! thread (`writer`) inside a `BEGIN IMMEDIATE` transaction, which holds the
 //! database's single write lock: no other connection — in this process or another — writes
 //! between a claim's upsert and its report. Lease times come from SQLite's clock,
 //! `unixepoch('subsec')`, never from a node's.
@@ -17,27 +17,27 @@ use std::time::Duration;
 use actix_web::web::Bytes;
 use rusqlite::{params, Connection, OptionalExtension};
 
-use super::api::{
+use crate::store::api::{
     millis, Enqueue, Enqueued, EventRecord, Failure, Fenced, QueueDepth, Reopened, Store,
     StoreError, StoreFuture, Taken,
 };
-use super::page::PageCursor;
-use super::sqlite_queue;
-use super::sqlite_rows::{fenced, record, select_record};
-use super::sqlite_writer::{sql_error, Writer};
+use crate::store::page::PageCursor;
+use super::queue;
+use super::rows::{fenced, record, select_record};
+use super::writer::{sql_error, Writer};
 use crate::claim::{ClaimResult, Path as ClaimPath, RowState, Status, StoredResult};
 use crate::config::Mode;
 use crate::key::EventId;
 
 /// The migrations, applied in order, each once.
 const MIGRATIONS: &[(i32, &str)] = &[
-    (1, include_str!("migrations/sqlite_0001_webhook_events.sql")),
+    (1, include_str!("migrations/0001_webhook_events.sql")),
     (
         2,
-        include_str!("migrations/sqlite_0002_request_headers.sql"),
+        include_str!("migrations/0002_request_headers.sql"),
     ),
-    (3, include_str!("migrations/sqlite_0003_queue.sql")),
-    (4, include_str!("migrations/sqlite_0004_throttles.sql")),
+    (3, include_str!("migrations/0003_queue.sql")),
+    (4, include_str!("migrations/0004_throttles.sql")),
 ];
 
 /// How long a statement waits for another process's write lock before failing.
@@ -374,7 +374,7 @@ impl Store for SqliteStore {
         let item = item.clone();
         Box::pin(
             self.writer
-                .call(move |conn| sqlite_queue::enqueue(conn, &item)),
+                .call(move |conn| queue::enqueue(conn, &item)),
         )
     }
 
@@ -382,7 +382,7 @@ impl Store for SqliteStore {
         let id = id.clone();
         Box::pin(
             self.writer
-                .call(move |conn| sqlite_queue::take(conn, &id, lease)),
+                .call(move |conn| queue::take(conn, &id, lease)),
         )
     }
 
@@ -390,7 +390,7 @@ impl Store for SqliteStore {
         let provider = provider.to_owned();
         Box::pin(
             self.writer
-                .call(move |conn| sqlite_queue::due(conn, &provider, limit)),
+                .call(move |conn| queue::due(conn, &provider, limit)),
         )
     }
 
@@ -403,7 +403,7 @@ impl Store for SqliteStore {
         let id = id.clone();
         Box::pin(
             self.writer
-                .call(move |conn| sqlite_queue::renew(conn, &id, attempts, lease)),
+                .call(move |conn| queue::renew(conn, &id, attempts, lease)),
         )
     }
 
@@ -416,7 +416,7 @@ impl Store for SqliteStore {
         let provider = provider.to_owned();
         Box::pin(
             self.writer
-                .call(move |conn| sqlite_queue::abandon(conn, &provider, horizon, batch)),
+                .call(move |conn| queue::abandon(conn, &provider, horizon, batch)),
         )
     }
 
@@ -429,7 +429,7 @@ impl Store for SqliteStore {
         let known = known.to_vec();
         Box::pin(
             self.writer
-                .call(move |conn| sqlite_queue::orphan(conn, &known, grace, batch)),
+                .call(move |conn| queue::orphan(conn, &known, grace, batch)),
         )
     }
 
@@ -455,7 +455,7 @@ impl Store for SqliteStore {
     }
 
     fn queue_depth(&self) -> StoreFuture<'_, Vec<QueueDepth>> {
-        Box::pin(self.writer.call(sqlite_queue::queue_depth))
+        Box::pin(self.writer.call(queue::queue_depth))
     }
 }
 

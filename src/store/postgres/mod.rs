@@ -1,0 +1,18 @@
+//! The Postgres backend: production, high volume, several hookgate nodes on one database.
+//! It owns its SQL (each statement says what it locks), group commit of claims and
+//! completions, the pool under the statement deadline, TLS with libpq's meanings, and its
+//! migrations. This file only re-exports.
+//!
+//! The files import one another one way: `store` (the [`Store`](super::Store)
+//! implementation) → `batch`, `queue` → `pool` → `sql`, `queue_sql`, `rows`, `tls`.
+
+mod batch;
+mod pool;
+mod queue;
+mod queue_sql;
+mod rows;
+mod sql;
+mod store;
+mod tls;
+
+pub use store::{tls_warning, PgStore};
