@@ -138,10 +138,9 @@ impl<Req: Send + 'static, Resp: Send + 'static> Batcher<Req, Resp> {
                 let withdrawn =
                     state.compare_exchange(QUEUED, WITHDRAWN, Ordering::AcqRel, Ordering::Acquire);
                 if withdrawn.is_ok() {
-                    return Err(StoreError::Busy(format!(
-                        "no batch took the call within {} ms",
-                        millis(bound)
-                    )));
+                    return Err(StoreError::Busy(
+                        format!("no batch took the call within {} ms", millis(bound)).into(),
+                    ));
                 }
             }
             answer.await.unwrap_or_else(|_| Err(dropped()))

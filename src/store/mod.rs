@@ -16,8 +16,8 @@ pub mod sqlite;
 
 pub use crate::outcome::DeadReason;
 pub use api::{
-    Enqueue, Enqueued, EventRecord, Failure, Fenced, QueueDepth, Reopened, Store, StoreError,
-    StoreFuture, Taken,
+    Cause, Enqueue, Enqueued, EventRecord, Failure, Fenced, QueueDepth, Reopened, Store,
+    StoreError, StoreFuture, Taken,
 };
 pub use open::open;
 pub use page::PageCursor;

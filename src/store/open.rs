@@ -17,9 +17,12 @@ pub async fn open(config: &StoreConfig) -> Result<Arc<dyn Store>, StoreError> {
             config.deadline(),
         )?))
     } else {
-        Err(StoreError::Query(format!(
-            "unsupported store URL {} (expected postgres://… or sqlite://PATH)",
-            config.redacted_url()
-        )))
+        Err(StoreError::Query(
+            format!(
+                "unsupported store URL {} (expected postgres://… or sqlite://PATH)",
+                config.redacted_url()
+            )
+            .into(),
+        ))
     }
 }

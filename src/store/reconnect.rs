@@ -27,12 +27,13 @@ impl Reconnect {
     pub(crate) fn check(&self) -> Result<(), StoreError> {
         let state = self.state.lock().unwrap_or_else(|e| e.into_inner());
         match *state {
-            Some((retry_at, _)) if Instant::now() < retry_at => {
-                Err(StoreError::Unavailable(format!(
+            Some((retry_at, _)) if Instant::now() < retry_at => Err(StoreError::Unavailable(
+                format!(
                     "reconnecting in {} ms",
                     (retry_at - Instant::now()).as_millis()
-                )))
-            }
+                )
+                .into(),
+            )),
             _ => Ok(()),
         }
     }

@@ -10,12 +10,12 @@ use std::sync::Arc;
 
 use tokio_postgres::error::SqlState;
 
-use crate::store::api::{Fenced, StoreError};
 use super::pool::Inner;
 use super::rows::{claim_result, db_error, get};
 use super::sql::pg_claim_conflict;
 use crate::claim::{ClaimResult, StoredResult};
 use crate::key::EventId;
+use crate::store::api::{Fenced, StoreError};
 
 /// One queued claim.
 pub(crate) struct ClaimCall {

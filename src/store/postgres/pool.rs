@@ -8,13 +8,13 @@ use std::time::Duration;
 
 use deadpool_postgres::{Client, Object, Pool};
 
-use crate::store::api::millis;
-use crate::store::api::{Fenced, StoreError};
 use super::rows::{claim_result, db_error, pool_error};
 use super::sql::{CLAIM, COMPLETE};
-use crate::store::reconnect::Reconnect;
 use crate::claim::{ClaimResult, StoredResult};
 use crate::key::EventId;
+use crate::store::api::millis;
+use crate::store::api::{Fenced, StoreError};
+use crate::store::reconnect::Reconnect;
 
 /// The migrations, applied in order, each once.
 const MIGRATIONS: &[(i32, &str)] = &[
@@ -95,10 +95,13 @@ impl Inner {
             Ok(result) => result,
             Err(_) => {
                 drop(Object::take(client));
-                Err(StoreError::TimedOut(format!(
-                    "no answer within the {} ms deadline; connection dropped",
-                    millis(self.deadline)
-                )))
+                Err(StoreError::TimedOut(
+                    format!(
+                        "no answer within the {} ms deadline; connection dropped",
+                        millis(self.deadline)
+                    )
+                    .into(),
+                ))
             }
         }
     }
@@ -118,9 +121,9 @@ impl Inner {
                 return Ok(result);
             }
         }
-        Err(StoreError::Corrupt(format!(
-            "claim of {id} reported no row"
-        )))
+        Err(StoreError::Corrupt(
+            format!("claim of {id} reported no row").into(),
+        ))
     }
 
     /// The single-row completion.

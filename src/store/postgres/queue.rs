@@ -5,11 +5,11 @@ use std::time::Duration;
 
 use actix_web::web::Bytes;
 
-use crate::store::api::{millis, Enqueue, Enqueued, Fenced, QueueDepth, StoreError, Taken};
 use super::pool::Inner;
 use super::queue_sql::{ABANDON, DUE, ENQUEUE, ORPHAN, QUEUE_DEPTH, RENEW, TAKE};
 use super::rows::{db_error, get, parse_path, row_state};
 use crate::key::EventId;
+use crate::store::api::{millis, Enqueue, Enqueued, Fenced, QueueDepth, StoreError, Taken};
 
 /// [`Store::enqueue`](crate::store::api::Store::enqueue); retried while a concurrent insert hides
 /// the row from the report (see `ENQUEUE`).
@@ -42,10 +42,9 @@ pub(crate) async fn enqueue(inner: &Inner, item: &Enqueue) -> Result<Enqueued, S
             });
         }
     }
-    Err(StoreError::Corrupt(format!(
-        "enqueue of {} reported no row",
-        item.id
-    )))
+    Err(StoreError::Corrupt(
+        format!("enqueue of {} reported no row", item.id).into(),
+    ))
 }
 
 /// [`Store::take`](crate::store::api::Store::take).

@@ -6,10 +6,10 @@ use deadpool_postgres::PoolError;
 use tokio_postgres::error::SqlState;
 use tokio_postgres::Row;
 
-use crate::store::api::{EventRecord, StoreError};
 use crate::claim::{ClaimResult, Path, RowState, Status, StoredResult};
 use crate::config::Mode;
 use crate::key::EventId;
+use crate::store::api::{Cause, EventRecord, StoreError};
 
 pub(crate) fn claim_result(row: &Row) -> Result<ClaimResult, StoreError> {
     let won: bool = get(row, "won")?;
@@ -60,7 +60,7 @@ fn stored_result(row: &Row) -> Result<Option<StoredResult>, StoreError> {
     Ok(match status {
         Some(status) => Some(StoredResult {
             status: u16::try_from(status)
-                .map_err(|_| StoreError::Corrupt(format!("result_status {status}")))?,
+                .map_err(|_| StoreError::Corrupt(format!("result_status {status}").into()))?,
             content_type: get(row, "result_content_type")?,
             body: get::<Option<Vec<u8>>>(row, "result_body")?.unwrap_or_default(),
         }),
@@ -80,48 +80,33 @@ pub(crate) fn get<'a, T: tokio_postgres::types::FromSql<'a>>(
     column: &str,
 ) -> Result<T, StoreError> {
     row.try_get(column)
-        .map_err(|e| StoreError::Corrupt(format!("column {column}: {e}")))
+        .map_err(|e| StoreError::Corrupt(format!("column {column}: {e}").into()))
 }
 
 fn parse_status(text: &str) -> Result<Status, StoreError> {
-    Status::parse(text).ok_or_else(|| StoreError::Corrupt(format!("status {text:?}")))
+    Status::parse(text).ok_or_else(|| StoreError::Corrupt(format!("status {text:?}").into()))
 }
 
 pub(crate) fn parse_mode(text: &str) -> Result<Mode, StoreError> {
-    Mode::parse(text).ok_or_else(|| StoreError::Corrupt(format!("mode {text:?}")))
+    Mode::parse(text).ok_or_else(|| StoreError::Corrupt(format!("mode {text:?}").into()))
 }
 
 pub(crate) fn parse_path(text: &str) -> Result<Path, StoreError> {
-    Path::parse(text).ok_or_else(|| StoreError::Corrupt(format!("last_path {text:?}")))
+    Path::parse(text).ok_or_else(|| StoreError::Corrupt(format!("last_path {text:?}").into()))
 }
 
 /// Connection trouble is `Unavailable` (retry later, the sender will); a refusal the same
 /// statement may get past soon is `Transient`; anything else the server refused is a
-/// `Query` error.
+/// `Query` error. The driver's error is kept whole (its SQLSTATE, its causes).
 pub(crate) fn db_error(e: tokio_postgres::Error) -> StoreError {
-    classify(e.code(), with_causes(&e))
-}
-
-/// An error's message followed by its causes (`error performing TLS handshake: invalid
-/// peer certificate: UnknownIssuer`): the cause is often the useful part.
-fn with_causes(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
-    let mut cause = e.source();
-    while let Some(c) = cause {
-        let next = c.to_string();
-        if !text.ends_with(&next) {
-            text.push_str(": ");
-            text.push_str(&next);
-        }
-        cause = c.source();
-    }
-    text
+    let code = e.code().cloned();
+    classify(code.as_ref(), Cause::of(e))
 }
 
 /// The kind of a Postgres failure, by its SQLSTATE (`None`: no answer from the server).
-pub(crate) fn classify(code: Option<&SqlState>, text: String) -> StoreError {
+pub(crate) fn classify(code: Option<&SqlState>, cause: Cause) -> StoreError {
     let Some(code) = code else {
-        return StoreError::Unavailable(text);
+        return StoreError::Unavailable(cause);
     };
     if code.code().starts_with("08")
         || *code == SqlState::ADMIN_SHUTDOWN
@@ -129,16 +114,16 @@ pub(crate) fn classify(code: Option<&SqlState>, text: String) -> StoreError {
         || *code == SqlState::CANNOT_CONNECT_NOW
         || *code == SqlState::TOO_MANY_CONNECTIONS
     {
-        StoreError::Unavailable(text)
+        StoreError::Unavailable(cause)
     } else if *code == SqlState::T_R_SERIALIZATION_FAILURE
         || *code == SqlState::T_R_DEADLOCK_DETECTED
         || *code == SqlState::READ_ONLY_SQL_TRANSACTION
         || *code == SqlState::QUERY_CANCELED
         || *code == SqlState::LOCK_NOT_AVAILABLE
     {
-        StoreError::Transient(text)
+        StoreError::Transient(cause)
     } else {
-        StoreError::Query(text)
+        StoreError::Query(cause)
     }
 }
 
@@ -147,8 +132,10 @@ pub(crate) fn classify(code: Option<&SqlState>, text: String) -> StoreError {
 pub(crate) fn pool_error(e: PoolError) -> StoreError {
     match e {
         PoolError::Backend(e) => db_error(e),
-        PoolError::Timeout(deadpool_postgres::TimeoutType::Wait) => StoreError::Busy(e.to_string()),
-        other => StoreError::Unavailable(with_causes(&other)),
+        e @ PoolError::Timeout(deadpool_postgres::TimeoutType::Wait) => {
+            StoreError::Busy(Cause::of(e))
+        }
+        other => StoreError::Unavailable(Cause::of(other)),
     }
 }
 

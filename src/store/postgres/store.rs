@@ -18,6 +18,15 @@ use actix_web::web::Bytes;
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
 use tokio::sync::Semaphore;
 
+use super::batch::{self, ClaimCall, CompleteCall};
+use super::pool::Inner;
+use super::queue;
+use super::rows::{db_error, get, parse_mode, record};
+use super::sql::{DEAD_LETTERS, FAIL, LIST, LOOKUP, REPLAY, SWEEP};
+use super::tls;
+use crate::claim::{ClaimResult, Status, StoredResult};
+use crate::config::StoreConfig;
+use crate::key::EventId;
 use crate::store::api::millis;
 use crate::store::api::{
     Enqueue, Enqueued, EventRecord, Failure, Fenced, QueueDepth, Reopened, Store, StoreError,
@@ -25,16 +34,7 @@ use crate::store::api::{
 };
 use crate::store::batcher::Batcher;
 use crate::store::page::PageCursor;
-use super::batch::{self, ClaimCall, CompleteCall};
-use super::pool::Inner;
-use super::queue;
-use super::rows::{db_error, get, parse_mode, record};
-use super::sql::{DEAD_LETTERS, FAIL, LIST, LOOKUP, REPLAY, SWEEP};
-use super::tls;
 use crate::store::reconnect::Reconnect;
-use crate::claim::{ClaimResult, Status, StoredResult};
-use crate::config::StoreConfig;
-use crate::key::EventId;
 
 /// How long a new connection may take before the store counts as unreachable.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
@@ -65,14 +65,14 @@ impl PgStore {
                 .bytes()
                 .all(|b| b.is_ascii_alphanumeric() || b == b'_')
         {
-            return Err(StoreError::Query(format!(
-                "store.schema {schema:?} must be letters, digits and '_'"
-            )));
+            return Err(StoreError::Query(
+                format!("store.schema {schema:?} must be letters, digits and '_'").into(),
+            ));
         }
         let (url, tls) = tls::split(&config.url)?;
         let mut pg: tokio_postgres::Config = url
             .parse()
-            .map_err(|e| StoreError::Query(format!("store.url: {e}")))?;
+            .map_err(|e| StoreError::Query(format!("store.url: {e}").into()))?;
         pg.ssl_mode(tls.mode);
         // Planner settings: the hot statements probe the primary key per input key (see
         // batch.rs) on cached generic plans (custom plans cost as much planning as
@@ -99,7 +99,7 @@ impl PgStore {
             .create_timeout(Some(CONNECT_TIMEOUT))
             .runtime(Runtime::Tokio1)
             .build()
-            .map_err(|e| StoreError::Query(format!("building the pool: {e}")))?;
+            .map_err(|e| StoreError::Query(format!("building the pool: {e}").into()))?;
         let inner = Arc::new(Inner {
             pool,
             schema,
@@ -208,7 +208,7 @@ impl Store for PgStore {
             }
             let fsync: String = row
                 .try_get(1)
-                .map_err(|e| StoreError::Corrupt(format!("fsync: {e}")))?;
+                .map_err(|e| StoreError::Corrupt(format!("fsync: {e}").into()))?;
             if fsync == "off" {
                 risks.push(("fsync".to_owned(), fsync));
             }
@@ -378,12 +378,7 @@ impl Store for PgStore {
         horizon: Duration,
         batch: u32,
     ) -> StoreFuture<'a, u64> {
-        Box::pin(self.guarded(queue::abandon(
-            &self.inner,
-            provider,
-            horizon,
-            batch,
-        )))
+        Box::pin(self.guarded(queue::abandon(&self.inner, provider, horizon, batch)))
     }
 
     fn orphan<'a>(

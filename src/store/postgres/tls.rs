@@ -36,7 +36,7 @@ pub(crate) struct Tls {
 }
 
 fn error(text: String) -> StoreError {
-    StoreError::Query(format!("store.url: {text}"))
+    StoreError::Query(format!("store.url: {text}").into())
 }
 
 /// Splits `sslmode` and `sslrootcert` off a `postgres://` URL or a key=value string, and
@@ -156,7 +156,7 @@ pub(crate) fn authenticated_hosts(url: &str) -> Result<(bool, Vec<String>), Stor
 /// The rustls connector for `tls`.
 pub(crate) fn connector(tls: &Tls) -> Result<MakeRustlsConnect, StoreError> {
     let config = client_config(tls.root_cert.as_deref(), tls.verify)
-        .map_err(|e| StoreError::Query(format!("store.url TLS: {e}")))?;
+        .map_err(|e| StoreError::Query(format!("store.url TLS: {e}").into()))?;
     Ok(MakeRustlsConnect::new((*config).clone()))
 }
 

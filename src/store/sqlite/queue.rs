@@ -8,10 +8,10 @@ use std::time::Duration;
 use actix_web::web::Bytes;
 use rusqlite::{params, Connection, OptionalExtension};
 
-use crate::store::api::{millis, Enqueue, Enqueued, Fenced, QueueDepth, StoreError, Taken};
 use super::writer::sql_error;
 use crate::claim::{Path, RowState};
 use crate::key::EventId;
+use crate::store::api::{millis, Enqueue, Enqueued, Fenced, QueueDepth, StoreError, Taken};
 
 /// Enqueue: a new queue row, due now; nothing when the key is known.
 const ENQUEUE: &str = "
@@ -139,7 +139,7 @@ pub(crate) fn enqueue(conn: &Connection, item: &Enqueue) -> Result<Enqueued, Sto
     let (status, attempts, fingerprint, lease_ms, result_status, content_type, body) = row;
     Ok(Enqueued::Existing(RowState {
         status: crate::claim::Status::parse(&status)
-            .ok_or_else(|| StoreError::Corrupt(format!("status {status:?}")))?,
+            .ok_or_else(|| StoreError::Corrupt(format!("status {status:?}").into()))?,
         attempts,
         fingerprint,
         lease_left: Duration::from_millis(u64::try_from(lease_ms).unwrap_or(0)),
@@ -180,7 +180,7 @@ pub(crate) fn take(
                     tries,
                     age: Duration::from_millis(u64::try_from(age_ms).unwrap_or(0)),
                     path: Path::parse(&path)
-                        .ok_or_else(|| StoreError::Corrupt(format!("last_path {path:?}")))?,
+                        .ok_or_else(|| StoreError::Corrupt(format!("last_path {path:?}").into()))?,
                     payload: Bytes::from(payload.unwrap_or_default()),
                     content_type,
                     fingerprint,
@@ -239,7 +239,8 @@ pub(crate) fn orphan(
     grace: Duration,
     batch: u32,
 ) -> Result<u64, StoreError> {
-    let known = serde_json::to_string(known).map_err(|e| StoreError::Query(e.to_string()))?;
+    let known =
+        serde_json::to_string(known).map_err(|e| StoreError::Query(e.to_string().into()))?;
     let changed = conn
         .prepare_cached(ORPHAN)
         .and_then(|mut s| s.execute(params![known, batch, millis(grace)]))

@@ -5,10 +5,10 @@ use std::time::Duration;
 
 use rusqlite::Row;
 
-use crate::store::api::{EventRecord, Fenced, StoreError};
 use super::writer::sql_error;
 use crate::claim::{Path as ClaimPath, Status, StoredResult};
 use crate::key::EventId;
+use crate::store::api::{EventRecord, Fenced, StoreError};
 
 /// Time left on a lease, in whole milliseconds, never negative.
 pub(crate) const LEASE_LEFT_MS: &str =
@@ -50,7 +50,9 @@ pub(crate) fn record(r: &Row<'_>) -> rusqlite::Result<Result<EventRecord, StoreE
     };
     let lease_left_ms: i64 = r.get("lease_left_ms")?;
     let Some(status) = Status::parse(&status) else {
-        return Ok(Err(StoreError::Corrupt(format!("status {status:?}"))));
+        return Ok(Err(StoreError::Corrupt(
+            format!("status {status:?}").into(),
+        )));
     };
     Ok(Ok(EventRecord {
         id: EventId::new(

@@ -17,25 +17,22 @@ use std::time::Duration;
 use actix_web::web::Bytes;
 use rusqlite::{params, Connection, OptionalExtension};
 
-use crate::store::api::{
-    millis, Enqueue, Enqueued, EventRecord, Failure, Fenced, QueueDepth, Reopened, Store,
-    StoreError, StoreFuture, Taken,
-};
-use crate::store::page::PageCursor;
 use super::queue;
 use super::rows::{fenced, record, select_record};
 use super::writer::{sql_error, Writer};
 use crate::claim::{ClaimResult, Path as ClaimPath, RowState, Status, StoredResult};
 use crate::config::Mode;
 use crate::key::EventId;
+use crate::store::api::{
+    millis, Enqueue, Enqueued, EventRecord, Failure, Fenced, QueueDepth, Reopened, Store,
+    StoreError, StoreFuture, Taken,
+};
+use crate::store::page::PageCursor;
 
 /// The migrations, applied in order, each once.
 const MIGRATIONS: &[(i32, &str)] = &[
     (1, include_str!("migrations/0001_webhook_events.sql")),
-    (
-        2,
-        include_str!("migrations/0002_request_headers.sql"),
-    ),
+    (2, include_str!("migrations/0002_request_headers.sql")),
     (3, include_str!("migrations/0003_queue.sql")),
     (4, include_str!("migrations/0004_throttles.sql")),
 ];
@@ -114,8 +111,9 @@ impl SqliteStore {
     /// operation answers within `deadline` (`store.statement_timeout`).
     pub fn open(path: &Path, deadline: Duration) -> Result<Self, StoreError> {
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            std::fs::create_dir_all(dir)
-                .map_err(|e| StoreError::Query(format!("creating {}: {e}", dir.display())))?;
+            std::fs::create_dir_all(dir).map_err(|e| {
+                StoreError::Query(format!("creating {}: {e}", dir.display()).into())
+            })?;
         }
         create_private(path)?;
         let conn = Connection::open(path).map_err(sql_error)?;
@@ -146,10 +144,9 @@ fn create_private(path: &Path) -> Result<(), StoreError> {
     match options.open(path) {
         Ok(_) => Ok(()),
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
-        Err(e) => Err(StoreError::Query(format!(
-            "creating {}: {e}",
-            path.display()
-        ))),
+        Err(e) => Err(StoreError::Query(
+            format!("creating {}: {e}", path.display()).into(),
+        )),
     }
 }
 
@@ -217,7 +214,7 @@ impl Store for SqliteStore {
                 .map_err(sql_error)?;
             if let Some((attempts, path)) = won {
                 let path = ClaimPath::parse(&path)
-                    .ok_or_else(|| StoreError::Corrupt(format!("last_path {path:?}")))?;
+                    .ok_or_else(|| StoreError::Corrupt(format!("last_path {path:?}").into()))?;
                 return Ok(ClaimResult::Won { attempts, path });
             }
             let record = conn
@@ -319,7 +316,7 @@ impl Store for SqliteStore {
                 .map_err(sql_error)?
                 .map(|(reopened, mode)| {
                     let mode = Mode::parse(&mode)
-                        .ok_or_else(|| StoreError::Corrupt(format!("mode {mode:?}")))?;
+                        .ok_or_else(|| StoreError::Corrupt(format!("mode {mode:?}").into()))?;
                     Ok(Reopened { mode, ..reopened })
                 })
                 .transpose()
@@ -372,18 +369,12 @@ impl Store for SqliteStore {
 
     fn enqueue<'a>(&'a self, item: &'a Enqueue) -> StoreFuture<'a, Enqueued> {
         let item = item.clone();
-        Box::pin(
-            self.writer
-                .call(move |conn| queue::enqueue(conn, &item)),
-        )
+        Box::pin(self.writer.call(move |conn| queue::enqueue(conn, &item)))
     }
 
     fn take<'a>(&'a self, id: &'a EventId, lease: Duration) -> StoreFuture<'a, Option<Taken>> {
         let id = id.clone();
-        Box::pin(
-            self.writer
-                .call(move |conn| queue::take(conn, &id, lease)),
-        )
+        Box::pin(self.writer.call(move |conn| queue::take(conn, &id, lease)))
     }
 
     fn due<'a>(&'a self, provider: &'a str, limit: u32) -> StoreFuture<'a, Vec<EventId>> {

@@ -15,7 +15,7 @@ use std::time::Duration;
 use rusqlite::Connection;
 use tokio::sync::oneshot;
 
-use crate::store::api::{within, StoreError};
+use crate::store::api::{within, Cause, StoreError};
 
 /// Jobs one transaction takes at most: bounds the time a batch holds the write lock.
 const MAX_BATCH: usize = 256;
@@ -49,7 +49,9 @@ impl Writer {
         thread::Builder::new()
             .name("hookgate-sqlite".into())
             .spawn(move || run(conn, queue))
-            .map_err(|e| StoreError::Unavailable(format!("starting the SQLite thread: {e}")))?;
+            .map_err(|e| {
+                StoreError::Unavailable(format!("starting the SQLite thread: {e}").into())
+            })?;
         Ok(Self { jobs, deadline })
     }
 
@@ -174,15 +176,27 @@ fn run_batch(conn: &Connection, batch: Vec<Job>) {
 pub(crate) fn sql_error(e: rusqlite::Error) -> StoreError {
     match e.sqlite_error_code() {
         Some(rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked) => {
-            StoreError::Unavailable(e.to_string())
+            StoreError::Unavailable(Cause::of(e))
         }
-        _ => StoreError::Query(e.to_string()),
+        _ => StoreError::Query(Cause::of(e)),
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_store_error_keeps_the_drivers_error_whole() {
+        let e = sql_error(rusqlite::Error::QueryReturnedNoRows);
+        assert!(matches!(e, StoreError::Query(_)));
+        let kept = e.cause().downcast_ref::<rusqlite::Error>();
+        assert!(
+            matches!(kept, Some(rusqlite::Error::QueryReturnedNoRows)),
+            "{kept:?}"
+        );
+        assert!(e.to_string().contains("Query returned no rows"), "{e}");
+    }
 
     fn count(conn: &Connection) -> i64 {
         conn.query_row("SELECT count(*) FROM t", [], |r| r.get(0))
