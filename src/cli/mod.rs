@@ -372,7 +372,7 @@ async fn check_config(config: &Config) -> anyhow::Result<()> {
     }
     let failed = rules
         .iter()
-        .filter(|r| r.verdict == crate::config::Verdict::Fail)
+        .filter(|r| r.status == crate::config::RuleStatus::Fail)
         .count();
     if failed > 0 || secrets.is_err() {
         anyhow::bail!(

@@ -8,7 +8,7 @@ use figment::providers::{Env, Format, Toml};
 use figment::Figment;
 
 use super::settings::Config;
-use super::validate::{self, Rule, Verdict};
+use super::validate::{self, Rule, RuleStatus};
 use crate::secret::Secret;
 use crate::signature::SigningKey;
 
@@ -111,7 +111,7 @@ impl Config {
         let rules = self.rules();
         let broken: Vec<String> = rules
             .iter()
-            .filter(|r| r.verdict == Verdict::Fail)
+            .filter(|r| r.status == RuleStatus::Fail)
             .map(|r| r.to_string())
             .collect();
         if broken.is_empty() {
@@ -121,7 +121,7 @@ impl Config {
         }
     }
 
-    /// Every rule with its verdict, in the order `check-config` prints them.
+    /// Every rule with its status, in the order `check-config` prints them.
     pub fn rules(&self) -> Vec<Rule> {
         validate::rules(self)
     }

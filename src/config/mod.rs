@@ -26,7 +26,7 @@ pub use settings::{
     RetentionConfig, RetryConfig, ServerConfig, ShutdownConfig, DEFAULT_PATH,
 };
 pub use store::{redact_url_password, StoreConfig};
-pub use validate::{Rule, Verdict};
+pub use validate::{Rule, RuleStatus};
 
 // The core's types that config files name, re-exported where users of the config look.
 pub use crate::key::KeySource;

@@ -287,7 +287,7 @@ mod tests {
         let config = unsigned("127.0.0.1:8080", r#"preset = "none""#, "").expect("opted out");
         let warned = config.rules().into_iter().any(|r| {
             r.name == "providers.p: signatures are verified"
-                && r.verdict == crate::config::Verdict::Warn
+                && r.status == crate::config::RuleStatus::Warn
         });
         assert!(warned, "an unsigned provider is still warned about");
     }
@@ -324,7 +324,7 @@ mod tests {
             secrets = [{ env = "HOOKGATE_TEST_SURELY_UNSET_DEMO", demo = "whsec_demo" }]"#;
         let config = unsigned("127.0.0.1:8080", secret, "").expect("allowed on loopback");
         let warned = config.rules().into_iter().any(|r| {
-            r.name == "providers.p: demo secret" && r.verdict == crate::config::Verdict::Warn
+            r.name == "providers.p: demo secret" && r.status == crate::config::RuleStatus::Warn
         });
         assert!(warned);
         let err = unsigned("0.0.0.0:8080", secret, "").unwrap_err();
@@ -395,7 +395,7 @@ mod tests {
         let warned: Vec<_> = config
             .rules()
             .into_iter()
-            .filter(|r| r.verdict == super::super::Verdict::Warn)
+            .filter(|r| r.status == super::super::RuleStatus::Warn)
             .map(|r| r.to_string())
             .collect();
         assert!(
@@ -508,7 +508,7 @@ mod tests {
             .iter()
             .find(|r| r.name == "providers.q: sender horizon >= 1h")
             .expect("the horizon rule");
-        assert_eq!(horizon.verdict, crate::config::Verdict::Warn);
+        assert_eq!(horizon.status, crate::config::RuleStatus::Warn);
         assert!(rules
             .iter()
             .any(|r| r.name.contains("(queue): lease renewal")));

@@ -1,12 +1,12 @@
-//! One checked rule of a configuration and its verdict, shown with the numbers it
+//! One checked rule of a configuration and its status, shown with the numbers it
 //! compared; the helpers the rule lists use to build them.
 
 use std::fmt;
 use std::time::Duration;
 
-/// A rule's verdict.
+/// Whether a rule holds: ok, a warning, or a refusal.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Verdict {
+pub enum RuleStatus {
     /// The rule holds.
     Ok,
     /// Allowed, but probably not what you want.
@@ -15,7 +15,7 @@ pub enum Verdict {
     Fail,
 }
 
-/// One checked rule and its verdict.
+/// One checked rule and its status.
 #[derive(Debug, Clone)]
 pub struct Rule {
     /// What was checked, naming the config keys.
@@ -23,24 +23,24 @@ pub struct Rule {
     /// The numbers compared.
     pub detail: String,
     /// Whether the rule holds.
-    pub verdict: Verdict,
+    pub status: RuleStatus,
 }
 
 impl fmt::Display for Rule {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let verdict = match self.verdict {
-            Verdict::Ok => "ok  ",
-            Verdict::Warn => "WARN",
-            Verdict::Fail => "FAIL",
+        let status = match self.status {
+            RuleStatus::Ok => "ok  ",
+            RuleStatus::Warn => "WARN",
+            RuleStatus::Fail => "FAIL",
         };
-        write!(f, "{verdict} {}: {}", self.name, self.detail)
+        write!(f, "{status} {}: {}", self.name, self.detail)
     }
 }
 
 pub(super) fn rule(name: impl Into<String>, ok: bool, detail: impl Into<String>) -> Rule {
     Rule {
         name: name.into(),
-        verdict: if ok { Verdict::Ok } else { Verdict::Fail },
+        status: if ok { RuleStatus::Ok } else { RuleStatus::Fail },
         detail: detail.into(),
     }
 }
@@ -48,7 +48,7 @@ pub(super) fn rule(name: impl Into<String>, ok: bool, detail: impl Into<String>)
 /// A rule that only warns when it does not hold.
 pub(super) fn advice(name: impl Into<String>, ok: bool, detail: impl Into<String>) -> Rule {
     Rule {
-        verdict: if ok { Verdict::Ok } else { Verdict::Warn },
+        status: if ok { RuleStatus::Ok } else { RuleStatus::Warn },
         ..rule(name, true, detail)
     }
 }

@@ -13,7 +13,7 @@ use super::rule::{advice, rule, show};
 use super::settings::Config;
 use super::store::DEFAULT_DEADLINE;
 
-pub use super::rule::{Rule, Verdict};
+pub use super::rule::{Rule, RuleStatus};
 
 /// Stripe retries for three days: a done result must outlive that, or a late retry
 /// would run the target again.
@@ -257,7 +257,7 @@ mod tests {
             .into_iter()
             .find(|r| r.name.starts_with("shutdown.grace"))
             .expect("the shutdown rule");
-        assert_eq!(rule.verdict, super::Verdict::Warn);
+        assert_eq!(rule.status, super::RuleStatus::Warn);
         assert!(rule.detail.contains("10s"), "{}", rule.detail);
         assert!(
             rule.detail.contains("16s"),
@@ -279,7 +279,7 @@ mod tests {
         let rules = config.validate().expect("rules");
         let not_ok: Vec<_> = rules
             .iter()
-            .filter(|r| r.verdict != super::Verdict::Ok)
+            .filter(|r| r.status != super::RuleStatus::Ok)
             .map(|r| r.name.as_str())
             .collect();
         assert_eq!(not_ok, vec!["providers.stripe: signatures are verified"]);
@@ -295,7 +295,7 @@ mod tests {
         let warned: Vec<_> = config
             .rules()
             .into_iter()
-            .filter(|r| r.verdict == super::Verdict::Warn)
+            .filter(|r| r.status == super::RuleStatus::Warn)
             .collect();
         assert!(warned.iter().any(|r| r.name.contains("75h")), "{warned:?}");
     }

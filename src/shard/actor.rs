@@ -68,7 +68,7 @@ pub(super) struct Waiting {
 
 /// What the shards of a node share: the store, their settings, the metrics, the done
 /// cache, the queue gate and the idle-worker counts.
-pub struct Node {
+pub struct Shared {
     /// The store.
     pub store: Arc<dyn Store>,
     /// Settings of every shard.
@@ -134,7 +134,7 @@ pub struct Shard {
 impl Shard {
     /// Shard number `index`, delivering through `workers` and filling its part of
     /// `done`; `log` carries the number.
-    pub fn new(index: usize, workers: Vec<Addr<Worker>>, node: &Node, log: Logger) -> Self {
+    pub fn new(index: usize, workers: Vec<Addr<Worker>>, node: &Shared, log: Logger) -> Self {
         let settings = Arc::clone(&node.settings);
         node.idle[index].store(workers.len(), Ordering::Relaxed);
         Self {
@@ -314,7 +314,7 @@ impl Shard {
         };
         ctx.spawn(claim.into_actor(self).map(move |result, act, ctx| {
             act.claiming -= 1;
-            act.claimed(claiming, result, ctx);
+            act.answer_claim(claiming, result, ctx);
             act.notify_drained();
         }));
     }

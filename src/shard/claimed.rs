@@ -19,7 +19,7 @@ use crate::store::StoreError;
 
 impl Shard {
     /// The store answered the claim: answer it and every request that waited on it.
-    pub(super) fn claimed(
+    pub(super) fn answer_claim(
         &mut self,
         claiming: Claiming,
         result: Result<ClaimResult, StoreError>,
@@ -51,7 +51,7 @@ impl Shard {
                 let waiters = self.in_flight.forget(&event.id, token);
                 self.free_worker(worker, ctx);
                 for (event, reply) in std::iter::once((event, reply)).chain(waiters) {
-                    let answer = self.existing(&event, row.clone());
+                    let answer = self.answer_existing(&event, row.clone());
                     self.log_claim(&event, answer.path, answer.attempts);
                     let _ = reply.send(answer);
                 }
@@ -92,7 +92,7 @@ impl Shard {
     }
 
     /// The answer for a row the claim did not win; caches it when it is done.
-    pub(super) fn existing(&mut self, event: &Event, row: RowState) -> Answer {
+    pub(super) fn answer_existing(&mut self, event: &Event, row: RowState) -> Answer {
         let path = classify(&row, event.fingerprint.as_deref());
         let attempts = Some(row.attempts);
         let reply = match path {

@@ -13,7 +13,7 @@ use actix::prelude::*;
 use futures_util::future::join_all;
 use tokio::sync::oneshot;
 
-use super::actor::{Node, Shard, ShardSettings};
+use super::actor::{Shard, ShardSettings, Shared};
 use super::answer::{cached_answer, log_refusal, Answer, RetryReason};
 use super::cache::DoneCache;
 use super::event::Event;
@@ -65,7 +65,7 @@ impl Dispatcher {
     ) -> Self {
         let threads = shards.min(crate::config::cpus()).max(1);
         let arbiters: Vec<ArbiterHandle> = (0..threads).map(|_| Arbiter::new().handle()).collect();
-        let node = Arc::new(Node {
+        let node = Arc::new(Shared {
             store,
             settings: Arc::new(settings),
             metrics: Arc::clone(&metrics),
@@ -133,9 +133,13 @@ impl Dispatcher {
     /// too when the shard's mailbox is full, or the shard is gone).
     pub async fn offer(&self, id: EventId, target: Arc<Target>) -> bool {
         let index = shard_for(&id, self.shards.len());
-        let (taken, answer) = oneshot::channel();
+        let (started, answer) = oneshot::channel();
         if self.shards[index]
-            .try_send(Due { id, target, taken })
+            .try_send(Due {
+                id,
+                target,
+                started,
+            })
             .is_err()
         {
             return false;

@@ -73,5 +73,5 @@ pub struct Due {
     /// Where its provider delivers.
     pub target: Arc<Target>,
     /// Told whether the row was taken (an attempt started) once the store has answered.
-    pub taken: oneshot::Sender<bool>,
+    pub started: oneshot::Sender<bool>,
 }

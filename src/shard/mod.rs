@@ -22,7 +22,7 @@ mod queue;
 mod record;
 mod running;
 
-pub use actor::{Node, Shard, ShardSettings};
+pub use actor::{Shard, ShardSettings, Shared};
 pub use answer::{
     cached_answer, Answer, Reply, RetryReason, BUSY_RETRY_AFTER_SECS, STORE_RETRY_AFTER_SECS,
 };

@@ -78,7 +78,7 @@ impl Handler<Replay> for Shard {
         let reopen = async move { store.replay(&key, lease).await };
         ctx.spawn(reopen.into_actor(self).map(move |reopened, act, ctx| {
             act.claiming -= 1;
-            act.reopened(reopening, reopened, ctx);
+            act.answer_replay(reopening, reopened, ctx);
             act.notify_drained();
         }));
     }
@@ -86,7 +86,7 @@ impl Handler<Replay> for Shard {
 
 impl Shard {
     /// The store answered a replay: run it as an attempt, or say why there is none.
-    fn reopened(
+    fn answer_replay(
         &mut self,
         r: Reopening,
         reopened: Result<Option<Reopened>, StoreError>,

@@ -46,11 +46,11 @@ impl Handler<Enqueue> for Shard {
         let token = self.in_flight.begin(&event, None);
         self.claiming += 1;
         let store = Arc::clone(&self.store);
-        let item = event.enqueue_item();
+        let item = event.to_queue_row();
         let write = async move { store.enqueue(&item).await };
         ctx.spawn(write.into_actor(self).map(move |result, act, ctx| {
             act.claiming -= 1;
-            act.enqueued(event, reply, token, result, ctx);
+            act.answer_enqueue(event, reply, token, result, ctx);
             act.notify_drained();
         }));
     }
@@ -61,8 +61,8 @@ impl Handler<Due> for Shard {
 
     fn handle(&mut self, msg: Due, ctx: &mut Context<Self>) {
         self.metrics.mailbox(self.index, -1);
-        let event = Arc::new(Event::bare(msg.id, msg.target).queued());
-        self.try_take(event, Some(msg.taken), ctx);
+        let event = Arc::new(Event::bare(msg.id, msg.target).in_queue_mode());
+        self.try_take(event, Some(msg.started), ctx);
     }
 }
 
@@ -93,7 +93,7 @@ impl Shard {
 
     /// The store wrote (or reported) the row: answer the request and those that waited on
     /// it, then start the first attempt at once if it may.
-    fn enqueued(
+    fn answer_enqueue(
         &mut self,
         event: Arc<Event>,
         reply: oneshot::Sender<Answer>,
@@ -119,7 +119,7 @@ impl Shard {
             }
             Ok(Enqueued::Existing(row)) => {
                 for (event, reply) in std::iter::once((event, reply)).chain(waiters) {
-                    let answer = self.queued_existing(&event, row.clone());
+                    let answer = self.answer_existing_queued(&event, row.clone());
                     self.log_claim(&event, answer.path, answer.attempts);
                     let _ = reply.send(answer);
                 }
@@ -138,8 +138,8 @@ impl Shard {
 
     /// The answer for a known key in queue mode: as in sync mode for a done or dead row or
     /// another payload; 202 `duplicate_queued` while hookgate still delivers it.
-    fn queued_existing(&mut self, event: &Event, row: RowState) -> Answer {
-        let answer = self.existing(event, row);
+    fn answer_existing_queued(&mut self, event: &Event, row: RowState) -> Answer {
+        let answer = self.answer_existing(event, row);
         match answer.path {
             Path::InProgressElsewhere => Answer {
                 path: Path::DuplicateQueued,
@@ -152,28 +152,28 @@ impl Shard {
 
     /// Takes `event`'s row for an attempt if a worker is idle and the provider's limits
     /// allow; otherwise leaves it due for the scheduler. Nothing is claimed without a
-    /// worker to start it. `taken` (the scheduler's) is told whether an attempt started.
+    /// worker to start it. `started` (the scheduler's) is told whether an attempt started.
     pub(super) fn try_take(
         &mut self,
         event: Arc<Event>,
-        taken: Option<oneshot::Sender<bool>>,
+        started: Option<oneshot::Sender<bool>>,
         ctx: &mut Context<Self>,
     ) {
-        let not_taken = |taken: Option<oneshot::Sender<bool>>| {
-            if let Some(taken) = taken {
-                let _ = taken.send(false);
+        let not_started = |started: Option<oneshot::Sender<bool>>| {
+            if let Some(started) = started {
+                let _ = started.send(false);
             }
         };
         if self.draining || self.in_flight.contains(&event.id) {
-            return not_taken(taken);
+            return not_started(started);
         }
         let provider = Arc::clone(&event.id.provider);
         if !self.gate.try_acquire(&provider) {
-            return not_taken(taken);
+            return not_started(started);
         }
         let Some(worker) = self.take_idle() else {
             self.gate.release(&provider);
-            return not_taken(taken);
+            return not_started(started);
         };
         let token = self.in_flight.begin(&event, None);
         self.claiming += 1;
@@ -184,17 +184,17 @@ impl Shard {
         let take = async move { store.take(&id, lease).await };
         ctx.spawn(take.into_actor(self).map(move |result, act, ctx| {
             act.claiming -= 1;
-            if let Some(taken) = taken {
-                let _ = taken.send(matches!(result, Ok(Some(_))));
+            if let Some(started) = started {
+                let _ = started.send(matches!(result, Ok(Some(_))));
             }
-            act.start_taken(event, token, worker, sent, result, ctx);
+            act.answer_take(event, token, worker, sent, result, ctx);
             act.notify_drained();
         }));
     }
 
     /// The store answered a take: start the attempt, or give the worker and the provider's
     /// slot back.
-    fn start_taken(
+    fn answer_take(
         &mut self,
         event: Arc<Event>,
         token: u64,
@@ -222,7 +222,7 @@ impl Shard {
             }
         };
         self.metrics.queue_taken(&event.id.provider);
-        let event = Arc::new(event.taken(taken.payload, taken.content_type, taken.fingerprint));
+        let event = Arc::new(event.with_row(taken.payload, taken.content_type, taken.fingerprint));
         self.log_claim(&event, taken.path, Some(taken.attempts));
         let waiters = self.in_flight.won(&event, token, taken.attempts);
         for (waiter, reply) in waiters {
@@ -249,8 +249,8 @@ impl Shard {
 
 impl Event {
     /// This event as a row to enqueue.
-    fn enqueue_item(&self) -> crate::store::Enqueue {
-        crate::store::Enqueue {
+    fn to_queue_row(&self) -> crate::store::QueueRow {
+        crate::store::QueueRow {
             id: self.id.clone(),
             fingerprint: self.fingerprint.clone(),
             payload: self.body.clone(),
@@ -260,13 +260,13 @@ impl Event {
     }
 
     /// This (bare) event in queue mode.
-    fn queued(mut self) -> Self {
+    fn in_queue_mode(mut self) -> Self {
         self.mode = Mode::Queue;
         self
     }
 
     /// The event as its taken row holds it (the kept headers stay on the row).
-    fn taken(
+    fn with_row(
         &self,
         body: actix_web::web::Bytes,
         content_type: Option<String>,

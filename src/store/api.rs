@@ -214,7 +214,7 @@ pub struct Failure {
 
 /// A queue-mode event to write before its sender is answered.
 #[derive(Debug, Clone)]
-pub struct Enqueue {
+pub struct QueueRow {
     /// Provider and key.
     pub id: EventId,
     /// The payload's fingerprint (`None` when fingerprints are off).
@@ -369,7 +369,7 @@ pub trait Store: Send + Sync + 'static {
     /// Queue mode: writes the event with its payload (status `queued`, due now) unless its
     /// key is known, in which case the row is reported as it stands. Answers only once the
     /// row is durable.
-    fn enqueue<'a>(&'a self, item: &'a Enqueue) -> StoreFuture<'a, Enqueued>;
+    fn enqueue<'a>(&'a self, item: &'a QueueRow) -> StoreFuture<'a, Enqueued>;
 
     /// Queue mode: takes a due row for one attempt holding a lease of `lease` — the claim's
     /// rule on an existing row: `queued` (path `first_run`), `failed` whose backoff has

@@ -16,7 +16,7 @@ pub mod sqlite;
 
 pub use crate::outcome::DeadReason;
 pub use api::{
-    Cause, Enqueue, Enqueued, EventRecord, Failure, Fenced, QueueDepth, Reopened, Store,
+    Cause, Enqueued, EventRecord, Failure, Fenced, QueueDepth, QueueRow, Reopened, Store,
     StoreError, StoreFuture, Taken,
 };
 pub use open::open;

@@ -385,7 +385,7 @@ fn the_sample_providers_file_is_a_valid_config_that_warns_only_about_none() {
     let warnings: Vec<String> = config
         .rules()
         .into_iter()
-        .filter(|r| r.verdict == hookgate::config::Verdict::Warn)
+        .filter(|r| r.status == hookgate::config::RuleStatus::Warn)
         .map(|r| r.name)
         .collect();
     assert_eq!(

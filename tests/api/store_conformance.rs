@@ -9,7 +9,7 @@ use actix_web::web::Bytes;
 use futures_util::future::join_all;
 use hookgate::claim::{classify, ClaimResult, Path, Status, StoredResult};
 use hookgate::key::EventId;
-use hookgate::store::{DeadReason, Enqueue, Enqueued, Failure, Fenced, Store};
+use hookgate::store::{DeadReason, Enqueued, Failure, Fenced, QueueRow, Store};
 
 use crate::helpers::failure;
 
@@ -28,8 +28,8 @@ fn result(body: &str) -> StoredResult {
     }
 }
 
-fn queued(key: &str) -> Enqueue {
-    Enqueue {
+fn queued(key: &str) -> QueueRow {
+    QueueRow {
         id: id(key),
         fingerprint: Some("fp".into()),
         payload: Bytes::from_static(b"{\"q\":1}"),

@@ -9,11 +9,11 @@ use super::pool::Inner;
 use super::queue_sql::{ABANDON, DUE, ENQUEUE, ORPHAN, QUEUE_DEPTH, RENEW, TAKE};
 use super::rows::{db_error, get, parse_path, row_state};
 use crate::key::EventId;
-use crate::store::api::{millis, Enqueue, Enqueued, Fenced, QueueDepth, StoreError, Taken};
+use crate::store::api::{millis, Enqueued, Fenced, QueueDepth, QueueRow, StoreError, Taken};
 
 /// [`Store::enqueue`](crate::store::api::Store::enqueue); retried while a concurrent insert hides
 /// the row from the report (see `ENQUEUE`).
-pub(crate) async fn enqueue(inner: &Inner, item: &Enqueue) -> Result<Enqueued, StoreError> {
+pub(crate) async fn enqueue(inner: &Inner, item: &QueueRow) -> Result<Enqueued, StoreError> {
     for _ in 0..3 {
         let row = inner
             .run(async |client| {

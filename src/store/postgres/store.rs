@@ -29,7 +29,7 @@ use crate::config::StoreConfig;
 use crate::key::EventId;
 use crate::store::api::millis;
 use crate::store::api::{
-    Enqueue, Enqueued, EventRecord, Failure, Fenced, QueueDepth, Reopened, Store, StoreError,
+    Enqueued, EventRecord, Failure, Fenced, QueueDepth, QueueRow, Reopened, Store, StoreError,
     StoreFuture, Taken,
 };
 use crate::store::batcher::Batcher;
@@ -344,7 +344,7 @@ impl Store for PgStore {
         })))
     }
 
-    fn enqueue<'a>(&'a self, item: &'a Enqueue) -> StoreFuture<'a, Enqueued> {
+    fn enqueue<'a>(&'a self, item: &'a QueueRow) -> StoreFuture<'a, Enqueued> {
         Box::pin(self.guarded(queue::enqueue(&self.inner, item)))
     }
 

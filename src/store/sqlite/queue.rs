@@ -11,7 +11,7 @@ use rusqlite::{params, Connection, OptionalExtension};
 use super::writer::sql_error;
 use crate::claim::{Path, RowState};
 use crate::key::EventId;
-use crate::store::api::{millis, Enqueue, Enqueued, Fenced, QueueDepth, StoreError, Taken};
+use crate::store::api::{millis, Enqueued, Fenced, QueueDepth, QueueRow, StoreError, Taken};
 
 /// Enqueue: a new queue row, due now; nothing when the key is known.
 const ENQUEUE: &str = "
@@ -102,7 +102,7 @@ SELECT status, attempts, fingerprint,
        result_status, result_content_type, result_body
 FROM webhook_events WHERE provider = ?1 AND event_key = ?2";
 
-pub(crate) fn enqueue(conn: &Connection, item: &Enqueue) -> Result<Enqueued, StoreError> {
+pub(crate) fn enqueue(conn: &Connection, item: &QueueRow) -> Result<Enqueued, StoreError> {
     let id = &item.id;
     let inserted = conn
         .prepare_cached(ENQUEUE)

@@ -24,7 +24,7 @@ use crate::claim::{ClaimResult, Path as ClaimPath, RowState, Status, StoredResul
 use crate::config::Mode;
 use crate::key::EventId;
 use crate::store::api::{
-    millis, Enqueue, Enqueued, EventRecord, Failure, Fenced, QueueDepth, Reopened, Store,
+    millis, Enqueued, EventRecord, Failure, Fenced, QueueDepth, QueueRow, Reopened, Store,
     StoreError, StoreFuture, Taken,
 };
 use crate::store::page::PageCursor;
@@ -367,7 +367,7 @@ impl Store for SqliteStore {
         }))
     }
 
-    fn enqueue<'a>(&'a self, item: &'a Enqueue) -> StoreFuture<'a, Enqueued> {
+    fn enqueue<'a>(&'a self, item: &'a QueueRow) -> StoreFuture<'a, Enqueued> {
         let item = item.clone();
         Box::pin(self.writer.call(move |conn| queue::enqueue(conn, &item)))
     }

@@ -9,7 +9,7 @@ use std::time::Duration;
 use hookgate::claim::{ClaimResult, Status, StoredResult};
 use hookgate::key::EventId;
 use hookgate::store::{
-    Enqueue, Enqueued, EventRecord, Failure, Fenced, QueueDepth, Reopened, Store, StoreFuture,
+    Enqueued, EventRecord, Failure, Fenced, QueueDepth, QueueRow, Reopened, Store, StoreFuture,
     Taken,
 };
 
@@ -81,7 +81,7 @@ impl Store for FaultyStore {
     fn sweep(&self, status: Status, older_than: Duration, batch: u32) -> StoreFuture<'_, u64> {
         self.inner.sweep(status, older_than, batch)
     }
-    fn enqueue<'a>(&'a self, item: &'a Enqueue) -> StoreFuture<'a, Enqueued> {
+    fn enqueue<'a>(&'a self, item: &'a QueueRow) -> StoreFuture<'a, Enqueued> {
         self.inner.enqueue(item)
     }
     fn take<'a>(&'a self, id: &'a EventId, lease: Duration) -> StoreFuture<'a, Option<Taken>> {
