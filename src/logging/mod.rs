@@ -1,10 +1,7 @@
 //! Structured logs: one JSON object a line on stdout (or human-readable lines), written
-//! in batches by a background thread ([`writer`]) so that a slow stdout never stalls
-//! request handling.
-//!
-//! Event names are `webhook.claim`, `webhook.done`, `webhook.failed`, `webhook.dead`,
-//! `webhook.stale`, `webhook.rejected`; grepping one `event_key` tells its story. Callers
-//! must never log a payload or a secret.
+//! in batches by a background thread (`writer`) so that a slow stdout never stalls
+//! request handling. Every event name, with its meaning, is in [`EVENTS`]. Callers must
+//! never log a payload or a secret.
 
 use std::str::FromStr;
 
@@ -12,8 +9,10 @@ use slog::{o, Drain, Level, Logger};
 
 use crate::config::{LogConfig, LogFormat};
 
+mod events;
 mod writer;
 
+pub use events::EVENTS;
 pub use writer::dropped_total;
 
 /// Lines buffered for the writer thread; beyond that, lines are dropped and the drop is
