@@ -132,6 +132,37 @@ mod tests {
     use crate::key::KeySource;
     use std::time::Duration;
 
+    /// The shipped config documents every key with its default: each value written there
+    /// is `Config::default()`'s, and every key of every section appears (written, or
+    /// commented out where the default is derived). One source, checked.
+    #[test]
+    fn the_commented_default_file_and_the_defaults_in_code_agree() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/config/hookgate.toml");
+        let text = std::fs::read_to_string(path).unwrap();
+        let file = Config::from_toml(&text).expect("the shipped config is valid");
+        let written: toml::Table = toml::from_str(&text).unwrap();
+        let mut defaults = Config::default();
+        defaults.settle();
+        let defaults = toml::Table::try_from(&defaults).unwrap();
+        let from_file = toml::Table::try_from(&file).unwrap();
+        for (section, keys) in &defaults {
+            let Some(keys) = keys.as_table() else { continue };
+            for (key, default) in keys {
+                if let Some(value) = written.get(section).and_then(|s| s.get(key)) {
+                    // Compared as loaded (durations and sizes normalised), not as typed.
+                    let loaded = &from_file[section][key];
+                    assert_eq!(loaded, default, "[{section}] {key} = {value} is not the default");
+                }
+                let shown = text.lines().any(|line| {
+                    let line = line.trim_start_matches(['#', ' ']);
+                    line.strip_prefix(key.as_str())
+                        .is_some_and(|rest| rest.trim_start().starts_with('='))
+                });
+                assert!(shown, "[{section}] {key} is not documented in {path}");
+            }
+        }
+    }
+
     #[test]
     fn byte_sizes_take_units_or_plain_integers() {
         let provider = r#"
