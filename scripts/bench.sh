@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Reproduces the README's performance figures on this machine:
+# Reproduces the performance figures of docs/performance.md on this machine:
 #   1. pgbench running the article's two statements (claim, then mark done) as prepared
 #      statements, as hookgate runs its own, on a durable throwaway PostgreSQL (fsync
 #      on), 64 clients: the reference for first_run;

@@ -4,7 +4,7 @@
 # Usage: eval "$(scripts/pg-throwaway.sh start DIR [durable])"  ...  scripts/pg-throwaway.sh stop DIR
 # Without "durable" the cluster runs with fsync off (tests only) and with TLS on, its
 # certificate signed by a throwaway CA (HOOKGATE_TEST_DATABASE_CA) for the TLS tests;
-# benchmarks pass "durable" (fsync on, no TLS, as the README's figures were measured).
+# benchmarks pass "durable" (fsync on, no TLS, as docs/performance.md's figures were measured).
 # As root the server runs as the `postgres` user (it refuses to run as root).
 set -euo pipefail
 

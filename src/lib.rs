@@ -5,8 +5,9 @@
 //! # Layout
 //!
 //! Imports go one way, down this list of layers; no module imports one above it:
-//! core → config, provider, metrics, logging → store → actors (shard, worker, retention)
-//! → http → startup → cli.
+//! core → config, provider, metrics, logging, tls → store → actors (shard, worker,
+//! retention, scheduler) → http → startup → cli. Every file and what it owns:
+//! `docs/design.md`.
 //!
 //! | pattern | where |
 //! |---|---|
@@ -20,7 +21,8 @@
 //! | instants after a duration, never overflowing (core) | [`deadline`] |
 //! | settings, env layering, rules, loading | [`config`] |
 //! | presets resolved into a provider's runtime | [`provider`] |
-//! | Prometheus metrics, one registry per node; JSON logs | [`metrics`], [`logging`] |
+//! | Prometheus metrics, one registry per node; JSON logs and every event name | [`metrics`], [`logging`], [`logging::EVENTS`] |
+//! | TLS clients: system roots or a CA file, libpq's levels | [`tls`] |
 //! | the store interface; atomic claim, fenced complete/fail | [`store::api`] |
 //! | Postgres (group commit) and the embedded SQLite store | [`store::postgres`], [`store::sqlite`] |
 //! | shard actors: memory answers, admission, claims | [`shard`] |

@@ -2,7 +2,7 @@
 //! A failure prints its message and causes — never a backtrace, whatever `RUST_BACKTRACE`
 //! says — and exits with status 1.
 
-/// mimalloc: about 10 % less CPU per first run than glibc's malloc (README: Performance).
+/// mimalloc: about 10 % less CPU per first run than glibc's malloc (docs/performance.md).
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 

@@ -75,6 +75,7 @@ pub struct Metrics {
     swept: Family<KindLabels, Counter>,
     admission: Family<ShardLabels, Gauge>,
     cache_bytes: Gauge,
+    body_bytes: Gauge,
     queue_rows: Family<ProviderLabels, Gauge>,
     queue_oldest: Family<ProviderLabels, Gauge<f64, std::sync::atomic::AtomicU64>>,
     scheduler_polls: Counter,
@@ -106,6 +107,7 @@ impl Metrics {
         let swept = Family::<KindLabels, Counter>::default();
         let admission = Family::<ShardLabels, Gauge>::default();
         let cache_bytes = Gauge::default();
+        let body_bytes = Gauge::default();
         let queue_rows = Family::<ProviderLabels, Gauge>::default();
         let queue_oldest =
             Family::<ProviderLabels, Gauge<f64, std::sync::atomic::AtomicU64>>::default();
@@ -178,6 +180,11 @@ impl Metrics {
             admission.clone(),
         );
         registry.register(
+            "body_bytes_in_flight",
+            "Request-body bytes the node holds now (server.max_body_bytes_in_flight bounds it)",
+            body_bytes.clone(),
+        );
+        registry.register(
             "cache_bytes",
             "Bytes held by the done cache (estimated)",
             cache_bytes.clone(),
@@ -216,6 +223,7 @@ impl Metrics {
             swept,
             admission,
             cache_bytes,
+            body_bytes,
             queue_rows,
             queue_oldest,
             scheduler_polls,
@@ -305,6 +313,12 @@ impl Metrics {
                 })
                 .inc_by(0);
         }
+    }
+
+    /// The request-body bytes the node holds now (set when `/metrics` is read).
+    pub fn body_bytes_in_flight(&self, bytes: usize) {
+        self.body_bytes
+            .set(i64::try_from(bytes).unwrap_or(i64::MAX));
     }
 
     /// The gauge the done cache keeps its size in.

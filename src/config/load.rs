@@ -146,12 +146,17 @@ mod tests {
         let defaults = toml::Table::try_from(&defaults).unwrap();
         let from_file = toml::Table::try_from(&file).unwrap();
         for (section, keys) in &defaults {
-            let Some(keys) = keys.as_table() else { continue };
+            let Some(keys) = keys.as_table() else {
+                continue;
+            };
             for (key, default) in keys {
                 if let Some(value) = written.get(section).and_then(|s| s.get(key)) {
                     // Compared as loaded (durations and sizes normalised), not as typed.
                     let loaded = &from_file[section][key];
-                    assert_eq!(loaded, default, "[{section}] {key} = {value} is not the default");
+                    assert_eq!(
+                        loaded, default,
+                        "[{section}] {key} = {value} is not the default"
+                    );
                 }
                 let shown = text.lines().any(|line| {
                     let line = line.trim_start_matches(['#', ' ']);

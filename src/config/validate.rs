@@ -1,7 +1,7 @@
 //! The rules a configuration must keep before hookgate starts, each reported with the
 //! numbers it compared so that `check-config` can show its work.
 //!
-//! The central rule is DESIGN.md's: target timeout < lease < first backoff, so that a live
+//! The central rule is docs/design.md's: target timeout < lease < first backoff, so that a live
 //! attempt is never mistaken for a dead one, and a sender's retry never lands while the
 //! previous attempt may still be running.
 

@@ -55,6 +55,7 @@ pub async fn readyz(state: web::Data<AppState>) -> HttpResponse {
 
 /// The node's metrics in the Prometheus text format.
 pub async fn metrics(state: web::Data<AppState>) -> HttpResponse {
+    state.metrics.body_bytes_in_flight(state.body_budget.used());
     HttpResponse::Ok()
         .content_type("text/plain; version=0.0.4; charset=utf-8")
         .body(state.metrics.render())

@@ -1,4 +1,4 @@
-//! Every path of DESIGN.md's table is reached, answered as the table says, and labelled.
+//! Every path of docs/design.md's table is reached, answered as the table says, and labelled.
 
 use crate::helpers::{spawn_app, spawn_app_with, Behaviour, TestApp, PROVIDER};
 

@@ -226,7 +226,19 @@ async fn dead_letters_are_listed_newest_first_by_provider(store: Arc<dyn Store>)
         .unwrap();
     let all = store.dead_letters(None, None, 10).await.unwrap();
     let keys: Vec<&str> = all.iter().map(|r| &*r.id.key).collect();
-    assert_eq!(keys, vec!["3", "2", "1"]);
+    // Newest first; rows updated in the same microsecond (the same millisecond on
+    // SQLite) by provider, then key, descending — the order the page cursor follows.
+    let mut expected = all.clone();
+    expected.sort_by(|a, b| {
+        (b.updated_at, &b.id.provider, &b.id.key)
+            .partial_cmp(&(a.updated_at, &a.id.provider, &a.id.key))
+            .unwrap()
+    });
+    let expected: Vec<&str> = expected.iter().map(|r| &*r.id.key).collect();
+    assert_eq!(keys, expected);
+    let mut sorted = keys.clone();
+    sorted.sort_unstable();
+    assert_eq!(sorted, vec!["1", "2", "3"]);
     let a = store.dead_letters(Some("a"), None, 10).await.unwrap();
     assert_eq!(a.len(), 2);
     assert_eq!(store.dead_letters(None, None, 1).await.unwrap().len(), 1);

@@ -45,7 +45,7 @@ const MAX_BATCH: usize = 256;
 /// Batches running at once, claims and completions together. One: a call that arrives
 /// while a batch runs leaves in a later one with everything else that arrived meanwhile,
 /// so each statement's fixed cost (executor start-up, commit, WAL flush) is shared by more
-/// events (the README's performance section has the measurements). Across a network a
+/// events (docs/performance.md has the measurements). Across a network a
 /// batch grows with the round trip instead.
 const BATCHES_IN_FLIGHT: usize = 1;
 

@@ -1,4 +1,4 @@
--- Queue mode (see 0003_queue.sql): the 'queued' status, mode and next_attempt_at. SQLite
+-- Queue mode (see postgres/migrations/0003_queue.sql): the 'queued' status, mode and next_attempt_at. SQLite
 -- cannot change a CHECK constraint in place, so the table is rebuilt in this migration's
 -- transaction.
 CREATE TABLE webhook_events_v3 (

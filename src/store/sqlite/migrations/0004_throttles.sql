@@ -1,2 +1,2 @@
--- Tries that did not count against retry.max_attempts (see 0004_throttles.sql).
+-- Tries that did not count against retry.max_attempts (see postgres/migrations/0004_throttles.sql).
 ALTER TABLE webhook_events ADD COLUMN throttles INTEGER NOT NULL DEFAULT 0;
