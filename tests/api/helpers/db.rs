@@ -152,6 +152,38 @@ impl TestDb {
         assert_eq!(n, 1, "no row {provider}:{key} to expire");
     }
 
+    /// Moves the store's clock forward by `by` for every row: each of its instants — lease,
+    /// due time, creation, last change — moves back by that much, which is what every
+    /// comparison with `now()` sees when time passes.
+    pub async fn advance_clock(&self, by: Duration) {
+        match &self.inspect {
+            Inspect::Pg(client) => {
+                let ms = i64::try_from(by.as_millis()).expect("a step of sane size");
+                client
+                    .execute(
+                        "UPDATE webhook_events SET
+                             locked_until = locked_until - $1::bigint * interval '1 millisecond',
+                             next_attempt_at = next_attempt_at - $1::bigint * interval '1 millisecond',
+                             created_at = created_at - $1::bigint * interval '1 millisecond',
+                             updated_at = updated_at - $1::bigint * interval '1 millisecond'",
+                        &[&ms],
+                    )
+                    .await
+                    .expect("advance the clock");
+            }
+            Inspect::Sqlite(file) => {
+                Self::sqlite(file)
+                    .execute(
+                        "UPDATE webhook_events SET locked_until = locked_until - ?1,
+                             next_attempt_at = next_attempt_at - ?1,
+                             created_at = created_at - ?1, updated_at = updated_at - ?1",
+                        [by.as_secs_f64()],
+                    )
+                    .expect("advance the clock");
+            }
+        }
+    }
+
     /// Makes a queue row due now, as if its backoff (or lease) had passed long ago.
     pub async fn make_due(&self, provider: &str, key: &str) {
         let n = match &self.inspect {
