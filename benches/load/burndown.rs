@@ -10,7 +10,7 @@
 use std::process::Child;
 use std::time::{Duration, Instant};
 
-use crate::compare::{Burndown, System};
+use crate::compare::{Burndown, System, PAUSE};
 use crate::compare_graphile as graphile;
 use crate::compare_hookgate as hookgate;
 use crate::compare_meter::Meter;
@@ -84,6 +84,7 @@ pub async fn run(admin_url: &str, database: &str, events: u64, system: System) -
         unfinished,
         seconds: until_all.as_secs_f64(),
         first_s: until_first.as_secs_f64(),
+        pauses: target.pauses(PAUSE),
         cost: after.cost_since(&before, events),
     }
 }

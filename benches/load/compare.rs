@@ -18,6 +18,10 @@ use crate::compare_graphile::Sizing as GraphileSizing;
 use crate::compare_hookgate::Sizing as HookgateSizing;
 use crate::compare_meter::Cost;
 
+/// A gap between two new keys at the target longer than this is reported as a pause: at
+/// a thousand deliveries a second and more, a quarter second without one is no accident.
+pub const PAUSE: Duration = Duration::from_millis(250);
+
 /// The scenarios this module answers for.
 const SCENARIOS: [&str; 2] = ["burndown", "ingest"];
 
@@ -83,6 +87,8 @@ pub struct Burndown {
     pub seconds: f64,
     /// From starting the worker to the target's first key (its start-up).
     pub first_s: f64,
+    /// Pauses of the target's new keys longer than [`PAUSE`], and their total length.
+    pub pauses: (u64, Duration),
     pub cost: Cost,
 }
 
@@ -101,6 +107,8 @@ pub struct Ingest {
     pub drained_s: f64,
     /// Accepted keys the target never had within the drain.
     pub never_delivered: u64,
+    /// Pauses of the target's new keys longer than [`PAUSE`], and their total length.
+    pub pauses: (u64, Duration),
     pub p50_ms: f64,
     pub p99_ms: f64,
     pub duplicates: u64,
@@ -163,7 +171,7 @@ pub fn run_if_selected() -> Option<i32> {
 fn print_burndown(label: &str, system: &str, run: &Burndown) {
     println!(
         "QC scenario=burndown label={label} system={system} events={} delivered={} \
-         deliveries={} duplicates={} unfinished={} seconds={:.2} first_s={:.3} rate={:.0} \
+         deliveries={} duplicates={} unfinished={} seconds={:.2} first_s={:.3} pauses={} paused_s={:.2} rate={:.0} \
          pg_us={:.1} worker_us={:.1} commits={:.3}",
         run.events,
         run.delivered,
@@ -172,6 +180,8 @@ fn print_burndown(label: &str, system: &str, run: &Burndown) {
         run.unfinished,
         run.seconds,
         run.first_s,
+        run.pauses.0,
+        run.pauses.1.as_secs_f64(),
         run.delivered as f64 / run.seconds,
         run.cost.postgres_us,
         run.cost.worker_us,
@@ -183,6 +193,7 @@ fn print_ingest(label: &str, run: &Ingest) {
     println!(
         "QC scenario=ingest label={label} system=hookgate accepted={} refused={} errors={} \
          accepted_rate={:.0} delivered_rate={:.0} backlog={} drained_s={:.2} never={} \
+         pauses={} paused_s={:.2} \
          p50_ms={:.2} p99_ms={:.2} duplicates={} pg_us={:.1} worker_us={:.1} commits={:.3}",
         run.accepted,
         run.refused,
@@ -192,6 +203,8 @@ fn print_ingest(label: &str, run: &Ingest) {
         run.backlog,
         run.drained_s,
         run.never_delivered,
+        run.pauses.0,
+        run.pauses.1.as_secs_f64(),
         run.p50_ms,
         run.p99_ms,
         run.duplicates,

@@ -5,7 +5,7 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use actix_web::{web, App, HttpRequest, HttpResponse, HttpServer};
 
@@ -71,6 +71,22 @@ impl CompareTarget {
     /// When the last key not seen before arrived.
     pub fn last_new(&self) -> Option<Instant> {
         self.seen.lock().unwrap().last_new
+    }
+
+    /// Pauses longer than `longer_than` between one new key and the next, from the first
+    /// to the last: how many, and their total length (time the worker delivered nothing
+    /// new while work was left).
+    pub fn pauses(&self, longer_than: Duration) -> (u64, Duration) {
+        let mut firsts: Vec<Instant> = {
+            let seen = self.seen.lock().unwrap();
+            seen.keys.values().map(|&(_, at)| at).collect()
+        };
+        firsts.sort_unstable();
+        firsts
+            .windows(2)
+            .map(|w| w[1] - w[0])
+            .filter(|&gap| gap > longer_than)
+            .fold((0, Duration::ZERO), |(n, total), gap| (n + 1, total + gap))
     }
 
     /// When `key` first arrived, for each key asked about.

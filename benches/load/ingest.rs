@@ -7,7 +7,7 @@
 
 use std::time::{Duration, Instant};
 
-use crate::compare::Ingest;
+use crate::compare::{Ingest, PAUSE};
 use crate::compare_hookgate::{self as hookgate, Sizing, PROVIDER};
 use crate::compare_meter::Meter;
 use crate::compare_target::CompareTarget;
@@ -96,6 +96,7 @@ pub async fn run(
         backlog: (keys.len() - delivered_by_end) as u64,
         drained_s: drained,
         never_delivered: never as u64,
+        pauses: target.pauses(PAUSE),
         p50_ms: percentile(0.50),
         p99_ms: percentile(0.99),
         duplicates,
