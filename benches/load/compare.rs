@@ -6,7 +6,7 @@
 //! bench connects as a superuser to its maintenance database and makes a database a run).
 //!
 //! `cargo bench --bench load -- --scenario burndown --system hookgate|graphile
-//! [--events 50000] [--shards N] [--workers-per-shard N] [--pool-size N]
+//! [--events 50000] [--shards N] [--workers-per-shard N] [--pool-size N] [--poll-interval D]
 //! [--concurrency 32] [--local-queue 500] [--label NAME]`;
 //! `cargo bench --bench load -- --scenario ingest [--connections 64] [--duration 60s] …`.
 
@@ -48,6 +48,9 @@ struct Args {
     /// hookgate: `store.pool_size` (default: hookgate's).
     #[arg(long)]
     pool_size: Option<usize>,
+    /// hookgate: `queue.poll_interval` (default: hookgate's).
+    #[arg(long, value_parser = humantime::parse_duration)]
+    poll_interval: Option<Duration>,
     /// graphile-worker: jobs at once.
     #[arg(long, default_value_t = 32)]
     concurrency: usize,
@@ -133,6 +136,7 @@ pub fn run_if_selected() -> Option<i32> {
         shards: args.shards,
         workers_per_shard: args.workers_per_shard,
         pool_size: args.pool_size,
+        poll_interval: args.poll_interval,
     };
     let label = args.label.clone().unwrap_or_else(|| args.system.clone());
     let database = format!("qc_{label}");

@@ -5,6 +5,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::time::Duration;
 
 use hookgate::canonical::{Body, Fingerprinter};
 
@@ -25,6 +26,8 @@ pub struct Sizing {
     pub shards: Option<usize>,
     pub workers_per_shard: Option<usize>,
     pub pool_size: Option<usize>,
+    /// `queue.poll_interval`.
+    pub poll_interval: Option<Duration>,
 }
 
 /// Writes the node's config into `dir`, creates its schema with `hookgate migrate`, and
@@ -38,10 +41,13 @@ pub fn prepare(dir: &Path, database_url: &str, target: &str, sizing: Sizing) -> 
         "[server]\nlisten = \"127.0.0.1:{port}\"\n{}{}\
          [store]\nurl = \"{database_url}\"\nschema = \"{SCHEMA}\"\n{}\
          [[providers]]\nname = \"{PROVIDER}\"\npreset = \"none\"\nmode = \"queue\"\n\
-         key = [{{ header = \"X-Idempotency-Key\" }}]\ntarget = {{ url = \"{target}\" }}\n",
+         key = [{{ header = \"X-Idempotency-Key\" }}]\ntarget = {{ url = \"{target}\" }}\n{}",
         optional("shards", sizing.shards),
         optional("workers_per_shard", sizing.workers_per_shard),
         optional("pool_size", sizing.pool_size),
+        sizing.poll_interval.map_or(String::new(), |p| {
+            format!("[queue]\npoll_interval = \"{}ms\"\n", p.as_millis())
+        }),
     );
     let file = dir.join("hookgate.toml");
     std::fs::write(&file, config).expect("write the node's config");
