@@ -73,9 +73,9 @@ pub fn burndown_key(i: u64) -> String {
     format!("b-{i}")
 }
 
-/// Writes `events` queue rows as an accepted request leaves them (`ENQUEUE` in
-/// `postgres_queue_sql.rs`): `queued`, attempts 0, due now, with the payload, its
-/// fingerprint and the kept headers.
+/// Writes `events` queue rows as an accepted request leaves them (the store's `ENQUEUE`
+/// statement): `queued`, attempts 0, due now, with the payload, its fingerprint and the
+/// kept headers.
 pub async fn preload(database_url: &str, events: u64) {
     let (client, connection) = tokio_postgres::connect(database_url, tokio_postgres::NoTls)
         .await
