@@ -12,7 +12,11 @@
 //! `--scenario chaos` (Postgres only) runs the release binary as a child process and
 //! injects faults while real-sender-like clients deliver; see `chaos.rs`. With
 //! `--mode queue` it runs two nodes with the provider in queue mode; see `chaos_queue.rs`.
+//!
+//! `--scenario burndown` and `--scenario ingest` compare queue mode with graphile-worker
+//! on Postgres, with their own options; see `compare.rs` (scripts/queue-compare.sh).
 
+mod burndown;
 mod chaos;
 mod chaos_attempts;
 mod chaos_logs;
@@ -22,7 +26,13 @@ mod chaos_report;
 mod chaos_rows;
 mod chaos_senders;
 mod chaos_target;
+mod compare;
+mod compare_graphile;
+mod compare_hookgate;
+mod compare_meter;
+mod compare_target;
 mod driver;
+mod ingest;
 mod node;
 mod scenario;
 mod target;
@@ -46,7 +56,7 @@ use target::{Behaviour, Target};
 #[derive(Debug, Parser)]
 struct Args {
     /// unique, duplicate, mixed, hot, hot_fail, slow_target, bare, chaos, or all (chaos
-    /// is not part of all).
+    /// is not part of all); burndown and ingest are `compare.rs`'s.
     #[arg(long, default_value = "all")]
     scenario: String,
     /// Concurrent client connections.
@@ -99,6 +109,9 @@ const DURATION: Duration = Duration::from_secs(10);
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() {
+    if let Some(code) = compare::run_if_selected() {
+        std::process::exit(code);
+    }
     let args = Args::parse();
     if args.scenario == "chaos" {
         let url = std::env::var("HOOKGATE_BENCH_DATABASE_URL")

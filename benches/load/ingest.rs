@@ -1,0 +1,156 @@
+//! `--scenario ingest`: hookgate in queue mode taking new events while it delivers them.
+//! `connections` closed-loop senders POST new keys to the release binary for `duration`;
+//! the bench notes when each 202 came back, the target when each key first arrived. At
+//! the end: the rates, the backlog (accepted, not yet at the target), then a bounded drain
+//! and the 202→target latency of every accepted key. CPU and commits are measured from
+//! before the node starts until its graceful stop after the drain, per accepted event.
+
+use std::time::{Duration, Instant};
+
+use crate::compare::{Ingest, PAUSE};
+use crate::compare_hookgate::{self as hookgate, Sizing, PROVIDER};
+use crate::compare_meter::Meter;
+use crate::compare_target::CompareTarget;
+
+/// Longest wait, after the senders stop, for the target to have every accepted key.
+const DRAIN: Duration = Duration::from_secs(300);
+
+/// How often the bench looks at the target's count during the drain.
+const POLL: Duration = Duration::from_millis(5);
+
+/// What the senders saw.
+#[derive(Default)]
+struct Sent {
+    /// Keys answered 202, with when the answer's head arrived.
+    accepted: Vec<(String, Instant)>,
+    /// Answers other than 202 (503 `overloaded` when a shard has no room).
+    refused: u64,
+    errors: u64,
+}
+
+/// Runs the ingest-and-deliver run on the cluster at `admin_url`, in database `database`.
+pub async fn run(
+    admin_url: &str,
+    database: &str,
+    sizing: Sizing,
+    connections: usize,
+    duration: Duration,
+) -> Ingest {
+    let meter = Meter::create(admin_url, database).await;
+    let target = CompareTarget::start();
+    let dir = hookgate::run_dir(database);
+    let mut node = hookgate::prepare(&dir, &meter.url, &target.url, sizing);
+    meter.settle().await;
+    let before = meter.sample().await;
+    node.start().await;
+    let url = format!("http://127.0.0.1:{}/webhooks/{PROVIDER}", node.port);
+    let started = Instant::now();
+    let sent = actix_rt::task::spawn_blocking(move || {
+        actix_rt::System::new().block_on(send(url, connections, duration))
+    })
+    .await
+    .expect("sender thread");
+    let ended = Instant::now();
+    let keys: Vec<String> = sent
+        .accepted
+        .iter()
+        .map(|(k, _)| format!("{PROVIDER}:{k}"))
+        .collect();
+    let at_end = target.first_arrivals(keys.iter().map(String::as_str));
+    let delivered_by_end = at_end.iter().flatten().filter(|&&t| t <= ended).count();
+
+    let limit = ended + DRAIN;
+    while target.keys() < keys.len() && Instant::now() < limit {
+        actix_rt::time::sleep(POLL).await;
+    }
+    let drained = target
+        .last_new()
+        .map_or(0.0, |t| t.saturating_duration_since(ended).as_secs_f64());
+    let arrivals = target.first_arrivals(keys.iter().map(String::as_str));
+    let mut latencies: Vec<Duration> = sent
+        .accepted
+        .iter()
+        .zip(&arrivals)
+        .filter_map(|((_, accepted), arrived)| {
+            Some(arrived.as_ref()?.saturating_duration_since(*accepted))
+        })
+        .collect();
+    latencies.sort_unstable();
+    let never = keys.len() - latencies.len();
+    node.terminate().await;
+    meter.settle().await;
+    let after = meter.sample().await;
+    let (_, duplicates) = target.deliveries_and_duplicates();
+    let elapsed = (ended - started).as_secs_f64();
+    let percentile = |p: f64| {
+        let i = ((latencies.len().max(1) - 1) as f64 * p).round() as usize;
+        latencies.get(i).map_or(0.0, |d| d.as_secs_f64() * 1e3)
+    };
+    println!("# logs of {database}: {}", dir.display());
+    Ingest {
+        accepted: keys.len() as u64,
+        refused: sent.refused,
+        errors: sent.errors,
+        accepted_per_s: keys.len() as f64 / elapsed,
+        delivered_per_s: delivered_by_end as f64 / elapsed,
+        backlog: (keys.len() - delivered_by_end) as u64,
+        drained_s: drained,
+        never_delivered: never as u64,
+        pauses: target.pauses(PAUSE),
+        p50_ms: percentile(0.50),
+        p99_ms: percentile(0.99),
+        duplicates,
+        cost: after.cost_since(&before, keys.len() as u64),
+    }
+}
+
+/// `connections` closed-loop senders, each on its own keep-alive connection, posting new
+/// keys until `duration` has passed.
+async fn send(url: String, connections: usize, duration: Duration) -> Sent {
+    let deadline = Instant::now() + duration;
+    let tasks: Vec<_> = (0..connections)
+        .map(|conn| {
+            let url = url.clone();
+            actix_rt::spawn(async move {
+                let client = awc::Client::builder()
+                    .timeout(Duration::from_secs(60))
+                    .finish();
+                let mut sent = Sent::default();
+                for i in 0u64.. {
+                    if Instant::now() >= deadline {
+                        break;
+                    }
+                    let key = format!("i{conn}-{i}");
+                    let body = format!(r#"{{"id":"{key}","type":"bench.event"}}"#);
+                    let result = client
+                        .post(&url)
+                        .insert_header(("Content-Type", "application/json"))
+                        .insert_header(("X-Idempotency-Key", key.as_str()))
+                        .send_body(body)
+                        .await;
+                    match result {
+                        Ok(mut response) => {
+                            let at = Instant::now();
+                            let _ = response.body().await;
+                            if response.status().as_u16() == 202 {
+                                sent.accepted.push((key, at));
+                            } else {
+                                sent.refused += 1;
+                            }
+                        }
+                        Err(_) => sent.errors += 1,
+                    }
+                }
+                sent
+            })
+        })
+        .collect();
+    let mut total = Sent::default();
+    for task in tasks {
+        let Ok(sent) = task.await else { continue };
+        total.accepted.extend(sent.accepted);
+        total.refused += sent.refused;
+        total.errors += sent.errors;
+    }
+    total
+}
