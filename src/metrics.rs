@@ -60,12 +60,19 @@ fn latency_histogram() -> Histogram {
     Histogram::new(exponential_buckets(0.001, 2.0, 16))
 }
 
+/// Outcome-write buckets: 0.5 ms doubling to ~16 s (a write waits for its group commit,
+/// and through a store outage it is retried until it lands).
+fn writing_histogram() -> Histogram {
+    Histogram::new(exponential_buckets(0.0005, 2.0, 16))
+}
+
 /// The metrics of one node.
 pub struct Metrics {
     registry: Registry,
     attempts: Family<PathLabels, Counter>,
     deliveries: Family<OutcomeLabels, Counter>,
     latency: Family<ProviderLabels, Histogram, fn() -> Histogram>,
+    writing: Family<ProviderLabels, Histogram, fn() -> Histogram>,
     dead: Family<ReasonLabels, Counter>,
     rejected: Family<ReasonLabels, Counter>,
     cache_hits: Counter,
@@ -97,6 +104,9 @@ impl Metrics {
         let deliveries = Family::<OutcomeLabels, Counter>::default();
         let latency = Family::<ProviderLabels, Histogram, fn() -> Histogram>::new_with_constructor(
             latency_histogram,
+        );
+        let writing = Family::<ProviderLabels, Histogram, fn() -> Histogram>::new_with_constructor(
+            writing_histogram,
         );
         let dead = Family::<ReasonLabels, Counter>::default();
         let rejected = Family::<ReasonLabels, Counter>::default();
@@ -138,6 +148,12 @@ impl Metrics {
             "delivery_seconds",
             "Time the target took to answer",
             latency.clone(),
+        );
+        registry.register(
+            "outcome_write_seconds",
+            "From the target's answer to the outcome written to the row: a crash in this \
+             window sends the event again",
+            writing.clone(),
         );
         registry.register(
             "dead_letters",
@@ -214,6 +230,7 @@ impl Metrics {
             attempts,
             deliveries,
             latency,
+            writing,
             dead,
             rejected,
             cache_hits,
@@ -358,6 +375,25 @@ impl Metrics {
                 provider: provider.to_owned(),
             })
             .observe(seconds);
+    }
+
+    /// An attempt's outcome was written `seconds` after the target answered.
+    pub fn outcome_written(&self, provider: &str, seconds: f64) {
+        self.writing
+            .get_or_create(&ProviderLabels {
+                provider: provider.to_owned(),
+            })
+            .observe(seconds);
+    }
+
+    /// A taken queue row was given back without reaching the target.
+    pub fn released(&self, provider: &str) {
+        self.deliveries
+            .get_or_create(&OutcomeLabels {
+                provider: provider.to_owned(),
+                outcome: "not_started",
+            })
+            .inc();
     }
 
     /// An event became a dead letter.

@@ -1,25 +1,26 @@
-//! The queue scheduler of one node: finds due queue rows (new ones not started at once,
-//! `failed` ones whose backoff has passed, `in_progress` ones whose lease expired) and
-//! offers each to the shard that owns its key, which takes it through the claim rule only
-//! if a worker is idle and the provider's limits allow.
+//! The queue scheduler of one node: takes due queue rows (new ones no worker could start at
+//! once, `failed` ones whose backoff has passed, `in_progress` ones whose lease expired),
+//! as many as the node's idle workers and the provider's gate allow, in one statement per
+//! provider, and hands each to the shard that owns its key.
 //!
 //! It serves the queue rows of every configured provider, whatever mode the provider is in
-//! now: a row keeps the mode it was accepted in. Bounded: a pass asks the store for no more
-//! rows than the node's idle workers and the provider's gate allow, and offers go through
-//! the shards' bounded mailboxes — no queue builds up in memory. It backs off while the
-//! store is unavailable, and offers nothing once the node drains. [`Scheduler::run_once`]
-//! is one pass (tests call it by hand); the node runs it every `queue.poll_interval`, and
-//! at once again only after a pass that started attempts.
+//! now: a row keeps the mode it was accepted in. Bounded: a pass takes no more rows than
+//! the node has idle workers, so a row waits in its shard at most until one of that
+//! shard's workers frees up (and is released if its lease runs short first). After a pass
+//! that filled every idle worker it waits for a worker to free up; otherwise it sleeps
+//! until an event is queued that no worker could start, or `queue.poll_interval` passes
+//! (backoffs and other nodes' rows). It backs off while the store is unavailable, and takes
+//! nothing once the node drains. [`Scheduler::run_once`] is one pass (tests call it by
+//! hand).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use futures_util::future::join_all;
 use slog::{warn, Logger};
 
 use crate::metrics::Metrics;
 use crate::provider::Target;
-use crate::shard::Dispatcher;
+use crate::shard::{release_taken, Dispatcher, Start};
 use crate::store::{Store, StoreError};
 
 /// How often the queue depth metrics are refreshed at most.
@@ -37,6 +38,8 @@ pub struct Scheduler {
     metrics: Arc<Metrics>,
     log: Logger,
     poll: Duration,
+    /// The lease a taken row holds.
+    lease: Duration,
 }
 
 impl Scheduler {
@@ -48,6 +51,7 @@ impl Scheduler {
         metrics: Arc<Metrics>,
         log: Logger,
         poll: Duration,
+        lease: Duration,
     ) -> Self {
         Self {
             store,
@@ -56,35 +60,48 @@ impl Scheduler {
             metrics,
             log,
             poll,
+            lease,
         }
     }
 
-    /// One pass: offers each provider's due rows, as many as can start now; answers how
-    /// many attempts started (rows offered but not taken — another node had them, or the
-    /// worker was gone by then — do not count).
-    pub async fn run_once(&self) -> Result<usize, StoreError> {
+    /// One pass: takes each provider's due rows, as many as can start now, and hands them
+    /// to their shards; answers how many it took and whether it took as many as there was
+    /// room for (then more may be due: the next pass runs when a worker frees up).
+    pub async fn run_once(&self) -> Result<Pass, StoreError> {
+        let mut pass = Pass::default();
         if self.dispatcher.draining() {
-            return Ok(0);
+            return Ok(pass);
         }
         self.metrics.scheduler_poll();
-        let mut taken = 0;
         for (provider, target) in &self.providers {
-            let room = self
-                .dispatcher
-                .gate()
-                .available(provider)
-                .min(self.dispatcher.idle_workers());
+            let gate = self.dispatcher.gate();
+            let room = gate.available(provider).min(self.dispatcher.idle_workers());
             if room == 0 {
+                pass.full = true;
                 continue;
             }
             let limit = u32::try_from(room).unwrap_or(u32::MAX);
-            let due = self.store.due(provider, limit).await?;
-            let offers = due
-                .into_iter()
-                .map(|id| self.dispatcher.offer(id, Arc::clone(target)));
-            taken += join_all(offers).await.into_iter().filter(|&t| t).count();
+            let sent = Instant::now();
+            let taken = self.store.take_due(provider, limit, self.lease).await?;
+            pass.full |= taken.len() >= room;
+            pass.taken += taken.len();
+            for taken in taken {
+                let start = Start {
+                    gated: gate.try_acquire(provider),
+                    taken,
+                    target: Arc::clone(target),
+                    sent,
+                };
+                if let Err(start) = self.dispatcher.hand_over(start) {
+                    if start.gated {
+                        gate.release(provider);
+                    }
+                    let why = "the shard's mailbox was full";
+                    release_taken(&*self.store, *start, why, &self.log).await;
+                }
+            }
         }
-        Ok(taken)
+        Ok(pass)
     }
 
     /// Refreshes the queue depth metrics.
@@ -96,8 +113,9 @@ impl Scheduler {
         Ok(())
     }
 
-    /// Runs passes until the task is dropped: at once again after a pass that started
-    /// attempts, after `queue.poll_interval` otherwise, backing off while the store fails.
+    /// Runs passes until the task is dropped: when a worker frees up after a pass that
+    /// filled every idle one, when an event is queued that no worker could start, or after
+    /// `queue.poll_interval` — backing off while the store fails.
     pub async fn run_forever(self: Arc<Self>) {
         if self.providers.is_empty() {
             return;
@@ -111,24 +129,28 @@ impl Scheduler {
                 }
                 measured = Some(Instant::now());
             }
-            let pause = match self.run_once().await {
-                // Attempts started: there may be more due rows and idle workers.
-                Ok(n) if n > 0 => Duration::ZERO,
-                Ok(_) => self.poll,
+            match self.run_once().await {
+                Ok(pass) => {
+                    backoff = self.poll;
+                    self.dispatcher.signals().wait(pass.full, self.poll).await;
+                }
                 Err(e) => {
                     warn!(self.log, "queue.poll_failed"; "error" => %e,
                         "retry_in_ms" => u64::try_from(backoff.as_millis()).unwrap_or(u64::MAX));
                     backoff = (backoff * 2).min(MAX_BACKOFF);
                     tokio::time::sleep(backoff).await;
-                    continue;
                 }
-            };
-            backoff = self.poll;
-            if pause.is_zero() {
-                tokio::task::yield_now().await;
-            } else {
-                tokio::time::sleep(pause).await;
             }
         }
     }
+}
+
+/// What one scheduler pass did.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Pass {
+    /// Rows taken and handed to shards.
+    pub taken: usize,
+    /// Whether a provider had more due rows than room (idle workers, or its gate): the
+    /// next pass should run as soon as a worker frees up.
+    pub full: bool,
 }

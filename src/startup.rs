@@ -134,6 +134,7 @@ impl Application {
             Arc::clone(&metrics),
             log.clone(),
             config.queue.poll_interval,
+            config.lease.duration,
         ));
         let scheduling = actix_rt::spawn(Arc::clone(&scheduler).run_forever());
         warn_if_not_durable(Arc::clone(&store), log.clone());

@@ -72,7 +72,6 @@ pub const EVENTS: &[(&str, &str)] = &[
         "the supervisor started a worker again after a crash",
     ),
     // The queue scheduler and the sweeper.
-    ("queue.take_failed", "taking a due row failed; it stays due"),
     (
         "queue.poll_failed",
         "a scheduler pass could not read due rows; it backs off",

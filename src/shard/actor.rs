@@ -28,6 +28,8 @@ use super::event::Event;
 use super::gate::Gate;
 use super::in_flight::InFlightSet;
 use super::messages::Ingest;
+use super::queue::Pending;
+use super::signals::QueueSignals;
 use crate::claim::Path;
 use crate::metrics::Metrics;
 use crate::retry::RetryPolicy;
@@ -81,6 +83,8 @@ pub struct Shared {
     pub gate: Gate,
     /// Idle workers, one slot per shard.
     pub idle: Arc<[AtomicUsize]>,
+    /// What wakes the queue scheduler.
+    pub signals: Arc<QueueSignals>,
 }
 
 /// A claim on its way to the store, with what is needed when the answer comes back.
@@ -116,6 +120,13 @@ pub struct Shard {
     /// Requests waiting for a worker, oldest first; bounded by `admission_queue`. Every
     /// request waits the same `admission_wait`, so their deadlines come in queue order.
     pub(super) waiting: VecDeque<Waiting>,
+    /// Queue rows the scheduler took for this shard while none of its workers was free,
+    /// oldest first: each starts when a worker frees up, or is released once its lease
+    /// would no longer cover a start. Bounded by what the scheduler takes: at most the
+    /// node's idle workers a pass.
+    pub(super) pending: VecDeque<Pending>,
+    /// Wakes the queue scheduler when a worker frees up.
+    pub(super) signals: Arc<QueueSignals>,
     /// Whether the one timer that refuses expired waits is set (see [`Shard::expire_waits`]).
     pub(super) expiry_set: bool,
     pub(super) in_flight: InFlightSet,
@@ -146,6 +157,8 @@ impl Shard {
             idle: (0..workers.len()).rev().collect(),
             workers,
             waiting: VecDeque::new(),
+            pending: VecDeque::new(),
+            signals: Arc::clone(&node.signals),
             expiry_set: false,
             in_flight: InFlightSet::default(),
             done: node
@@ -319,7 +332,9 @@ impl Shard {
         }));
     }
 
-    /// Gives `worker` to the oldest waiting request, or back to the idle set.
+    /// Gives `worker` to the oldest waiting request (a sender waits on it), else to the
+    /// oldest queue row taken for this shard, else back to the idle set — and then tells the
+    /// scheduler a worker is free.
     pub(super) fn free_worker(&mut self, worker: usize, ctx: &mut Context<Self>) {
         // While draining nothing waits (`Drain` refused the queue) and nothing is claimed.
         let next = if self.draining {
@@ -327,16 +342,18 @@ impl Shard {
         } else {
             self.waiting.pop_front()
         };
-        match next {
-            Some(w) => {
-                self.metrics.admission_waiting(self.index, -1);
-                self.claim(w.event, w.reply, w.token, worker, ctx);
-            }
-            None => {
-                self.idle.push(worker);
-                self.idle_count[self.index].store(self.idle.len(), Ordering::Relaxed);
-            }
+        if let Some(w) = next {
+            self.metrics.admission_waiting(self.index, -1);
+            self.claim(w.event, w.reply, w.token, worker, ctx);
+            return;
         }
+        if let Some(pending) = self.next_pending(ctx) {
+            self.start_pending(pending, worker, ctx);
+            return;
+        }
+        self.idle.push(worker);
+        self.idle_count[self.index].store(self.idle.len(), Ordering::Relaxed);
+        self.signals.freed();
     }
 
     /// Reserves an idle worker, if there is one.

@@ -82,6 +82,9 @@ pub struct Recorded {
     pub written: Option<Result<Fenced, StoreError>>,
     /// From the delivery's start to the recorded outcome.
     pub took: Duration,
+    /// From the target's answer to the outcome written (`None`: nothing written). A crash
+    /// in this window sends the event again, so it is kept short and measured.
+    pub writing: Option<Duration>,
 }
 
 impl Attempt {
@@ -167,11 +170,13 @@ impl Attempt {
         let started = Instant::now();
         let Some(lease) = self.renew else {
             let verdict = judge(outcome.await, self.tries, retry, self.redeliverer());
+            let answered = Instant::now();
             let deadline = Some(self.lease_ends);
             let written =
                 write_verdict_retrying(store, &self.event, self.attempts, &verdict, deadline, log)
                     .await;
             return Recorded {
+                writing: written.as_ref().map(|_| answered.elapsed()),
                 verdict,
                 written,
                 took: started.elapsed(),
@@ -203,9 +208,11 @@ impl Attempt {
                 },
                 written: None,
                 took: started.elapsed(),
+                writing: None,
             };
         };
         let verdict = judge(outcome, self.tries, retry, self.redeliverer());
+        let answered = Instant::now();
         let written = {
             let write =
                 write_verdict_retrying(store, &self.event, self.attempts, &verdict, None, log);
@@ -222,6 +229,7 @@ impl Attempt {
             }
         };
         Recorded {
+            writing: written.as_ref().map(|_| answered.elapsed()),
             verdict,
             written,
             took: started.elapsed(),
@@ -307,12 +315,16 @@ impl Attempt {
             verdict,
             written,
             took,
+            writing,
         } = recorded;
         metrics.delivery(
             &self.event.id.provider,
             outcome_label(&verdict),
             took.as_secs_f64(),
         );
+        if let Some(writing) = writing {
+            metrics.outcome_written(&self.event.id.provider, writing.as_secs_f64());
+        }
         let reply = match written {
             Some(Ok(Fenced::Applied)) | None => self.reply(verdict, took, lease, log),
             Some(Ok(Fenced::Stale)) => self.stale(log),

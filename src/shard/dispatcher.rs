@@ -18,7 +18,8 @@ use super::answer::{cached_answer, log_refusal, Answer, RetryReason};
 use super::cache::DoneCache;
 use super::event::Event;
 use super::gate::Gate;
-use super::messages::{Drain, Drained, Due, Enqueue, Ingest, Replay};
+use super::messages::{Drain, Drained, Enqueue, Ingest, Replay, Start};
+use super::signals::QueueSignals;
 use crate::config::Mode;
 use crate::key::EventId;
 use crate::metrics::Metrics;
@@ -44,6 +45,7 @@ pub struct Dispatcher {
     done: DoneCache,
     gate: Gate,
     idle: Arc<[AtomicUsize]>,
+    signals: Arc<QueueSignals>,
     metrics: Arc<Metrics>,
     log: slog::Logger,
     arbiters: Arc<[ArbiterHandle]>,
@@ -72,6 +74,7 @@ impl Dispatcher {
             done: DoneCache::with_bytes_gauge(metrics.cache_bytes_gauge()),
             gate: Gate::default(),
             idle: (0..shards).map(|_| AtomicUsize::new(0)).collect(),
+            signals: Arc::default(),
         });
         let addrs = (0..shards)
             .map(|index| {
@@ -95,6 +98,7 @@ impl Dispatcher {
             done: node.done.clone(),
             gate: node.gate.clone(),
             idle: Arc::clone(&node.idle),
+            signals: Arc::clone(&node.signals),
             metrics,
             log: log.clone(),
             arbiters: arbiters.into(),
@@ -129,23 +133,22 @@ impl Dispatcher {
             .await
     }
 
-    /// Offers a due queue row to its shard; answers whether an attempt started (`false`
-    /// too when the shard's mailbox is full, or the shard is gone).
-    pub async fn offer(&self, id: EventId, target: Arc<Target>) -> bool {
-        let index = shard_for(&id, self.shards.len());
-        let (started, answer) = oneshot::channel();
-        if self.shards[index]
-            .try_send(Due {
-                id,
-                target,
-                started,
-            })
-            .is_err()
-        {
-            return false;
+    /// Hands a queue row the scheduler took to the shard that owns its key; gives it back
+    /// when the shard's mailbox is full or the shard is gone (the caller then releases it).
+    pub fn hand_over(&self, start: Start) -> Result<(), Box<Start>> {
+        let index = shard_for(&start.taken.id, self.shards.len());
+        match self.shards[index].try_send(start) {
+            Ok(()) => {
+                self.metrics.mailbox(index, 1);
+                Ok(())
+            }
+            Err(SendError::Full(start) | SendError::Closed(start)) => Err(Box::new(start)),
         }
-        self.metrics.mailbox(index, 1);
-        answer.await.unwrap_or(false)
+    }
+
+    /// What wakes the queue scheduler.
+    pub fn signals(&self) -> &QueueSignals {
+        &self.signals
     }
 
     /// The shards that are gone: their actor stopped without being asked to (a panic in

@@ -10,7 +10,7 @@ use crate::key::EventId;
 use crate::provider::Target;
 
 /// One received, verified, keyed delivery.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct Event {
     /// Provider and key.
     pub id: EventId,

@@ -1,8 +1,9 @@
 //! The messages a shard takes: a sender's delivery (sync: [`Ingest`]; queue: [`Enqueue`]),
-//! a due queue row offered by the scheduler ([`Due`]), an operator's replay, and the two
-//! steps of a graceful shutdown.
+//! a queue row the scheduler took for this node ([`Start`]), an operator's replay, and the
+//! two steps of a graceful shutdown.
 
 use std::sync::Arc;
+use std::time::Instant;
 
 use actix::prelude::*;
 use tokio::sync::oneshot;
@@ -11,6 +12,7 @@ use super::answer::Answer;
 use super::event::Event;
 use crate::key::EventId;
 use crate::provider::Target;
+use crate::store::Taken;
 
 /// Handle one delivery; the answer comes back on `reply`.
 ///
@@ -63,15 +65,17 @@ pub struct Enqueue {
     pub reply: oneshot::Sender<Answer>,
 }
 
-/// Queue mode: the scheduler found this key due; take it and deliver it if a worker and
-/// the provider's limits allow, else leave it for a later pass.
+/// Queue mode: the scheduler took this row for this node; start its attempt when a worker
+/// of the shard is free (or release it if none frees up while its lease allows a start).
 #[derive(Message)]
 #[rtype(result = "()")]
-pub struct Due {
-    /// The key.
-    pub id: EventId,
+pub struct Start {
+    /// The taken row.
+    pub taken: Taken,
     /// Where its provider delivers.
     pub target: Arc<Target>,
-    /// Told whether the row was taken (an attempt started) once the store has answered.
-    pub started: oneshot::Sender<bool>,
+    /// Whether the scheduler holds one of the provider's queue slots for it.
+    pub gated: bool,
+    /// Taken just before the take left: the lease starts no earlier.
+    pub sent: Instant,
 }

@@ -21,6 +21,7 @@ mod operator;
 mod queue;
 mod record;
 mod running;
+mod signals;
 
 pub use actor::{Shard, ShardSettings, Shared};
 pub use answer::{
@@ -30,8 +31,10 @@ pub use attempt::{Attempt, Recorded};
 pub use dispatcher::Dispatcher;
 pub use event::Event;
 pub use gate::Gate;
-pub use messages::{Drain, Drained, Due, Enqueue, Ingest, Replay};
+pub use messages::{Drain, Drained, Enqueue, Ingest, Replay, Start};
 pub use operator::replay_attempt;
+pub use queue::release_taken;
 pub use record::write_verdict;
+pub use signals::QueueSignals;
 
 pub use crate::provider::Target;

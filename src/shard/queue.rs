@@ -1,8 +1,11 @@
 //! Queue mode in a shard: a sender's event is written with its payload and answered 202
-//! once durable; its attempts are taken — at once after the 202, or later when the
-//! scheduler offers the row — only when a worker is idle and the provider's limits allow,
-//! through the same claim rule (the store's `take`), attempt, fencing and records as sync
-//! mode. A queued attempt renews its lease while it runs; nobody waits on its answer.
+//! once durable. When a worker is idle and the provider's limits allow, the same statement
+//! writes the row already taken for its first attempt, which starts at once; otherwise the
+//! row is due and the node's scheduler takes it later, many rows in one statement, and
+//! hands each here ([`Start`]). A taken row waits in the shard for a worker at most until
+//! its lease would no longer cover a start, and is released (`failed`, not counted) past
+//! that. Every attempt runs through the same attempt, fencing and records as sync mode,
+//! renews its lease while it runs, and nobody waits on its answer.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -14,12 +17,21 @@ use super::actor::{Shard, MAX_WAITERS};
 use super::answer::{cached_answer, mismatch_with, Answer, Reply, RetryReason};
 use super::attempt::Attempt;
 use super::event::Event;
-use super::messages::{Due, Enqueue};
+use super::messages::{Enqueue, Start};
+use super::record::write_verdict_retrying;
 use super::running::Running;
 use crate::claim::{Path, RowState};
 use crate::config::Mode;
 use crate::deadline::after;
-use crate::store::{Enqueued, StoreError, Taken};
+use crate::outcome::Verdict;
+use crate::store::{Enqueued, Store, StoreError, Taken};
+
+/// A taken row waiting in its shard for a worker (the scheduler took it for this node).
+pub(super) struct Pending {
+    attempt: Attempt,
+    token: u64,
+    gated: bool,
+}
 
 impl Handler<Enqueue> for Shard {
     type Result = ();
@@ -43,26 +55,78 @@ impl Handler<Enqueue> for Shard {
             self.refuse(vec![(event, reply)], RetryReason::ShuttingDown, cause);
             return;
         }
+        // A worker free now, and room under the provider's limits: the row is written
+        // taken, and its first attempt starts as soon as it is durable.
+        let worker = if self.gate.try_acquire(&event.id.provider) {
+            let worker = self.take_idle();
+            if worker.is_none() {
+                self.gate.release(&event.id.provider);
+            }
+            worker
+        } else {
+            None
+        };
         let token = self.in_flight.begin(&event, None);
         self.claiming += 1;
         let store = Arc::clone(&self.store);
-        let item = event.to_queue_row();
+        let mut item = event.to_queue_row();
+        item.start = worker.map(|_| self.settings.lease);
+        let sent = Instant::now();
         let write = async move { store.enqueue(&item).await };
         ctx.spawn(write.into_actor(self).map(move |result, act, ctx| {
             act.claiming -= 1;
-            act.answer_enqueue(event, reply, token, result, ctx);
+            act.answer_enqueue(event, reply, token, worker.map(|w| (w, sent)), result, ctx);
             act.notify_drained();
         }));
     }
 }
 
-impl Handler<Due> for Shard {
+impl Handler<Start> for Shard {
     type Result = ();
 
-    fn handle(&mut self, msg: Due, ctx: &mut Context<Self>) {
+    fn handle(&mut self, msg: Start, ctx: &mut Context<Self>) {
         self.metrics.mailbox(self.index, -1);
-        let event = Arc::new(Event::bare(msg.id, msg.target).in_queue_mode());
-        self.try_take(event, Some(msg.started), ctx);
+        let Start {
+            taken,
+            target,
+            gated,
+            sent,
+        } = msg;
+        let event = Arc::new(Event::bare(taken.id.clone(), target).with_row(
+            taken.payload.clone(),
+            taken.content_type.clone(),
+            taken.fingerprint.clone(),
+        ));
+        self.metrics.queue_taken(&event.id.provider);
+        let attempt = self.queue_attempt(Arc::clone(&event), &taken, sent);
+        if self.in_flight.contains(&event.id) {
+            // Another attempt of this key is still being recorded here: this one must not
+            // open a second at the target. Released, due again at once, not counted.
+            let token = self.in_flight.begin(&event, Some(taken.attempts));
+            self.release(
+                attempt,
+                token,
+                gated,
+                "the key was in flight on this node",
+                ctx,
+            );
+            return;
+        }
+        self.log_claim(&event, taken.path, Some(taken.attempts));
+        let token = self.in_flight.begin(&event, Some(taken.attempts));
+        let pending = Pending {
+            attempt,
+            token,
+            gated,
+        };
+        match self.take_idle() {
+            Some(worker) => self.start_pending(pending, worker, ctx),
+            None if self.draining => {
+                self.release(pending.attempt, token, gated, "released at shutdown", ctx);
+            }
+            // A worker of this shard frees up soon (see `free_worker`).
+            None => self.pending.push_back(pending),
+        }
     }
 }
 
@@ -92,16 +156,21 @@ impl Shard {
     }
 
     /// The store wrote (or reported) the row: answer the request and those that waited on
-    /// it, then start the first attempt at once if it may.
+    /// it; with a `worker` reserved (and the row written taken), start the first attempt.
     fn answer_enqueue(
         &mut self,
         event: Arc<Event>,
         reply: oneshot::Sender<Answer>,
         token: u64,
+        worker: Option<(usize, Instant)>,
         result: Result<Enqueued, StoreError>,
         ctx: &mut Context<Self>,
     ) {
-        let waiters = self.in_flight.forget(&event.id, token);
+        let inserted = matches!(result, Ok(Enqueued::Inserted));
+        let waiters = match worker {
+            Some(_) if inserted => self.in_flight.won(&event, token, 1),
+            _ => self.in_flight.forget(&event.id, token),
+        };
         match result {
             Ok(Enqueued::Inserted) => {
                 self.log_claim(&event, Path::Queued, None);
@@ -110,14 +179,34 @@ impl Shard {
                     attempts: None,
                     reply: Reply::Queued,
                 });
+                let attempts = worker.map(|_| 1);
                 for (waiter, waiter_reply) in waiters {
-                    let answer = self.duplicate_queued(&waiter, &event, None);
+                    let answer = self.duplicate_queued(&waiter, &event, attempts);
                     self.log_claim(&waiter, answer.path, answer.attempts);
                     let _ = waiter_reply.send(answer);
                 }
-                self.try_take(event, None, ctx);
+                match worker {
+                    Some((worker, sent)) => {
+                        self.metrics.queue_taken(&event.id.provider);
+                        self.log_claim(&event, Path::FirstRun, Some(1));
+                        let event = Arc::new(event.as_queued());
+                        let lease = self.settings.lease;
+                        let horizon = event.target.horizon;
+                        let attempt = Attempt::held(event, 1, Path::FirstRun, after(sent, lease))
+                            .renewed(lease, 1, horizon);
+                        let pending = Pending {
+                            attempt,
+                            token,
+                            gated: true,
+                        };
+                        self.start_pending(pending, worker, ctx);
+                    }
+                    // Due now: the scheduler takes it once a worker frees up.
+                    None => self.signals.arrived(),
+                }
             }
             Ok(Enqueued::Existing(row)) => {
+                self.give_back(worker.map(|(w, _)| w), &event, ctx);
                 for (event, reply) in std::iter::once((event, reply)).chain(waiters) {
                     let answer = self.answer_existing_queued(&event, row.clone());
                     self.log_claim(&event, answer.path, answer.attempts);
@@ -125,6 +214,7 @@ impl Shard {
                 }
             }
             Err(e) => {
+                self.give_back(worker.map(|(w, _)| w), &event, ctx);
                 self.metrics.store_error(e.kind());
                 let reason = match e {
                     StoreError::Busy(_) => RetryReason::StoreBusy,
@@ -133,6 +223,14 @@ impl Shard {
                 let requests = std::iter::once((event, reply)).chain(waiters).collect();
                 self.refuse(requests, reason, &e.to_string());
             }
+        }
+    }
+
+    /// A worker (and its provider's slot) reserved for an attempt that did not happen.
+    fn give_back(&mut self, worker: Option<usize>, event: &Event, ctx: &mut Context<Self>) {
+        if let Some(worker) = worker {
+            self.gate.release(&event.id.provider);
+            self.free_worker(worker, ctx);
         }
     }
 
@@ -150,101 +248,106 @@ impl Shard {
         }
     }
 
-    /// Takes `event`'s row for an attempt if a worker is idle and the provider's limits
-    /// allow; otherwise leaves it due for the scheduler. Nothing is claimed without a
-    /// worker to start it. `started` (the scheduler's) is told whether an attempt started.
-    pub(super) fn try_take(
-        &mut self,
-        event: Arc<Event>,
-        started: Option<oneshot::Sender<bool>>,
-        ctx: &mut Context<Self>,
-    ) {
-        let not_started = |started: Option<oneshot::Sender<bool>>| {
-            if let Some(started) = started {
-                let _ = started.send(false);
-            }
-        };
-        if self.draining || self.in_flight.contains(&event.id) {
-            return not_started(started);
-        }
-        let provider = Arc::clone(&event.id.provider);
-        if !self.gate.try_acquire(&provider) {
-            return not_started(started);
-        }
-        let Some(worker) = self.take_idle() else {
-            self.gate.release(&provider);
-            return not_started(started);
-        };
-        let token = self.in_flight.begin(&event, None);
-        self.claiming += 1;
-        let store = Arc::clone(&self.store);
-        let lease = self.settings.lease;
-        let id = event.id.clone();
-        let sent = Instant::now();
-        let take = async move { store.take(&id, lease).await };
-        ctx.spawn(take.into_actor(self).map(move |result, act, ctx| {
-            act.claiming -= 1;
-            if let Some(started) = started {
-                let _ = started.send(matches!(result, Ok(Some(_))));
-            }
-            act.answer_take(event, token, worker, sent, result, ctx);
-            act.notify_drained();
-        }));
-    }
-
-    /// The store answered a take: start the attempt, or give the worker and the provider's
-    /// slot back.
-    fn answer_take(
-        &mut self,
-        event: Arc<Event>,
-        token: u64,
-        worker: usize,
-        sent: Instant,
-        result: Result<Option<Taken>, StoreError>,
-        ctx: &mut Context<Self>,
-    ) {
-        let taken = match result {
-            Ok(Some(taken)) => taken,
-            Ok(None) | Err(_) => {
-                if let Err(e) = &result {
-                    self.metrics.store_error(e.kind());
-                    slog::warn!(self.log, "queue.take_failed";
-                        "provider" => &*event.id.provider, "event_key" => &*event.id.key,
-                        "error" => %e);
-                }
-                let waiters = self.in_flight.forget(&event.id, token);
-                self.free_worker(worker, ctx);
-                self.gate.release(&event.id.provider);
-                for (waiter, reply) in waiters {
-                    let _ = reply.send(self.duplicate_queued(&waiter, &event, None));
-                }
-                return;
-            }
-        };
-        self.metrics.queue_taken(&event.id.provider);
-        let event = Arc::new(event.with_row(taken.payload, taken.content_type, taken.fingerprint));
-        self.log_claim(&event, taken.path, Some(taken.attempts));
-        let waiters = self.in_flight.won(&event, token, taken.attempts);
-        for (waiter, reply) in waiters {
-            let _ = reply.send(self.duplicate_queued(&waiter, &event, Some(taken.attempts)));
-        }
+    /// The attempt a taken row is, its lease counted from `sent` (just before the take).
+    fn queue_attempt(&self, event: Arc<Event>, taken: &Taken, sent: Instant) -> Attempt {
         let lease = self.settings.lease;
         let horizon_left = event.target.horizon.saturating_sub(taken.age);
-        let attempt = Attempt::held(event, taken.attempts, taken.path, after(sent, lease)).renewed(
+        Attempt::held(event, taken.attempts, taken.path, after(sent, lease)).renewed(
             lease,
             taken.tries,
             horizon_left,
-        );
+        )
+    }
+
+    /// Starts a taken row on `worker`, unless its lease no longer covers a start: then it
+    /// is released and the worker goes to the next.
+    pub(super) fn start_pending(
+        &mut self,
+        pending: Pending,
+        worker: usize,
+        ctx: &mut Context<Self>,
+    ) {
+        let Pending {
+            attempt,
+            token,
+            gated,
+        } = pending;
         let running = Running {
             attempt,
             token,
             worker,
-            gated: true,
+            gated,
         };
         // Nobody waits on a queued attempt's answer; it is logged and counted.
         let (reply, _) = oneshot::channel();
         self.start(running, reply, ctx);
     }
+
+    /// The next taken row waiting for a worker that can still start in time; the rows whose
+    /// lease ran too short meanwhile are released on the way.
+    pub(super) fn next_pending(&mut self, ctx: &mut Context<Self>) -> Option<Pending> {
+        while let Some(pending) = self.pending.pop_front() {
+            if Instant::now() < pending.attempt.start_by() && !self.draining {
+                return Some(pending);
+            }
+            let why = if self.draining {
+                "released at shutdown"
+            } else {
+                "no worker of this node freed up before its lease ran short"
+            };
+            self.release(pending.attempt, pending.token, pending.gated, why, ctx);
+        }
+        None
+    }
+
+    /// Gives a taken row back without delivering it: `failed`, due again at once, not
+    /// counted against the attempts (fenced, written however long the store takes).
+    fn release(
+        &mut self,
+        attempt: Attempt,
+        token: u64,
+        gated: bool,
+        why: &str,
+        ctx: &mut Context<Self>,
+    ) {
+        self.running += 1;
+        let store = Arc::clone(&self.store);
+        let log = self.log.clone();
+        let verdict = Verdict::Release { error: why.into() };
+        let work = async move {
+            write_verdict_retrying(
+                &*store,
+                &attempt.event,
+                attempt.attempts,
+                &verdict,
+                None,
+                &log,
+            )
+            .await;
+            attempt
+        };
+        ctx.spawn(work.into_actor(self).map(move |attempt, act, _| {
+            act.running -= 1;
+            if gated {
+                act.gate.release(&attempt.event.id.provider);
+            }
+            act.in_flight.forget(&attempt.event.id, token);
+            act.metrics.released(&attempt.event.id.provider);
+            act.notify_drained();
+        }));
+    }
+}
+
+/// Gives back a row the scheduler took but could not hand to its shard (the mailbox was
+/// full, or the shard is gone): `failed`, due again at once, not counted, fenced.
+pub async fn release_taken(store: &dyn Store, start: Start, why: &str, log: &slog::Logger) {
+    let event = Event::bare(start.taken.id.clone(), start.target).with_row(
+        start.taken.payload,
+        start.taken.content_type,
+        start.taken.fingerprint,
+    );
+    let verdict = Verdict::Release { error: why.into() };
+    write_verdict_retrying(store, &event, start.taken.attempts, &verdict, None, log).await;
 }
 
 impl Event {
@@ -256,13 +359,17 @@ impl Event {
             payload: self.body.clone(),
             content_type: self.content_type.clone(),
             headers: super::record::kept_headers(self),
+            start: None,
         }
     }
 
-    /// This (bare) event in queue mode.
-    fn in_queue_mode(mut self) -> Self {
-        self.mode = Mode::Queue;
-        self
+    /// This event in queue mode, as its row holds it (the kept headers stay on the row).
+    fn as_queued(&self) -> Self {
+        Event {
+            headers: Default::default(),
+            mode: Mode::Queue,
+            ..self.clone()
+        }
     }
 
     /// The event as its taken row holds it (the kept headers stay on the row).

@@ -225,6 +225,11 @@ pub struct QueueRow {
     pub content_type: Option<String>,
     /// The request's headers worth keeping, as a JSON object.
     pub headers: Option<String>,
+    /// `Some(lease)`: a worker waits for it, so the row is written already taken for its
+    /// first attempt (`in_progress`, attempt 1, path `first_run`, holding `lease`) — one
+    /// statement where an enqueue and a take would be two. `None`: written `queued`, due
+    /// now, for a scheduler.
+    pub start: Option<Duration>,
 }
 
 /// What [`Store::enqueue`] did.
@@ -240,6 +245,8 @@ pub enum Enqueued {
 /// fail it with `attempts` like any won claim.
 #[derive(Debug, Clone)]
 pub struct Taken {
+    /// Its provider and key.
+    pub id: EventId,
     /// The fencing token of this attempt.
     pub attempts: i32,
     /// This attempt's number among the tries that count against `retry.max_attempts`
@@ -376,6 +383,16 @@ pub trait Store: Send + Sync + 'static {
     /// passed (`retry_after_failure`), `in_progress` whose lease expired
     /// (`lease_retake`). `None` when the row is not due, or another taker has it.
     fn take<'a>(&'a self, id: &'a EventId, lease: Duration) -> StoreFuture<'a, Option<Taken>>;
+
+    /// Queue mode: takes up to `limit` of `provider`'s due rows at once, longest due first,
+    /// each for one attempt holding a lease of `lease` — [`take`](Self::take)'s rule and
+    /// answer for every row, in one statement. Rows another node is taking are skipped.
+    fn take_due<'a>(
+        &'a self,
+        provider: &'a str,
+        limit: u32,
+        lease: Duration,
+    ) -> StoreFuture<'a, Vec<Taken>>;
 
     /// Queue mode: keys of `provider` due for an attempt, longest due first, at most
     /// `limit`; rows another node is taking right now, and rows with a live lease (an

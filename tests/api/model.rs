@@ -70,11 +70,16 @@ enum Op {
         fp: Option<char>,
         holder: usize,
     },
+    /// With a holder: written already taken for its first attempt, held by it.
     Enqueue {
         key: usize,
         fp: Option<char>,
+        start: Option<usize>,
     },
     Due,
+    /// Takes every due row at once; each goes to a holder with none, in key order (a row
+    /// beyond the idle holders is taken by nobody, as if its taker crashed).
+    TakeDue,
     Take {
         key: usize,
         holder: usize,
@@ -114,8 +119,12 @@ impl fmt::Display for Op {
         let fp = |fp: &Option<char>| fp.map_or("-".to_owned(), |c| c.to_string());
         match self {
             Op::Claim { key, fp: p, holder } => write!(f, "claim k{key} {} h{holder}", fp(p)),
-            Op::Enqueue { key, fp: p } => write!(f, "enqueue k{key} {}", fp(p)),
+            Op::Enqueue { key, fp: p, start } => match start {
+                Some(h) => write!(f, "enqueue k{key} {} h{h}", fp(p)),
+                None => write!(f, "enqueue k{key} {}", fp(p)),
+            },
             Op::Due => write!(f, "due"),
+            Op::TakeDue => write!(f, "takedue"),
             Op::Take { key, holder } => write!(f, "take k{key} h{holder}"),
             Op::Renew { holder } => write!(f, "renew h{holder}"),
             Op::Complete { holder, status } => write!(f, "complete h{holder} {status}"),
@@ -159,8 +168,15 @@ impl FromStr for Op {
             ["enqueue", k, p] => Op::Enqueue {
                 key: index(k, 'k')?,
                 fp: fp(p),
+                start: None,
+            },
+            ["enqueue", k, p, h] => Op::Enqueue {
+                key: index(k, 'k')?,
+                fp: fp(p),
+                start: Some(index(h, 'h')?),
             },
             ["due"] => Op::Due,
+            ["takedue"] => Op::TakeDue,
             ["take", k, h] => Op::Take {
                 key: index(k, 'k')?,
                 holder: index(h, 'h')?,
@@ -239,9 +255,14 @@ fn generate(rng: &mut fastrand::Rng, steps: usize) -> Vec<Op> {
                 fp: fp(rng),
                 holder,
             },
-            14..=23 => Op::Enqueue { key, fp: fp(rng) },
-            24..=28 => Op::Due,
-            29..=40 => Op::Take { key, holder },
+            14..=23 => Op::Enqueue {
+                key,
+                fp: fp(rng),
+                start: rng.bool().then_some(holder),
+            },
+            24..=26 => Op::Due,
+            27..=30 => Op::TakeDue,
+            31..=40 => Op::Take { key, holder },
             41..=48 => Op::Renew { holder: busy },
             49..=57 => Op::Complete {
                 holder: busy,
@@ -342,6 +363,8 @@ enum Answer {
     Due(BTreeSet<usize>),
     /// A take or a replay: attempts, path and (takes) tries; `None` when not taken.
     Taken(Option<(i32, Path, i32)>),
+    /// A take of every due row: per key, attempts, path and tries.
+    TakenMany(BTreeMap<usize, (i32, Path, i32)>),
     /// A fenced write.
     Fenced(Fenced),
     /// Rows changed by a pass.
@@ -393,28 +416,60 @@ impl Model {
                     }
                 }
             },
-            Op::Enqueue { key, fp } => match self.rows.get(&key) {
+            Op::Enqueue { key, fp, start } => match self.rows.get(&key) {
                 Some(row) => Answer::Existing(sender_path(row, fp), row.attempts),
                 None => {
+                    let started = start.is_some();
                     self.rows.insert(
                         key,
                         Row {
-                            status: Status::Queued,
+                            status: if started {
+                                Status::InProgress
+                            } else {
+                                Status::Queued
+                            },
                             mode: Mode::Queue,
-                            attempts: 0,
+                            attempts: i32::from(started),
                             throttles: 0,
                             fingerprint: fp,
                             payload: true,
                             result: None,
                             dead_reason: None,
-                            lease_end: None,
-                            next_at: Some(now),
+                            lease_end: started.then_some(now + LEASE),
+                            next_at: Some(if started { now + LEASE } else { now }),
                             updated: now,
                         },
                     );
+                    if let Some(holder) = start {
+                        self.holders[holder] = Some((key, 1));
+                    }
                     Answer::Inserted
                 }
             },
+            Op::TakeDue => {
+                let due: Vec<usize> = self
+                    .rows
+                    .iter()
+                    .filter(|(_, r)| r.due(now))
+                    .map(|(k, _)| *k)
+                    .collect();
+                let mut taken = BTreeMap::new();
+                for key in due {
+                    if let Some(row) = self.rows.get_mut(&key) {
+                        let path = row.path_of_take();
+                        row.attempts += 1;
+                        row.status = Status::InProgress;
+                        row.lease_end = Some(now + LEASE);
+                        row.next_at = Some(now + LEASE);
+                        row.updated = now;
+                        taken.insert(key, (row.attempts, path, row.attempts - row.throttles));
+                        if let Some(idle) = self.holders.iter_mut().find(|h| h.is_none()) {
+                            *idle = Some((key, row.attempts));
+                        }
+                    }
+                }
+                Answer::TakenMany(taken)
+            }
             Op::Due => Answer::Due(
                 self.rows
                     .iter()
@@ -615,7 +670,8 @@ async fn run(store: &dyn Store, model: &Model, op: &Op) -> Result<Answer, String
                 }
             }
         }
-        Op::Enqueue { key, fp } => {
+        Op::Enqueue { key, fp, start } => {
+            let start = start.is_some();
             let fp = fp.map(String::from);
             let item = QueueRow {
                 id: id(key),
@@ -623,6 +679,7 @@ async fn run(store: &dyn Store, model: &Model, op: &Op) -> Result<Answer, String
                 payload: Bytes::from_static(b"{}"),
                 content_type: Some("application/json".into()),
                 headers: None,
+                start: start.then(|| secs(LEASE)),
             };
             match store.enqueue(&item).await.map_err(e)? {
                 Enqueued::Inserted => Answer::Inserted,
@@ -639,6 +696,18 @@ async fn run(store: &dyn Store, model: &Model, op: &Op) -> Result<Answer, String
                     .collect(),
             )
         }
+        Op::TakeDue => Answer::TakenMany(
+            store
+                .take_due(PROVIDER, 100, lease)
+                .await
+                .map_err(e)?
+                .into_iter()
+                .map(|t| {
+                    let key = KEYS.iter().position(|x| **x == *t.id.key).unwrap_or(99);
+                    (key, (t.attempts, t.path, t.tries))
+                })
+                .collect(),
+        ),
         Op::Take { key, .. } => Answer::Taken(
             store
                 .take(&id(key), lease)

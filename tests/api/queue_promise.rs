@@ -68,10 +68,14 @@ async fn outlives_its_lease_untaken(app: &TestApp, key: &str, attempts: i32) {
         due.is_empty(),
         "a row with a live lease is not due: {due:?}"
     );
-    assert_eq!(app.scheduler.run_once().await.unwrap(), 0, "nothing taken");
+    assert_eq!(
+        app.scheduler.run_once().await.unwrap().taken,
+        0,
+        "nothing taken"
+    );
     let other = app.second_node(long_deliveries).await;
     assert_eq!(
-        other.scheduler.run_once().await.unwrap(),
+        other.scheduler.run_once().await.unwrap().taken,
         0,
         "nothing taken"
     );
@@ -318,7 +322,7 @@ async fn another_payload_is_refused_while_a_scheduled_attempt_runs(backend: Back
     wait_status(&app, "evt_fp", "failed").await;
     app.target.set(Behaviour::Hang);
     app.db.make_due(PROVIDER, "evt_fp").await;
-    assert_eq!(app.scheduler.run_once().await.unwrap(), 1);
+    assert_eq!(app.scheduler.run_once().await.unwrap().taken, 1);
     app.target.wait_for(&idem, 2).await;
     let other = app.deliver("evt_fp", r#"{"id":"evt_fp","a":2}"#).await;
     assert_eq!(
@@ -406,7 +410,7 @@ async fn a_draining_node_takes_no_queue_rows(backend: Backend) {
         app.log.count("hookgate.draining") > 0
     })
     .await;
-    assert_eq!(app.scheduler.run_once().await.unwrap(), 0);
+    assert_eq!(app.scheduler.run_once().await.unwrap().taken, 0);
     app.target.release();
     wait_status(&app, "evt_last", "done").await;
     assert_eq!(app.target.count(&TestApp::idem("evt_wait")), 1);

@@ -35,6 +35,7 @@ fn queued(key: &str) -> QueueRow {
         payload: Bytes::from_static(b"{\"q\":1}"),
         content_type: Some("application/json".into()),
         headers: None,
+        start: None,
     }
 }
 
@@ -570,6 +571,70 @@ async fn parallel_takes_of_one_row_have_one_winner(store: Arc<dyn Store>) {
     assert_eq!(won, 1);
 }
 
+/// Parallel enqueues share batches (Postgres): each key is written once, the rest report
+/// it; an enqueue that starts its first attempt writes it taken, attempt 1.
+async fn parallel_enqueues_write_each_key_once_and_may_start_it(store: Arc<dyn Store>) {
+    let calls = (0..40).map(|n| {
+        let store = Arc::clone(&store);
+        async move {
+            let key = format!("e{}", n % 10);
+            let item = QueueRow {
+                start: (n % 10 < 5).then_some(LEASE),
+                ..queued(&key)
+            };
+            (key, store.enqueue(&item).await.unwrap())
+        }
+    });
+    let answers = join_all(calls).await;
+    for n in 0..10 {
+        let key = format!("e{n}");
+        let inserted = answers
+            .iter()
+            .filter(|(k, a)| *k == key && *a == Enqueued::Inserted)
+            .count();
+        assert_eq!(inserted, 1, "{key}: {answers:?}");
+        let row = store.lookup(&id(&key)).await.unwrap().unwrap();
+        let (status, attempts) = if n < 5 {
+            (Status::InProgress, 1)
+        } else {
+            (Status::Queued, 0)
+        };
+        assert_eq!((row.status, row.attempts), (status, attempts), "{key}");
+        assert_eq!(row.mode, "queue");
+    }
+    // The started ones hold their lease; only the others are due, and all at once.
+    let taken = store.take_due("p", 100, LEASE).await.unwrap();
+    let mut keys: Vec<String> = taken.iter().map(|t| t.id.key.to_string()).collect();
+    keys.sort();
+    assert_eq!(keys, vec!["e5", "e6", "e7", "e8", "e9"]);
+    assert!(taken
+        .iter()
+        .all(|t| t.attempts == 1 && t.path == Path::FirstRun && !t.payload.is_empty()));
+    assert!(store.take_due("p", 100, LEASE).await.unwrap().is_empty());
+}
+
+/// Two takers of every due row at once, as two nodes' schedulers: each row goes to one.
+async fn parallel_batch_takes_take_each_row_once(store: Arc<dyn Store>) {
+    for n in 0..30 {
+        store.enqueue(&queued(&format!("b{n}"))).await.unwrap();
+    }
+    let takes = (0..4).map(|_| {
+        let store = Arc::clone(&store);
+        async move { store.take_due("p", 12, LEASE).await.unwrap() }
+    });
+    let mut keys: Vec<String> = join_all(takes)
+        .await
+        .into_iter()
+        .flatten()
+        .map(|t| t.id.key.to_string())
+        .collect();
+    let all = keys.len();
+    keys.sort();
+    keys.dedup();
+    assert_eq!(keys.len(), all, "a row taken twice");
+    assert_eq!(all, 30);
+}
+
 async fn stale_sync_rows_become_sender_gave_up_dead_letters(store: Arc<dyn Store>) {
     claim(&*store, "failed", LEASE).await;
     store.fail(&id("failed"), 1, &failure(None)).await.unwrap();
@@ -682,6 +747,8 @@ conformance!(
     a_queue_row_is_retaken_after_its_lease_and_retried_after_its_backoff,
     a_renewal_is_fenced_and_keeps_the_row_from_being_taken,
     parallel_takes_of_one_row_have_one_winner,
+    parallel_enqueues_write_each_key_once_and_may_start_it,
+    parallel_batch_takes_take_each_row_once,
     stale_sync_rows_become_sender_gave_up_dead_letters,
     rows_are_listed_oldest_first_and_queues_counted,
 );

@@ -11,11 +11,12 @@ use std::sync::Arc;
 use tokio_postgres::error::SqlState;
 
 use super::pool::Inner;
-use super::rows::{claim_result, db_error, get};
+use super::queue_sql::pg_queue_values;
+use super::rows::{claim_result, db_error, get, row_state};
 use super::sql::pg_claim_conflict;
 use crate::claim::{ClaimResult, StoredResult};
 use crate::key::EventId;
-use crate::store::api::{Fenced, StoreError};
+use crate::store::api::{millis, Enqueued, Fenced, QueueRow, StoreError};
 
 /// One queued claim.
 pub(crate) struct ClaimCall {
@@ -77,6 +78,50 @@ CROSS JOIN LATERAL (
     OFFSET 0) w
 -- Won keys need no probe (NOT IN: the keys are never NULL).
 WHERE (i.provider, i.event_key) NOT IN (SELECT provider, event_key FROM claimed)"
+);
+
+/// Enqueues of many events: the single-row `ENQUEUE` over `unnest`ed input — each key
+/// inserted (queued, or taken at once when its `start_ms` is set), or reported as it
+/// stands.
+///
+/// Locks each new row's index slot, in key order; a concurrent enqueue or claim of one of
+/// these keys waits for this statement's commit. As with the claim batch, a key whose row
+/// another transaction inserted after this statement's snapshot is missing from the
+/// report; its call runs alone.
+const ENQUEUE_BATCH: &str = concat!(
+    "
+WITH input AS (
+    SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::bytea[], $5::text[],
+                         $6::text[], $7::int8[])
+        AS i(provider, event_key, fingerprint, payload, content_type, request_headers,
+             start_ms)
+),
+queued AS (
+    INSERT INTO webhook_events AS e
+        (provider, event_key, status, attempts, last_path, fingerprint, mode, payload,
+         content_type, request_headers, next_attempt_at, locked_until)
+    SELECT provider, event_key, ",
+    pg_queue_values!("start_ms"),
+    ", fingerprint, 'queue', payload, content_type, request_headers,
+           now() + COALESCE(start_ms, 0) * interval '1 millisecond',
+           now() + start_ms * interval '1 millisecond'
+    FROM input ORDER BY provider, event_key
+    ON CONFLICT (provider, event_key) DO NOTHING
+    RETURNING e.provider, e.event_key, true AS inserted, e.status, e.attempts, e.fingerprint,
+              0::bigint AS lease_left_ms, e.result_status, e.result_content_type,
+              e.result_body
+)
+SELECT * FROM queued
+UNION ALL
+SELECT w.provider, w.event_key, false, w.status, w.attempts, w.fingerprint,
+       GREATEST(0, extract(epoch FROM w.locked_until - now()) * 1000)::bigint,
+       w.result_status, w.result_content_type, w.result_body
+FROM input i
+CROSS JOIN LATERAL (
+    SELECT * FROM webhook_events w
+    WHERE w.provider = i.provider AND w.event_key = i.event_key
+    OFFSET 0) w
+WHERE (i.provider, i.event_key) NOT IN (SELECT provider, event_key FROM queued)"
 );
 
 /// Completions for many attempts: the single-row `COMPLETE`, fenced per row.
@@ -203,6 +248,103 @@ async fn claim_batch_on(
         let provider: String = get(&row, "provider").map_err(plain)?;
         let event_key: String = get(&row, "event_key").map_err(plain)?;
         reported.insert((provider.into(), event_key.into()), claim_result(&row));
+    }
+    Ok(reported)
+}
+
+/// Runs a batch of enqueues; one answer per call, in order.
+pub(crate) async fn enqueues(
+    inner: Arc<Inner>,
+    calls: Vec<QueueRow>,
+) -> Vec<Result<Enqueued, StoreError>> {
+    if let Err(e) = inner.reconnect.check() {
+        return calls.iter().map(|_| Err(e.clone())).collect();
+    }
+    let mut seen = std::collections::HashSet::new();
+    let first: Vec<bool> = calls.iter().map(|c| seen.insert(key(&c.id))).collect();
+    let batch: Vec<&QueueRow> = calls
+        .iter()
+        .zip(&first)
+        .filter(|(_, f)| **f)
+        .map(|(c, _)| c)
+        .collect();
+    let outcome = if batch.len() > 1 {
+        enqueue_batch(&inner, &batch).await
+    } else {
+        Ok(HashMap::new())
+    };
+    inner
+        .reconnect
+        .observe(&outcome.as_ref().map(|_| ()).map_err(|(e, _)| e.clone()));
+    let mut reported = match outcome {
+        Ok(map) => map,
+        Err((_, code)) if retry_alone(code.as_ref()) => HashMap::new(),
+        Err((e, _)) => return calls.iter().map(|_| Err(e.clone())).collect(),
+    };
+    let mut answers = Vec::with_capacity(calls.len());
+    for (call, is_first) in calls.iter().zip(first) {
+        let found = if is_first {
+            reported.remove(&key(&call.id))
+        } else {
+            None
+        };
+        answers.push(match found {
+            Some(result) => result,
+            None => super::queue::enqueue(&inner, call).await,
+        });
+    }
+    answers
+}
+
+type EnqueueReport = HashMap<(Arc<str>, Arc<str>), Result<Enqueued, StoreError>>;
+
+/// The batched enqueue on one pooled connection, within the statement deadline.
+async fn enqueue_batch(inner: &Inner, calls: &[&QueueRow]) -> Result<EnqueueReport, BatchError> {
+    inner
+        .run(async |client| Ok(enqueue_batch_on(client, calls).await))
+        .await
+        .unwrap_or_else(|e| Err((e, None)))
+}
+
+async fn enqueue_batch_on(
+    client: &deadpool_postgres::Client,
+    calls: &[&QueueRow],
+) -> Result<EnqueueReport, BatchError> {
+    let plain = |e: StoreError| (e, None);
+    let stmt = client.prepare_cached(ENQUEUE_BATCH).await.map_err(coded)?;
+    let providers: Vec<&str> = calls.iter().map(|c| &*c.id.provider).collect();
+    let keys: Vec<&str> = calls.iter().map(|c| &*c.id.key).collect();
+    let fingerprints: Vec<Option<&str>> = calls.iter().map(|c| c.fingerprint.as_deref()).collect();
+    let payloads: Vec<&[u8]> = calls.iter().map(|c| &c.payload[..]).collect();
+    let content_types: Vec<Option<&str>> =
+        calls.iter().map(|c| c.content_type.as_deref()).collect();
+    let headers: Vec<Option<&str>> = calls.iter().map(|c| c.headers.as_deref()).collect();
+    let starts: Vec<Option<i64>> = calls.iter().map(|c| c.start.map(millis)).collect();
+    let rows = client
+        .query(
+            &stmt,
+            &[
+                &providers,
+                &keys,
+                &fingerprints,
+                &payloads,
+                &content_types,
+                &headers,
+                &starts,
+            ],
+        )
+        .await
+        .map_err(coded)?;
+    let mut reported = HashMap::with_capacity(rows.len());
+    for row in rows {
+        let provider: String = get(&row, "provider").map_err(plain)?;
+        let event_key: String = get(&row, "event_key").map_err(plain)?;
+        let answer = match get::<bool>(&row, "inserted") {
+            Ok(true) => Ok(Enqueued::Inserted),
+            Ok(false) => row_state(&row).map(Enqueued::Existing),
+            Err(e) => Err(e),
+        };
+        reported.insert((provider.into(), event_key.into()), answer);
     }
     Ok(reported)
 }

@@ -6,7 +6,7 @@ use std::time::Duration;
 use actix_web::web::Bytes;
 
 use super::pool::Inner;
-use super::queue_sql::{ABANDON, DUE, ENQUEUE, ORPHAN, QUEUE_DEPTH, RENEW, TAKE};
+use super::queue_sql::{ABANDON, DUE, ENQUEUE, ORPHAN, QUEUE_DEPTH, RENEW, TAKE, TAKE_DUE};
 use super::rows::{db_error, get, parse_path, row_state};
 use crate::key::EventId;
 use crate::store::api::{millis, Enqueued, Fenced, QueueDepth, QueueRow, StoreError, Taken};
@@ -28,6 +28,7 @@ pub(crate) async fn enqueue(inner: &Inner, item: &QueueRow) -> Result<Enqueued, 
                             &&*item.payload,
                             &item.content_type,
                             &item.headers,
+                            &item.start.map(millis),
                         ],
                     )
                     .await
@@ -63,18 +64,48 @@ pub(crate) async fn take(
                 .map_err(db_error)
         })
         .await?;
-    row.map(|row| {
-        Ok(Taken {
-            attempts: get(&row, "attempts")?,
-            tries: get(&row, "tries")?,
-            age: Duration::from_millis(u64::try_from(get::<i64>(&row, "age_ms")?).unwrap_or(0)),
-            path: parse_path(&get::<String>(&row, "last_path")?)?,
-            payload: Bytes::from(get::<Option<Vec<u8>>>(&row, "payload")?.unwrap_or_default()),
-            content_type: get(&row, "content_type")?,
-            fingerprint: get(&row, "fingerprint")?,
-        })
+    row.map(|row| taken(id.clone(), &row)).transpose()
+}
+
+/// A taken row as [`TAKE`] and [`TAKE_DUE`] return it.
+fn taken(id: EventId, row: &tokio_postgres::Row) -> Result<Taken, StoreError> {
+    Ok(Taken {
+        id,
+        attempts: get(row, "attempts")?,
+        tries: get(row, "tries")?,
+        age: Duration::from_millis(u64::try_from(get::<i64>(row, "age_ms")?).unwrap_or(0)),
+        path: parse_path(&get::<String>(row, "last_path")?)?,
+        payload: Bytes::from(get::<Option<Vec<u8>>>(row, "payload")?.unwrap_or_default()),
+        content_type: get(row, "content_type")?,
+        fingerprint: get(row, "fingerprint")?,
     })
-    .transpose()
+}
+
+/// [`Store::take_due`](crate::store::api::Store::take_due).
+pub(crate) async fn take_due(
+    inner: &Inner,
+    provider: &str,
+    limit: u32,
+    lease: Duration,
+) -> Result<Vec<Taken>, StoreError> {
+    let lease_ms = millis(lease);
+    let rows = inner
+        .run(async |client| {
+            let stmt = client.prepare_cached(TAKE_DUE).await.map_err(db_error)?;
+            client
+                .query(&stmt, &[&provider, &i64::from(limit), &lease_ms])
+                .await
+                .map_err(db_error)
+        })
+        .await?;
+    rows.iter()
+        .map(|row| {
+            taken(
+                EventId::new(provider, get::<String>(row, "event_key")?),
+                row,
+            )
+        })
+        .collect()
 }
 
 /// [`Store::due`](crate::store::api::Store::due).

@@ -1,18 +1,43 @@
 //! The Postgres statements of queue mode and of the events no sender will retry. Each
 //! says which rows it locks and what a concurrent caller sees; `now()` is the only clock.
 
-/// Enqueue: write a queue event with its payload, due now — or report the row when the key
-/// is known.
+/// The values of a new queue row, from `$1`…`$7` (provider, key, fingerprint, payload,
+/// content type, headers, start lease in ms): `queued` and due now, or — with a start lease
+/// — already taken for its first attempt, holding that lease (and due again at its end).
+macro_rules! pg_queue_values {
+    ($start:literal) => {
+        concat!(
+            "CASE WHEN ",
+            $start,
+            " IS NULL THEN 'queued' ELSE 'in_progress' END,
+            CASE WHEN ",
+            $start,
+            " IS NULL THEN 0 ELSE 1 END,
+            CASE WHEN ",
+            $start,
+            " IS NULL THEN 'queued' ELSE 'first_run' END"
+        )
+    };
+}
+pub(crate) use pg_queue_values;
+
+/// Enqueue: write a queue event with its payload, due now (or taken at once, `$7`) — or
+/// report the row when the key is known.
 ///
 /// Locks the new row's index slot; a concurrent enqueue of the same key waits, then does
 /// nothing and reports our row. As with the claim, the report may miss a row a concurrent
 /// insert committed after this statement's snapshot; the caller runs it again.
-pub(crate) const ENQUEUE: &str = "
+pub(crate) const ENQUEUE: &str = concat!(
+    "
 WITH queued AS (
     INSERT INTO webhook_events AS e
         (provider, event_key, status, attempts, last_path, fingerprint, mode, payload,
-         content_type, request_headers, next_attempt_at)
-    VALUES ($1, $2, 'queued', 0, 'queued', $3, 'queue', $4, $5, $6, now())
+         content_type, request_headers, next_attempt_at, locked_until)
+    VALUES ($1, $2, ",
+    pg_queue_values!("$7::bigint"),
+    ", $3, 'queue', $4, $5, $6,
+            now() + COALESCE($7::bigint, 0) * interval '1 millisecond',
+            now() + $7::bigint * interval '1 millisecond')
     ON CONFLICT (provider, event_key) DO NOTHING
     RETURNING true AS inserted, e.status, e.attempts, e.fingerprint, 0::bigint AS lease_left_ms,
               e.result_status, e.result_content_type, e.result_body
@@ -23,7 +48,8 @@ SELECT false, status, attempts, fingerprint,
        GREATEST(0, extract(epoch FROM locked_until - now()) * 1000)::bigint,
        result_status, result_content_type, result_body
 FROM webhook_events
-WHERE provider = $1 AND event_key = $2 AND NOT EXISTS (SELECT 1 FROM queued)";
+WHERE provider = $1 AND event_key = $2 AND NOT EXISTS (SELECT 1 FROM queued)"
+);
 
 /// Take: the claim's rule on an existing queue row that is due — `queued`, `failed` past
 /// its backoff, or `in_progress` past its lease — for one attempt with a lease of `$3` ms.
@@ -47,6 +73,34 @@ FROM (SELECT provider, event_key FROM webhook_events
       FOR UPDATE SKIP LOCKED) AS d
 WHERE e.provider = d.provider AND e.event_key = d.event_key
 RETURNING e.attempts, e.attempts - e.throttles AS tries, e.last_path, e.payload,
+          e.content_type, e.fingerprint,
+          GREATEST(0, extract(epoch FROM now() - e.created_at) * 1000)::bigint AS age_ms";
+
+/// Take due: up to `$2` of one provider's due rows, longest due first, each taken as
+/// [`TAKE`] takes one — one statement and one commit for the lot.
+///
+/// The inner select locks the rows it picks with `FOR UPDATE SKIP LOCKED`: rows another
+/// node is taking right now are skipped, never waited for, so two nodes never take one row
+/// and never deadlock. Its due conditions are re-checked on a row changed since the
+/// snapshot (a claim that won it meanwhile leaves a live lease: not taken).
+pub(crate) const TAKE_DUE: &str = "
+UPDATE webhook_events AS e
+SET status = 'in_progress', attempts = e.attempts + 1,
+    last_path = CASE e.status WHEN 'queued' THEN 'first_run'
+                              WHEN 'failed' THEN 'retry_after_failure'
+                              ELSE 'lease_retake' END,
+    locked_until = now() + $3::bigint * interval '1 millisecond',
+    next_attempt_at = now() + $3::bigint * interval '1 millisecond',
+    updated_at = now()
+FROM (SELECT provider, event_key FROM webhook_events
+      WHERE provider = $1 AND mode = 'queue' AND status IN ('queued', 'failed', 'in_progress')
+        AND next_attempt_at <= now()
+        AND (status <> 'in_progress' OR locked_until <= now())
+      ORDER BY next_attempt_at
+      LIMIT $2
+      FOR UPDATE SKIP LOCKED) AS d
+WHERE e.provider = d.provider AND e.event_key = d.event_key
+RETURNING e.event_key, e.attempts, e.attempts - e.throttles AS tries, e.last_path, e.payload,
           e.content_type, e.fingerprint,
           GREATEST(0, extract(epoch FROM now() - e.created_at) * 1000)::bigint AS age_ms";
 

@@ -54,6 +54,7 @@ pub struct PgStore {
     inner: Arc<Inner>,
     claims: Batcher<ClaimCall, ClaimResult>,
     completions: Batcher<CompleteCall, Fenced>,
+    enqueues: Batcher<QueueRow, Enqueued>,
 }
 
 impl PgStore {
@@ -121,14 +122,21 @@ impl PgStore {
             },
         );
         // A completion is never withdrawn: it only ends on its answer or the deadline.
-        let completions = Batcher::start(MAX_BATCH, slots, config.deadline(), None, {
+        let completions = Batcher::start(MAX_BATCH, Arc::clone(&slots), config.deadline(), None, {
             let inner = Arc::clone(&inner);
             move |calls| batch::completions(Arc::clone(&inner), calls)
+        });
+        // An enqueue waits for its batch like a claim: past `pool_timeout` it is withdrawn
+        // unwritten and the sender is answered 503 `overloaded`.
+        let enqueues = Batcher::start(MAX_BATCH, slots, config.deadline(), queue_bound, {
+            let inner = Arc::clone(&inner);
+            move |calls| batch::enqueues(Arc::clone(&inner), calls)
         });
         Ok(Self {
             inner,
             claims,
             completions,
+            enqueues,
         })
     }
 
@@ -345,11 +353,20 @@ impl Store for PgStore {
     }
 
     fn enqueue<'a>(&'a self, item: &'a QueueRow) -> StoreFuture<'a, Enqueued> {
-        Box::pin(self.guarded(queue::enqueue(&self.inner, item)))
+        Box::pin(self.guarded_batch(self.enqueues.call(item.clone())))
     }
 
     fn take<'a>(&'a self, id: &'a EventId, lease: Duration) -> StoreFuture<'a, Option<Taken>> {
         Box::pin(self.guarded(queue::take(&self.inner, id, lease)))
+    }
+
+    fn take_due<'a>(
+        &'a self,
+        provider: &'a str,
+        limit: u32,
+        lease: Duration,
+    ) -> StoreFuture<'a, Vec<Taken>> {
+        Box::pin(self.guarded(queue::take_due(&self.inner, provider, limit, lease)))
     }
 
     fn due<'a>(&'a self, provider: &'a str, limit: u32) -> StoreFuture<'a, Vec<EventId>> {

@@ -13,13 +13,17 @@ use crate::claim::{Path, RowState};
 use crate::key::EventId;
 use crate::store::api::{millis, Enqueued, Fenced, QueueDepth, QueueRow, StoreError, Taken};
 
-/// Enqueue: a new queue row, due now; nothing when the key is known.
+/// Enqueue: a new queue row, due now — or, with a start lease (`?7` ms), already taken for
+/// its first attempt (see Postgres's `ENQUEUE`); nothing when the key is known.
 const ENQUEUE: &str = "
 INSERT INTO webhook_events
     (provider, event_key, status, attempts, last_path, fingerprint, mode, payload,
-     content_type, request_headers, next_attempt_at, created_at, updated_at)
-VALUES (?1, ?2, 'queued', 0, 'queued', ?3, 'queue', ?4, ?5, ?6, unixepoch('subsec'),
-        unixepoch('subsec'), unixepoch('subsec'))
+     content_type, request_headers, next_attempt_at, locked_until, created_at, updated_at)
+VALUES (?1, ?2, CASE WHEN ?7 IS NULL THEN 'queued' ELSE 'in_progress' END,
+        CASE WHEN ?7 IS NULL THEN 0 ELSE 1 END,
+        CASE WHEN ?7 IS NULL THEN 'queued' ELSE 'first_run' END,
+        ?3, 'queue', ?4, ?5, ?6, unixepoch('subsec') + COALESCE(?7, 0) / 1000.0,
+        unixepoch('subsec') + ?7 / 1000.0, unixepoch('subsec'), unixepoch('subsec'))
 ON CONFLICT (provider, event_key) DO NOTHING";
 
 /// Take: the claim's rule on a due queue row (see Postgres's `TAKE`).
@@ -38,6 +42,26 @@ WHERE provider = ?1 AND event_key = ?2 AND mode = 'queue'
        OR (status = 'in_progress' AND locked_until <= unixepoch('subsec')))
 RETURNING attempts, attempts - throttles, last_path, payload, content_type, fingerprint,
           CAST(MAX(0, unixepoch('subsec') - created_at) * 1000 AS INTEGER)";
+
+/// Take due: up to `?2` of one provider's due rows, longest due first, as [`TAKE`] takes
+/// one (read from the due index alone).
+const TAKE_DUE: &str = "
+UPDATE webhook_events
+SET status = 'in_progress', attempts = attempts + 1,
+    last_path = CASE status WHEN 'queued' THEN 'first_run'
+                            WHEN 'failed' THEN 'retry_after_failure'
+                            ELSE 'lease_retake' END,
+    locked_until = unixepoch('subsec') + ?3 / 1000.0,
+    next_attempt_at = unixepoch('subsec') + ?3 / 1000.0,
+    updated_at = unixepoch('subsec')
+WHERE rowid IN (
+    SELECT rowid FROM webhook_events INDEXED BY webhook_events_due
+    WHERE provider = ?1 AND mode = 'queue' AND status IN ('queued', 'failed', 'in_progress')
+      AND next_attempt_at <= unixepoch('subsec')
+      AND (status <> 'in_progress' OR locked_until <= unixepoch('subsec'))
+    ORDER BY next_attempt_at LIMIT ?2)
+RETURNING event_key, attempts, attempts - throttles, last_path, payload, content_type,
+          fingerprint, CAST(MAX(0, unixepoch('subsec') - created_at) * 1000 AS INTEGER)";
 
 /// Due keys of one provider, longest due first (the partial `webhook_events_due` index);
 /// never a row with a live lease.
@@ -113,7 +137,8 @@ pub(crate) fn enqueue(conn: &Connection, item: &QueueRow) -> Result<Enqueued, St
                 item.fingerprint,
                 &item.payload[..],
                 item.content_type,
-                item.headers
+                item.headers,
+                item.start.map(millis)
             ])
         })
         .map_err(sql_error)?;
@@ -156,38 +181,74 @@ pub(crate) fn take(
     id: &EventId,
     lease: Duration,
 ) -> Result<Option<Taken>, StoreError> {
-    let taken = conn
-        .prepare_cached(TAKE)
+    conn.prepare_cached(TAKE)
         .and_then(|mut s| {
             s.query_row(params![&*id.provider, &*id.key, millis(lease)], |r| {
-                Ok((
-                    (r.get::<_, i32>(0)?, r.get::<_, i32>(1)?),
-                    r.get::<_, String>(2)?,
-                    r.get::<_, Option<Vec<u8>>>(3)?,
-                    r.get::<_, Option<String>>(4)?,
-                    r.get::<_, Option<String>>(5)?,
-                    r.get::<_, i64>(6)?,
-                ))
+                taken_columns(r, 0)
             })
             .optional()
         })
-        .map_err(sql_error)?;
-    taken
-        .map(
-            |((attempts, tries), path, payload, content_type, fingerprint, age_ms)| {
-                Ok(Taken {
-                    attempts,
-                    tries,
-                    age: Duration::from_millis(u64::try_from(age_ms).unwrap_or(0)),
-                    path: Path::parse(&path)
-                        .ok_or_else(|| StoreError::Corrupt(format!("last_path {path:?}").into()))?,
-                    payload: Bytes::from(payload.unwrap_or_default()),
-                    content_type,
-                    fingerprint,
-                })
-            },
-        )
+        .map_err(sql_error)?
+        .map(|columns| taken(id.clone(), columns))
         .transpose()
+}
+
+pub(crate) fn take_due(
+    conn: &Connection,
+    provider: &str,
+    limit: u32,
+    lease: Duration,
+) -> Result<Vec<Taken>, StoreError> {
+    let mut stmt = conn.prepare_cached(TAKE_DUE).map_err(sql_error)?;
+    let rows = stmt
+        .query_map(params![provider, limit, millis(lease)], |r| {
+            Ok((r.get::<_, String>(0)?, taken_columns(r, 1)?))
+        })
+        .map_err(sql_error)?;
+    rows.map(|row| {
+        let (key, columns) = row.map_err(sql_error)?;
+        taken(EventId::new(provider, key), columns)
+    })
+    .collect()
+}
+
+/// The columns of a taken row from `first` on: attempts, tries, last path, payload, content
+/// type, fingerprint, age in ms.
+type TakenColumns = (
+    i32,
+    i32,
+    String,
+    Option<Vec<u8>>,
+    Option<String>,
+    Option<String>,
+    i64,
+);
+
+fn taken_columns(r: &rusqlite::Row<'_>, first: usize) -> rusqlite::Result<TakenColumns> {
+    Ok((
+        r.get(first)?,
+        r.get(first + 1)?,
+        r.get(first + 2)?,
+        r.get(first + 3)?,
+        r.get(first + 4)?,
+        r.get(first + 5)?,
+        r.get(first + 6)?,
+    ))
+}
+
+fn taken(id: EventId, columns: TakenColumns) -> Result<Taken, StoreError> {
+    let (attempts, tries, path, payload, content_type, fingerprint, age_ms) = columns;
+    Ok(Taken {
+        id,
+        attempts,
+        tries,
+        age: Duration::from_millis(u64::try_from(age_ms).unwrap_or(0)),
+        path: Path::parse(&path)
+            .ok_or_else(|| StoreError::Corrupt(format!("last_path {path:?}").into()))?,
+        payload: Bytes::from(payload.unwrap_or_default()),
+        content_type,
+        fingerprint,
+    })
 }
 
 pub(crate) fn due(

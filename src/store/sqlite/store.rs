@@ -377,6 +377,19 @@ impl Store for SqliteStore {
         Box::pin(self.writer.call(move |conn| queue::take(conn, &id, lease)))
     }
 
+    fn take_due<'a>(
+        &'a self,
+        provider: &'a str,
+        limit: u32,
+        lease: Duration,
+    ) -> StoreFuture<'a, Vec<Taken>> {
+        let provider = provider.to_owned();
+        Box::pin(
+            self.writer
+                .call(move |conn| queue::take_due(conn, &provider, limit, lease)),
+        )
+    }
+
     fn due<'a>(&'a self, provider: &'a str, limit: u32) -> StoreFuture<'a, Vec<EventId>> {
         let provider = provider.to_owned();
         Box::pin(

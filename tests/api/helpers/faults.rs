@@ -90,6 +90,14 @@ impl Store for FaultyStore {
     fn due<'a>(&'a self, provider: &'a str, limit: u32) -> StoreFuture<'a, Vec<EventId>> {
         self.inner.due(provider, limit)
     }
+    fn take_due<'a>(
+        &'a self,
+        provider: &'a str,
+        limit: u32,
+        lease: Duration,
+    ) -> StoreFuture<'a, Vec<Taken>> {
+        self.inner.take_due(provider, limit, lease)
+    }
     fn renew<'a>(
         &'a self,
         id: &'a EventId,
