@@ -63,8 +63,12 @@ pub async fn run(admin_url: &str, database: &str, events: u64, system: System) -
     let until_all = target.last_new().unwrap_or_else(Instant::now) - started;
     let until_first = target.first().unwrap_or_else(Instant::now) - started;
     let delivered = target.keys() as u64;
+    let mut write_p99_ms = None;
     match worker {
-        Worker::Hookgate(mut node) => node.terminate().await,
+        Worker::Hookgate(mut node) => {
+            write_p99_ms = hookgate::outcome_write_p99_ms(node.port).await;
+            node.terminate().await;
+        }
         Worker::Graphile(_, Some(child)) => graphile::stop(child).await,
         Worker::Graphile(_, None) => {}
     }
@@ -86,5 +90,6 @@ pub async fn run(admin_url: &str, database: &str, events: u64, system: System) -
         first_s: until_first.as_secs_f64(),
         pauses: target.pauses(PAUSE),
         cost: after.cost_since(&before, events),
+        write_p99_ms,
     }
 }

@@ -60,6 +60,10 @@ struct Args {
     /// ingest: concurrent senders.
     #[arg(long, default_value_t = 64)]
     connections: usize,
+    /// ingest: events a second offered over all senders (open loop: each sender posts on
+    /// its own schedule, later when an answer is slow); none: as fast as answers come.
+    #[arg(long)]
+    rate: Option<f64>,
     /// ingest: how long the senders post.
     #[arg(long, default_value = "60s", value_parser = humantime::parse_duration)]
     duration: Duration,
@@ -78,6 +82,8 @@ pub enum System {
 /// What a burn-down measured.
 #[derive(Debug)]
 pub struct Burndown {
+    /// hookgate: the p99 of the target's answer → the outcome written, ms.
+    pub write_p99_ms: Option<f64>,
     pub events: u64,
     /// Distinct keys the target had at the end.
     pub delivered: u64,
@@ -148,6 +154,7 @@ pub fn run_if_selected() -> Option<i32> {
             hookgate,
             args.connections,
             args.duration,
+            args.rate,
         ));
         print_ingest(&label, &run);
         run.duplicates > 0 || run.never_delivered > 0
@@ -176,7 +183,7 @@ fn print_burndown(label: &str, system: &str, run: &Burndown) {
     println!(
         "QC scenario=burndown label={label} system={system} events={} delivered={} \
          deliveries={} duplicates={} unfinished={} seconds={:.2} first_s={:.3} pauses={} paused_s={:.2} rate={:.0} \
-         pg_us={:.1} worker_us={:.1} commits={:.3}",
+         pg_us={:.1} worker_us={:.1} commits={:.3} write_p99_ms={}",
         run.events,
         run.delivered,
         run.deliveries,
@@ -190,6 +197,7 @@ fn print_burndown(label: &str, system: &str, run: &Burndown) {
         run.cost.postgres_us,
         run.cost.worker_us,
         run.cost.commits,
+        run.write_p99_ms.map_or("-".into(), |ms| format!("{ms:.1}")),
     );
 }
 

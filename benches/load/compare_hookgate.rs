@@ -134,3 +134,41 @@ pub fn run_dir(label: &str) -> PathBuf {
     std::fs::create_dir_all(&dir).expect("run dir");
     dir
 }
+
+/// The p99 of `hookgate_outcome_write_seconds` (target's answer → outcome written), over
+/// every provider, from a running node's `/metrics`: the upper bound of the bucket that
+/// holds the 99th percentile, in milliseconds (`None` before any write).
+pub async fn outcome_write_p99_ms(port: u16) -> Option<f64> {
+    let text = awc::Client::new()
+        .get(format!("http://127.0.0.1:{port}/metrics"))
+        .send()
+        .await
+        .ok()?
+        .body()
+        .limit(16 << 20)
+        .await
+        .ok()?;
+    let text = String::from_utf8_lossy(&text);
+    let mut buckets: Vec<(f64, f64)> = Vec::new();
+    for line in text.lines() {
+        let Some(rest) = line.strip_prefix("hookgate_outcome_write_seconds_bucket{") else {
+            continue;
+        };
+        let le = rest.split("le=\"").nth(1)?.split('"').next()?;
+        let le = if le == "+Inf" { f64::INFINITY } else { le.parse().ok()? };
+        let count: f64 = line.rsplit(' ').next()?.parse().ok()?;
+        match buckets.iter_mut().find(|(b, _)| *b == le) {
+            Some(bucket) => bucket.1 += count,
+            None => buckets.push((le, count)),
+        }
+    }
+    buckets.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let total = buckets.last()?.1;
+    if total == 0.0 {
+        return None;
+    }
+    buckets
+        .iter()
+        .find(|(_, count)| *count >= total * 0.99)
+        .map(|(le, _)| le * 1e3)
+}

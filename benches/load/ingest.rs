@@ -35,6 +35,7 @@ pub async fn run(
     sizing: Sizing,
     connections: usize,
     duration: Duration,
+    rate: Option<f64>,
 ) -> Ingest {
     let meter = Meter::create(admin_url, database).await;
     let target = CompareTarget::start();
@@ -46,7 +47,7 @@ pub async fn run(
     let url = format!("http://127.0.0.1:{}/webhooks/{PROVIDER}", node.port);
     let started = Instant::now();
     let sent = actix_rt::task::spawn_blocking(move || {
-        actix_rt::System::new().block_on(send(url, connections, duration))
+        actix_rt::System::new().block_on(send(url, connections, duration, rate))
     })
     .await
     .expect("sender thread");
@@ -104,10 +105,13 @@ pub async fn run(
     }
 }
 
-/// `connections` closed-loop senders, each on its own keep-alive connection, posting new
-/// keys until `duration` has passed.
-async fn send(url: String, connections: usize, duration: Duration) -> Sent {
-    let deadline = Instant::now() + duration;
+/// `connections` senders, each on its own keep-alive connection, posting new keys until
+/// `duration` has passed: closed loop, or at `rate` events a second over all of them.
+async fn send(url: String, connections: usize, duration: Duration, rate: Option<f64>) -> Sent {
+    let start = Instant::now();
+    let deadline = start + duration;
+    // Each sender's gap between posts at the offered rate; the senders start staggered.
+    let gap = rate.map(|r| Duration::from_secs_f64(connections as f64 / r.max(0.001)));
     let tasks: Vec<_> = (0..connections)
         .map(|conn| {
             let url = url.clone();
@@ -117,6 +121,11 @@ async fn send(url: String, connections: usize, duration: Duration) -> Sent {
                     .finish();
                 let mut sent = Sent::default();
                 for i in 0u64.. {
+                    if let Some(gap) = gap {
+                        let offset = gap.mul_f64(conn as f64 / connections as f64);
+                        let due = start + offset + gap.mul_f64(i as f64);
+                        actix_rt::time::sleep_until(due.into()).await;
+                    }
                     if Instant::now() >= deadline {
                         break;
                     }
