@@ -1,13 +1,14 @@
 //! The queue scheduler of one node: takes due queue rows (new ones no worker could start at
 //! once, `failed` ones whose backoff has passed, `in_progress` ones whose lease expired),
-//! as many as the node's idle workers and the provider's gate allow, in one statement per
-//! provider, and hands each to the shard that owns its key.
+//! as many as the shards have room for and the provider's gate allows, in one statement
+//! per provider, and hands each to the shard that owns its key.
 //!
 //! It serves the queue rows of every configured provider, whatever mode the provider is in
-//! now: a row keeps the mode it was accepted in. Bounded: a pass takes no more rows than
-//! the node has idle workers, so a row waits in its shard at most until one of that
-//! shard's workers frees up (and is released if its lease runs short first). After a pass
-//! that filled every idle worker it waits for a worker to free up; otherwise it sleeps
+//! now: a row keeps the mode it was accepted in. Bounded: a shard's room is its idle
+//! workers plus one waiting row per worker (the next batch is taken while the last runs, so
+//! workers do not idle between passes); a waiting row starts when one of that shard's
+//! workers frees up, or is released if its lease runs short first. After a pass that
+//! filled all the room it waits for a worker to go idle; otherwise it sleeps
 //! until an event is queued that no worker could start, or `queue.poll_interval` passes
 //! (backoffs and other nodes' rows). It backs off while the store is unavailable, and takes
 //! nothing once the node drains. [`Scheduler::run_once`] is one pass (tests call it by
@@ -75,7 +76,7 @@ impl Scheduler {
         self.metrics.scheduler_poll();
         for (provider, target) in &self.providers {
             let gate = self.dispatcher.gate();
-            let room = gate.available(provider).min(self.dispatcher.idle_workers());
+            let room = gate.available(provider).min(self.dispatcher.room());
             if room == 0 {
                 pass.full = true;
                 continue;

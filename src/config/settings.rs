@@ -79,7 +79,7 @@ impl Default for ServerConfig {
         Self {
             listen: "127.0.0.1:8080".into(),
             shards: None,
-            workers_per_shard: 16,
+            workers_per_shard: 32,
             admission_queue: None,
             admission_wait: Duration::from_secs(1),
             read_timeout: Duration::from_secs(10),

@@ -81,8 +81,10 @@ pub struct Shared {
     pub done: DoneCache,
     /// The queue gate.
     pub gate: Gate,
-    /// Idle workers, one slot per shard.
-    pub idle: Arc<[AtomicUsize]>,
+    /// Queue rows each shard can take now, one slot per shard: its idle workers, plus as
+    /// many rows waiting for a worker as it has workers (the next batch is taken while the
+    /// last one runs, so workers do not idle between a scheduler's passes).
+    pub room: Arc<[AtomicUsize]>,
     /// What wakes the queue scheduler.
     pub signals: Arc<QueueSignals>,
 }
@@ -112,9 +114,9 @@ pub struct Shard {
     /// claim is made and given back when the attempt has been recorded, so a won claim
     /// never waits for a worker while its lease runs.
     pub(super) idle: Vec<usize>,
-    /// Idle workers per shard of the node, for the queue scheduler (this shard writes its
-    /// own slot whenever `idle` changes).
-    pub(super) idle_count: Arc<[AtomicUsize]>,
+    /// Queue rows per shard of the node that the scheduler may take (this shard writes its
+    /// own slot whenever `idle` or `pending` changes; see [`Shared::room`]).
+    pub(super) room: Arc<[AtomicUsize]>,
     /// The queue-mode providers' rate and in-flight limits, shared by the node.
     pub(super) gate: Gate,
     /// Requests waiting for a worker, oldest first; bounded by `admission_queue`. Every
@@ -147,13 +149,13 @@ impl Shard {
     /// `done`; `log` carries the number.
     pub fn new(index: usize, workers: Vec<Addr<Worker>>, node: &Shared, log: Logger) -> Self {
         let settings = Arc::clone(&node.settings);
-        node.idle[index].store(workers.len(), Ordering::Relaxed);
+        node.room[index].store(2 * workers.len(), Ordering::Relaxed);
         Self {
             index,
             store: Arc::clone(&node.store),
             metrics: Arc::clone(&node.metrics),
             gate: node.gate.clone(),
-            idle_count: Arc::clone(&node.idle),
+            room: Arc::clone(&node.room),
             idle: (0..workers.len()).rev().collect(),
             workers,
             waiting: VecDeque::new(),
@@ -352,15 +354,22 @@ impl Shard {
             return;
         }
         self.idle.push(worker);
-        self.idle_count[self.index].store(self.idle.len(), Ordering::Relaxed);
+        self.publish_room();
         self.signals.freed();
     }
 
     /// Reserves an idle worker, if there is one.
     pub(super) fn take_idle(&mut self) -> Option<usize> {
         let worker = self.idle.pop();
-        self.idle_count[self.index].store(self.idle.len(), Ordering::Relaxed);
+        self.publish_room();
         worker
+    }
+
+    /// Writes this shard's room for queue rows (idle workers, plus a worker's worth of rows
+    /// that may wait per worker, less those waiting) where the scheduler reads it.
+    pub(super) fn publish_room(&self) {
+        let room = (self.idle.len() + self.workers.len()).saturating_sub(self.pending.len());
+        self.room[self.index].store(room, Ordering::Relaxed);
     }
 
     /// Answers `Drained` callers once nothing is claiming or running.

@@ -44,7 +44,7 @@ pub struct Dispatcher {
     shards: Arc<[Addr<Shard>]>,
     done: DoneCache,
     gate: Gate,
-    idle: Arc<[AtomicUsize]>,
+    room: Arc<[AtomicUsize]>,
     signals: Arc<QueueSignals>,
     metrics: Arc<Metrics>,
     log: slog::Logger,
@@ -73,7 +73,7 @@ impl Dispatcher {
             metrics: Arc::clone(&metrics),
             done: DoneCache::with_bytes_gauge(metrics.cache_bytes_gauge()),
             gate: Gate::default(),
-            idle: (0..shards).map(|_| AtomicUsize::new(0)).collect(),
+            room: (0..shards).map(|_| AtomicUsize::new(0)).collect(),
             signals: Arc::default(),
         });
         let addrs = (0..shards)
@@ -97,7 +97,7 @@ impl Dispatcher {
             shards: addrs,
             done: node.done.clone(),
             gate: node.gate.clone(),
-            idle: Arc::clone(&node.idle),
+            room: Arc::clone(&node.room),
             signals: Arc::clone(&node.signals),
             metrics,
             log: log.clone(),
@@ -164,9 +164,10 @@ impl Dispatcher {
         self.draining.load(Ordering::Relaxed)
     }
 
-    /// Workers idle now, over all shards (a queue scheduler offers no more rows).
-    pub fn idle_workers(&self) -> usize {
-        self.idle.iter().map(|n| n.load(Ordering::Relaxed)).sum()
+    /// Queue rows the shards can take now (see [`Shared::room`]): a scheduler pass takes
+    /// no more.
+    pub fn room(&self) -> usize {
+        self.room.iter().map(|n| n.load(Ordering::Relaxed)).sum()
     }
 
     /// The queue-mode providers' limits.

@@ -125,7 +125,10 @@ impl Handler<Start> for Shard {
                 self.release(pending.attempt, token, gated, "released at shutdown", ctx);
             }
             // A worker of this shard frees up soon (see `free_worker`).
-            None => self.pending.push_back(pending),
+            None => {
+                self.pending.push_back(pending);
+                self.publish_room();
+            }
         }
     }
 }
@@ -287,6 +290,7 @@ impl Shard {
     /// lease ran too short meanwhile are released on the way.
     pub(super) fn next_pending(&mut self, ctx: &mut Context<Self>) -> Option<Pending> {
         while let Some(pending) = self.pending.pop_front() {
+            self.publish_room();
             if Instant::now() < pending.attempt.start_by() && !self.draining {
                 return Some(pending);
             }
