@@ -35,6 +35,7 @@ mod pressure;
 mod providers;
 mod queue;
 mod queue_promise;
+mod runner_faults;
 mod safe_defaults;
 mod store_conformance;
 mod tls;
