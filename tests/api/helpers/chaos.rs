@@ -387,11 +387,11 @@ impl ChaosStore {
         }
         let lease = self.weather.lease;
         Some(match rng.u32(0..100) {
-            0..=29 => Fault::Delay(Duration::from_millis(rng.u64(10..400))),
-            30..=39 => Fault::Refuse("unavailable"),
-            40..=49 => Fault::Refuse("transient"),
-            50..=59 => Fault::Refuse("timed_out"),
-            60..=64 => Fault::Refuse("query"),
+            0..=24 => Fault::Delay(Duration::from_millis(rng.u64(10..400))),
+            25..=34 => Fault::Refuse("unavailable"),
+            35..=44 => Fault::Refuse("transient"),
+            45..=54 => Fault::Refuse("timed_out"),
+            55..=64 => Fault::Refuse("query"),
             65..=84 => Fault::RunThenTimeOut,
             _ => Fault::Freeze(lease + lease.mul_f64(rng.f64() / 2.0)),
         })
