@@ -17,8 +17,8 @@
 //!    outcome write, which is tried until the lease ends) from the answer until another
 //!    attempt took the row: to the other nodes, a node cut off from the database for
 //!    longer than a lease is a dead one;
-//! 3. every row ends done or dead, and a done row's attempt is one the target answered
-//!    2xx.
+//! 3. every row ends done or dead, and a done row holds the 2xx answer of the attempt
+//!    that owns it (the target names the attempt in its body), never a stale one's.
 //!
 //! `HOOKGATE_FAULT_CASES=N` runs N cases per store instead of [`CASES`];
 //! `HOOKGATE_FAULT_SEED=S` runs the case of seed S alone. A failing case prints its seed
