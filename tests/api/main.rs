@@ -36,6 +36,7 @@ mod pressure;
 mod providers;
 mod queue;
 mod queue_promise;
+mod runner_faults;
 mod safe_defaults;
 mod store_conformance;
 mod tls;

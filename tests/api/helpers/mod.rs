@@ -4,6 +4,7 @@
 //! port 0.
 
 mod binary;
+mod chaos;
 mod db;
 mod faults;
 mod log;
@@ -22,6 +23,7 @@ use hookgate::store::Store;
 use hookgate::worker::{Delivery, DeliveryOutcome, DeliveryRequest, HttpDelivery};
 
 pub use binary::BinaryNode;
+pub use chaos::{AttemptNote, Call, ChaosStore, Journal, Op, Outage, Span, Weather};
 pub use db::{failure, Backend, TestDb};
 pub use faults::FaultyStore;
 pub use log::CapturedLog;
