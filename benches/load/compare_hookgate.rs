@@ -155,7 +155,11 @@ pub async fn outcome_write_p99_ms(port: u16) -> Option<f64> {
             continue;
         };
         let le = rest.split("le=\"").nth(1)?.split('"').next()?;
-        let le = if le == "+Inf" { f64::INFINITY } else { le.parse().ok()? };
+        let le = if le == "+Inf" {
+            f64::INFINITY
+        } else {
+            le.parse().ok()?
+        };
         let count: f64 = line.rsplit(' ').next()?.parse().ok()?;
         match buckets.iter_mut().find(|(b, _)| *b == le) {
             Some(bucket) => bucket.1 += count,

@@ -38,7 +38,7 @@ use hookgate::key::EventId;
 use hookgate::outcome::Verdict;
 use hookgate::retry::RetryPolicy;
 use hookgate::shard::{replay_attempt, Attempt, Event, Recorded, Target};
-use hookgate::store::{Fenced, QueueRow, Store};
+use hookgate::store::{Fenced, QueueRow, Store, Taken};
 use hookgate::worker::{DeliveryOutcome, DeliveryRequest};
 use tokio::sync::Notify;
 
@@ -330,6 +330,15 @@ impl Case {
         } else if roll >= 60 && !sync.is_empty() {
             let key = sync[r.rng.usize(..sync.len())].clone();
             self.claim(r, &key).await;
+        } else if r.rng.bool() {
+            // As a node's scheduler takes rows: the due ones, in one statement.
+            let sent = Instant::now();
+            let Ok(taken) = r.store.take_due(PROVIDER, 1, LEASE).await else {
+                return;
+            };
+            if let Some(taken) = taken.into_iter().next() {
+                self.run_taken(r, taken, sent).await;
+            }
         } else {
             let Ok(due) = r.store.due(PROVIDER, 10).await else {
                 return;
@@ -347,7 +356,12 @@ impl Case {
         let Ok(Some(taken)) = r.store.take(&id, LEASE).await else {
             return;
         };
-        let event = self.event(id, taken.payload, taken.content_type, Mode::Queue);
+        self.run_taken(r, taken, sent).await;
+    }
+
+    /// Runs the attempt of a taken row, as a shard builds it.
+    async fn run_taken(&self, r: &mut Runner, taken: Taken, sent: Instant) {
+        let event = self.event(taken.id, taken.payload, taken.content_type, Mode::Queue);
         let horizon_left = event.target.horizon.saturating_sub(taken.age);
         let attempt = Attempt::held(
             Arc::new(event),
@@ -497,6 +511,7 @@ async fn run_case(backend: Backend, seed: u64) -> Result<Found, String> {
                 payload: Bytes::from(format!(r#"{{"id":"{key}"}}"#)),
                 content_type: Some("application/json".into()),
                 headers: None,
+                start: None,
             };
             base.enqueue(&row).await.expect("enqueue");
         }

@@ -564,6 +564,22 @@ impl Store for ChaosStore {
             None => ("not due".into(), false, None),
         })
     }
+    fn take_due<'a>(
+        &'a self,
+        provider: &'a str,
+        limit: u32,
+        lease: Duration,
+    ) -> StoreFuture<'a, Vec<Taken>> {
+        let call = move || self.inner.take_due(provider, limit, lease);
+        self.faulty(Op::Take, None, None, call, |rows| match rows.first() {
+            Some(t) => (
+                format!("taken {} ({})", t.id, t.path.as_str()),
+                true,
+                Some(t.attempts),
+            ),
+            None => ("none due".into(), false, None),
+        })
+    }
     fn due<'a>(&'a self, provider: &'a str, limit: u32) -> StoreFuture<'a, Vec<EventId>> {
         let call = move || self.inner.due(provider, limit);
         self.faulty(Op::Due, None, None, call, |ids| {
