@@ -44,6 +44,7 @@ pub mod http;
 pub mod key;
 pub mod logging;
 pub mod metrics;
+pub mod node;
 pub mod outcome;
 pub mod provider;
 pub mod retention;

@@ -20,6 +20,8 @@ pub enum DeliveryOutcome {
         /// The target's `Retry-After`, in seconds, if it sent one (as sent: the judge holds
         /// it within the retry policy's bounds).
         retry_after: Option<u64>,
+        /// The first bytes of its answer, for the attempt's history.
+        excerpt: Option<String>,
     },
     /// No answer: timeout, connection refused, broken connection.
     Unreachable(String),
@@ -140,6 +142,7 @@ pub fn judge(
         if let DeliveryOutcome::Refused {
             status: status @ (429 | 503),
             retry_after: Some(asked),
+            ..
         } = outcome
         {
             let retry_after = policy.bounded_retry_after(asked);
@@ -175,6 +178,7 @@ pub fn judge(
         DeliveryOutcome::Refused {
             status,
             retry_after,
+            ..
         } => (format!("target answered {status}"), retry_after),
         DeliveryOutcome::Unreachable(error) => (format!("target unreachable: {error}"), None),
     };
@@ -214,6 +218,7 @@ mod tests {
         DeliveryOutcome::Refused {
             status,
             retry_after,
+            excerpt: None,
         }
     }
 

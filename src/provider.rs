@@ -36,6 +36,8 @@ pub struct Target {
     /// How long an event may wait for its delivery (the provider's sender horizon): a
     /// queue event the target keeps throttling past it becomes a dead letter.
     pub horizon: Duration,
+    /// `keep_payload = "always"`: the payload is written with the claim and kept.
+    pub keep_payload: bool,
 }
 
 /// Everything a request to `POST /webhooks/{name}` needs.
@@ -185,6 +187,7 @@ impl Provider {
                 signing_key: signing_key(config)?,
                 tls: target_tls(config)?,
                 horizon,
+                keep_payload: config.keep_payload == crate::config::provider::KeepPayload::Always,
             }),
             mode: effective_mode(config),
             max_rate: config.target.max_rate,

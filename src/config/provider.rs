@@ -49,6 +49,12 @@ pub struct ProviderConfig {
     /// headers. Every other header is dropped: it may be a credential.
     #[serde(default)]
     pub keep_headers: Vec<String>,
+    /// When the payload is kept: `"on_failure"` (the default: once an attempt fails, so a
+    /// dead letter can be replayed) or `"always"` (written with the claim and kept once
+    /// done: a crashed attempt's dead letter can be replayed too, and people can read every
+    /// event's payload; it costs a larger row per event).
+    #[serde(default)]
+    pub keep_payload: KeepPayload,
     /// The application that receives the events.
     pub target: TargetConfig,
     /// The secrets' values, read when the config is loaded (tests set them directly).
@@ -125,6 +131,17 @@ impl Mode {
             _ => None,
         }
     }
+}
+
+/// When a provider's payloads are kept.
+#[derive(Debug, Clone, Copy, Default, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum KeepPayload {
+    /// Once an attempt fails (and for queue events until they are done).
+    #[default]
+    OnFailure,
+    /// From the claim on, and once done.
+    Always,
 }
 
 /// `"on"` or `"off"`.

@@ -33,7 +33,7 @@ use super::signals::QueueSignals;
 use crate::claim::Path;
 use crate::metrics::Metrics;
 use crate::retry::RetryPolicy;
-use crate::store::Store;
+use crate::store::{Kept, Store};
 use crate::worker::Worker;
 
 /// Requests for one key that may wait on its pending claim; more are answered 409 at once.
@@ -319,7 +319,17 @@ impl Shard {
         // Taken before the claim leaves: the store's lease starts no earlier, so
         // `sent + lease` never overstates the time the lease has left.
         let sent = Instant::now();
-        let claim = async move { store.claim(&ev.id, ev.fingerprint.as_deref(), lease).await };
+        // A provider that keeps payloads always writes it with the claim.
+        let keep = ev.target.keep_payload.then(|| Kept {
+            payload: ev.body.clone(),
+            content_type: ev.content_type.clone(),
+            headers: super::record::kept_headers(&ev),
+        });
+        let claim = async move {
+            store
+                .claim(&ev.id, ev.fingerprint.as_deref(), lease, keep.as_ref())
+                .await
+        };
         let claiming = Claiming {
             event,
             reply,

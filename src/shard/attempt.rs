@@ -27,7 +27,7 @@ use crate::deadline::{after, from_now};
 use crate::metrics::Metrics;
 use crate::outcome::{judge, DeliveryOutcome, Redeliverer, Verdict};
 use crate::retry::RetryPolicy;
-use crate::store::{Fenced, Store, StoreError};
+use crate::store::{Fenced, History, Store, StoreError};
 use crate::worker::DeliveryRequest;
 
 /// Pause between tries of a renewal that failed, after the first try again at once.
@@ -71,6 +71,33 @@ pub struct Attempt {
     /// Queue mode: how much longer the event may wait for its delivery (its provider's
     /// horizon less its age); a throttle past it makes it a dead letter.
     pub horizon_left: Duration,
+}
+
+/// What the target said, kept for the attempt's history.
+struct Seen {
+    status: Option<u16>,
+    excerpt: Option<String>,
+}
+
+impl Seen {
+    fn of(outcome: &DeliveryOutcome) -> Self {
+        match outcome {
+            DeliveryOutcome::Delivered(result) => Seen {
+                status: Some(result.status),
+                excerpt: Some(crate::worker::delivery::excerpt(&result.body)),
+            },
+            DeliveryOutcome::Refused {
+                status, excerpt, ..
+            } => Seen {
+                status: Some(*status),
+                excerpt: excerpt.clone(),
+            },
+            _ => Seen {
+                status: None,
+                excerpt: None,
+            },
+        }
+    }
 }
 
 /// What running an attempt did.
@@ -169,12 +196,22 @@ impl Attempt {
     ) -> Recorded {
         let started = Instant::now();
         let Some(lease) = self.renew else {
-            let verdict = judge(outcome.await, self.tries, retry, self.redeliverer());
+            let outcome = outcome.await;
+            let seen = Seen::of(&outcome);
+            let verdict = judge(outcome, self.tries, retry, self.redeliverer());
             let answered = Instant::now();
             let deadline = Some(self.lease_ends);
-            let written =
-                write_verdict_retrying(store, &self.event, self.attempts, &verdict, deadline, log)
-                    .await;
+            let history = self.history(&verdict, seen, started.elapsed());
+            let written = write_verdict_retrying(
+                store,
+                &self.event,
+                self.attempts,
+                &verdict,
+                history.as_ref(),
+                deadline,
+                log,
+            )
+            .await;
             return Recorded {
                 writing: written.as_ref().map(|_| answered.elapsed()),
                 verdict,
@@ -211,11 +248,20 @@ impl Attempt {
                 writing: None,
             };
         };
+        let seen = Seen::of(&outcome);
         let verdict = judge(outcome, self.tries, retry, self.redeliverer());
         let answered = Instant::now();
+        let history = self.history(&verdict, seen, started.elapsed());
         let written = {
-            let write =
-                write_verdict_retrying(store, &self.event, self.attempts, &verdict, None, log);
+            let write = write_verdict_retrying(
+                store,
+                &self.event,
+                self.attempts,
+                &verdict,
+                history.as_ref(),
+                None,
+                log,
+            );
             let mut write = std::pin::pin!(write);
             // Renewed all the while, whatever renewals fail meanwhile: a late renewal that
             // lands restores the lease (nothing is open at the target any more), so no
@@ -234,6 +280,38 @@ impl Attempt {
             written,
             took: started.elapsed(),
         }
+    }
+
+    /// The history row of an attempt given back unstarted with `verdict`.
+    pub(super) fn released(&self, verdict: &Verdict) -> Option<History> {
+        let seen = Seen {
+            status: None,
+            excerpt: None,
+        };
+        self.history(verdict, seen, Duration::ZERO)
+    }
+
+    /// The history row of this attempt, unless its story is a plain first run that ended
+    /// done (the event's own row tells that one whole) or nothing is written (a crash).
+    fn history(&self, verdict: &Verdict, seen: Seen, took: Duration) -> Option<History> {
+        let outcome = match verdict {
+            Verdict::Done(_) if self.path == Path::FirstRun => return None,
+            Verdict::Done(_) => "done",
+            Verdict::Retry { .. } => "failed",
+            Verdict::Dead { .. } => "dead",
+            Verdict::Throttled { .. } => "throttled",
+            Verdict::Release { .. } => "released",
+            Verdict::Unknown { .. } => return None,
+        };
+        Some(History {
+            path: self.path,
+            node: crate::node::name(),
+            outcome,
+            took,
+            target_status: seen.status,
+            error: None,
+            answer: seen.excerpt,
+        })
     }
 
     /// Renews the lease every third of it, fenced by the attempt, keeping `lease_ends`

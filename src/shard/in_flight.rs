@@ -127,6 +127,7 @@ mod tests {
                 signing_key: None,
                 tls: None,
                 horizon: std::time::Duration::from_secs(3600),
+                keep_payload: false,
             }),
             headers: Default::default(),
             mode: crate::config::Mode::Sync,

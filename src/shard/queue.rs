@@ -24,7 +24,7 @@ use crate::claim::{Path, RowState};
 use crate::config::Mode;
 use crate::deadline::after;
 use crate::outcome::Verdict;
-use crate::store::{Enqueued, Store, StoreError, Taken};
+use crate::store::{Enqueued, History, Store, StoreError, Taken};
 
 /// A taken row waiting in its shard for a worker (the scheduler took it for this node).
 pub(super) struct Pending {
@@ -319,11 +319,13 @@ impl Shard {
         let log = self.log.clone();
         let verdict = Verdict::Release { error: why.into() };
         let work = async move {
+            let history = attempt.released(&verdict);
             write_verdict_retrying(
                 &*store,
                 &attempt.event,
                 attempt.attempts,
                 &verdict,
+                history.as_ref(),
                 None,
                 &log,
             )
@@ -351,7 +353,25 @@ pub async fn release_taken(store: &dyn Store, start: Start, why: &str, log: &slo
         start.taken.fingerprint,
     );
     let verdict = Verdict::Release { error: why.into() };
-    write_verdict_retrying(store, &event, start.taken.attempts, &verdict, None, log).await;
+    let history = History {
+        path: start.taken.path,
+        node: crate::node::name(),
+        outcome: "released",
+        took: start.sent.elapsed(),
+        target_status: None,
+        error: None,
+        answer: None,
+    };
+    write_verdict_retrying(
+        store,
+        &event,
+        start.taken.attempts,
+        &verdict,
+        Some(&history),
+        None,
+        log,
+    )
+    .await;
 }
 
 impl Event {
@@ -363,6 +383,7 @@ impl Event {
             payload: self.body.clone(),
             content_type: self.content_type.clone(),
             headers: super::record::kept_headers(self),
+            keep_payload: self.target.keep_payload,
             start: None,
         }
     }

@@ -11,15 +11,17 @@ use crate::claim::Status;
 use crate::config::Mode;
 use crate::deadline::from_now;
 use crate::outcome::Verdict;
-use crate::store::{DeadReason, Failure, Fenced, Store, StoreError};
+use crate::store::{DeadReason, Failure, Fenced, History, Store, StoreError};
 
-/// Writes an attempt's verdict to its row, fenced by `attempts`; `None` when the verdict
-/// is [`Verdict::Unknown`] (a crash: the row keeps its lease).
+/// Writes an attempt's verdict to its row, fenced by `attempts`, with its `history` row in
+/// the same statement; `None` when the verdict is [`Verdict::Unknown`] (a crash: the row
+/// keeps its lease).
 pub async fn write_verdict(
     store: &dyn Store,
     event: &Event,
     attempts: i32,
     verdict: &Verdict,
+    history: Option<&History>,
 ) -> Option<Result<Fenced, StoreError>> {
     let id = &event.id;
     // A queue row says when the scheduler may take it again; a sync row's sender decides.
@@ -27,10 +29,11 @@ pub async fn write_verdict(
     let failed = |error: &str, dead, retry_in, uncounted| Failure {
         retry_in,
         uncounted,
+        history: history.cloned(),
         ..failure(event, error, dead)
     };
     Some(match verdict {
-        Verdict::Done(result) => store.complete(id, attempts, result).await,
+        Verdict::Done(result) => store.complete(id, attempts, result, history).await,
         Verdict::Retry { error, retry_after } => {
             let f = failed(error, None, due_in(*retry_after), false);
             store.fail(id, attempts, &f).await
@@ -72,13 +75,14 @@ pub(crate) async fn write_verdict_retrying(
     event: &Event,
     attempts: i32,
     verdict: &Verdict,
+    history: Option<&History>,
     deadline: Option<Instant>,
     log: &Logger,
 ) -> Option<Result<Fenced, StoreError>> {
     let mut pause = FIRST_RETRY;
     let mut timed_out = false;
     loop {
-        let written = write_verdict(store, event, attempts, verdict).await;
+        let written = write_verdict(store, event, attempts, verdict, history).await;
         match &written {
             Some(Ok(Fenced::Stale)) if timed_out => {
                 return Some(Ok(landed_earlier(store, event, attempts, verdict).await));
@@ -130,6 +134,7 @@ pub(crate) fn failure(event: &Event, error: &str, dead: Option<DeadReason>) -> F
         headers: kept_headers(event),
         retry_in: None,
         uncounted: false,
+        history: None,
     }
 }
 

@@ -210,6 +210,8 @@ pub struct Failure {
     /// Whether this try does not count against `retry.max_attempts` (the target asked for
     /// time, or the attempt never reached it).
     pub uncounted: bool,
+    /// The attempt's history row, written with this outcome.
+    pub history: Option<History>,
 }
 
 /// A queue-mode event to write before its sender is answered.
@@ -225,6 +227,8 @@ pub struct QueueRow {
     pub content_type: Option<String>,
     /// The request's headers worth keeping, as a JSON object.
     pub headers: Option<String>,
+    /// Whether the payload stays once the event is done (`keep_payload = "always"`).
+    pub keep_payload: bool,
     /// `Some(lease)`: a worker waits for it, so the row is written already taken for its
     /// first attempt (`in_progress`, attempt 1, path `first_run`, holding `lease`) — one
     /// statement where an enqueue and a take would be two. `None`: written `queued`, due
@@ -273,6 +277,65 @@ pub struct QueueDepth {
     pub rows: u64,
     /// How long the oldest due row has been due (zero when none is).
     pub oldest_due: Duration,
+}
+
+/// One attempt as its history row is written — only for attempts whose story is not a plain
+/// `first_run` → `done` (that one the event's own row tells whole) — in the same statement
+/// as the outcome it belongs to.
+#[derive(Debug, Clone)]
+pub struct History {
+    /// The attempt's path (`first_run`, `retry_after_failure`, `lease_retake`, `replay`).
+    pub path: Path,
+    /// The node that ran it.
+    pub node: Arc<str>,
+    /// `done`, `failed`, `dead`, `throttled` or `released`.
+    pub outcome: &'static str,
+    /// From the claim to the outcome, as the node measured it: the row's `started_at` is
+    /// the store's clock less this.
+    pub took: Duration,
+    /// The target's status code, when it answered.
+    pub target_status: Option<u16>,
+    /// What went wrong.
+    pub error: Option<String>,
+    /// The first bytes of the target's answer (text, bounded).
+    pub answer: Option<String>,
+}
+
+/// An event's payload, kept with its claim when its provider says `keep_payload = "always"`
+/// (so even a crashed attempt's dead letter can be replayed).
+#[derive(Debug, Clone)]
+pub struct Kept {
+    /// The payload, byte for byte.
+    pub payload: Bytes,
+    /// Its content type.
+    pub content_type: Option<String>,
+    /// The request's headers worth keeping, as a JSON object.
+    pub headers: Option<String>,
+}
+
+/// One attempt from an event's history (`hookgate events history`, the console).
+#[derive(Debug, Clone, PartialEq)]
+pub struct AttemptRecord {
+    /// The attempt number (the fencing token it held).
+    pub attempt: i32,
+    /// Its path.
+    pub path: String,
+    /// The node that ran it.
+    pub node: String,
+    /// `sync` or `queue`.
+    pub mode: String,
+    /// `done`, `failed`, `dead`, `throttled` or `released`.
+    pub outcome: String,
+    /// Started and ended, Unix seconds (store clock).
+    pub started_at: f64,
+    /// See `started_at`.
+    pub ended_at: f64,
+    /// The target's status code, when it answered.
+    pub target_status: Option<u16>,
+    /// What went wrong.
+    pub error: Option<String>,
+    /// The first bytes of the target's answer.
+    pub answer: Option<String>,
 }
 
 /// A whole row, for operators (`hookgate events show`).
@@ -329,19 +392,24 @@ pub trait Store: Send + Sync + 'static {
     ///
     /// Won when the key is new, `failed`, or `in_progress` with an expired lease — and the
     /// stored fingerprint (if any) equals `fingerprint`. `done` and `dead` are never won.
+    /// With `keep`, a new row is written with the payload (its provider keeps payloads
+    /// always), and keeps it once done.
     fn claim<'a>(
         &'a self,
         id: &'a EventId,
         fingerprint: Option<&'a str>,
         lease: Duration,
+        keep: Option<&'a Kept>,
     ) -> StoreFuture<'a, ClaimResult>;
 
-    /// Marks attempt `attempts` done with `result`, if the row is still that attempt's.
+    /// Marks attempt `attempts` done with `result`, if the row is still that attempt's,
+    /// with its `history` row in the same statement.
     fn complete<'a>(
         &'a self,
         id: &'a EventId,
         attempts: i32,
         result: &'a StoredResult,
+        history: Option<&'a History>,
     ) -> StoreFuture<'a, Fenced>;
 
     /// Marks attempt `attempts` failed (or dead), if the row is still that attempt's.
@@ -438,6 +506,9 @@ pub trait Store: Send + Sync + 'static {
 
     /// Unfinished queue rows per provider, and the age of the oldest due one.
     fn queue_depth(&self) -> StoreFuture<'_, Vec<QueueDepth>>;
+
+    /// What operators read and do: history, search, statistics, pauses, bulk replays.
+    fn operator(&self) -> &dyn super::operator::OperatorStore;
 }
 
 /// Runs `op` under `deadline`: past it the caller gets [`StoreError::TimedOut`] and the

@@ -9,6 +9,7 @@
 pub mod api;
 mod batcher;
 mod open;
+pub mod operator;
 mod page;
 pub mod postgres;
 mod reconnect;
@@ -16,7 +17,8 @@ pub mod sqlite;
 
 pub use crate::outcome::DeadReason;
 pub use api::{
-    Cause, Enqueued, EventRecord, Failure, Fenced, QueueDepth, QueueRow, Reopened, Store,
+    AttemptRecord, Cause, Enqueued, EventRecord, Failure, Fenced, History, Kept, QueueDepth,
+    QueueRow, Reopened, Store,
     StoreError, StoreFuture, Taken,
 };
 pub use open::open;

@@ -119,9 +119,16 @@ impl Delivery for HttpDelivery {
                     .get("Retry-After")
                     .and_then(|v| v.to_str().ok())
                     .and_then(|v| retry_after_secs(v, SystemTime::now()));
+                let excerpt = response
+                    .body()
+                    .limit(RESULT_BODY_LIMIT)
+                    .await
+                    .ok()
+                    .map(|body| excerpt(&body));
                 return DeliveryOutcome::Refused {
                     status,
                     retry_after,
+                    excerpt,
                 };
             }
             let content_type = response
@@ -161,6 +168,15 @@ pub fn retry_after_secs(value: &str, now: SystemTime) -> Option<u64> {
     )
 }
 
+/// Bytes of a target's answer kept in an attempt's history.
+pub const EXCERPT_BYTES: usize = 512;
+
+/// The first [`EXCERPT_BYTES`] of an answer as text (invalid UTF-8 replaced).
+pub fn excerpt(body: &[u8]) -> String {
+    let cut = &body[..body.len().min(EXCERPT_BYTES)];
+    String::from_utf8_lossy(cut).into_owned()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -183,3 +199,4 @@ mod tests {
         }
     }
 }
+

@@ -660,7 +660,7 @@ async fn run(store: &dyn Store, model: &Model, op: &Op) -> Result<Answer, String
         Op::Claim { key, fp, .. } => {
             let fp = fp.map(String::from);
             match store
-                .claim(&id(key), fp.as_deref(), lease)
+                .claim(&id(key), fp.as_deref(), lease, None)
                 .await
                 .map_err(e)?
             {
@@ -679,6 +679,7 @@ async fn run(store: &dyn Store, model: &Model, op: &Op) -> Result<Answer, String
                 payload: Bytes::from_static(b"{}"),
                 content_type: Some("application/json".into()),
                 headers: None,
+                keep_payload: false,
                 start: start.then(|| secs(LEASE)),
             };
             match store.enqueue(&item).await.map_err(e)? {
@@ -730,7 +731,7 @@ async fn run(store: &dyn Store, model: &Model, op: &Op) -> Result<Answer, String
                 };
                 Answer::Fenced(
                     store
-                        .complete(&id(key), attempts, &result)
+                        .complete(&id(key), attempts, &result, None)
                         .await
                         .map_err(e)?,
                 )
@@ -755,6 +756,7 @@ async fn run(store: &dyn Store, model: &Model, op: &Op) -> Result<Answer, String
                     headers: None,
                     retry_in: queue.then(|| secs(wait)),
                     uncounted: kind == FailKind::Throttle,
+                    history: None,
                 };
                 Answer::Fenced(store.fail(&id(key), attempts, &failure).await.map_err(e)?)
             }
@@ -911,7 +913,7 @@ async fn drain(db: &TestDb, store: &dyn Store, model: &mut Model) -> Result<(), 
                 body: Vec::new(),
             };
             store
-                .complete(&key, taken.attempts, &result)
+                .complete(&key, taken.attempts, &result, None)
                 .await
                 .map_err(|e| e.to_string())?;
         }

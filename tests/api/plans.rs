@@ -31,7 +31,7 @@ async fn claim_and_complete(store: &Arc<dyn Store>, keys: std::ops::Range<u32>, 
         let (store, done) = (Arc::clone(store), done.clone());
         async move {
             let id = EventId::new("p", format!("hot{i}"));
-            let claimed = store.claim(&id, Some("fp"), lease).await;
+            let claimed = store.claim(&id, Some("fp"), lease, None).await;
             if let Ok(ClaimResult::Won { attempts, .. }) = claimed {
                 match i % 3 {
                     0 => {
@@ -39,16 +39,16 @@ async fn claim_and_complete(store: &Arc<dyn Store>, keys: std::ops::Range<u32>, 
                     }
                     1 => {
                         store.renew(&id, attempts, lease).await.unwrap();
-                        store.complete(&id, attempts, &done).await.unwrap();
+                        store.complete(&id, attempts, &done, None).await.unwrap();
                     }
                     _ => {
-                        store.complete(&id, attempts, &done).await.unwrap();
+                        store.complete(&id, attempts, &done, None).await.unwrap();
                     }
                 }
             }
             if old {
                 let old = EventId::new("p", format!("old{}", i64::from(i) % ROWS + 1));
-                store.claim(&old, None, lease).await.unwrap();
+                store.claim(&old, None, lease, None).await.unwrap();
             }
         }
     });

@@ -142,6 +142,7 @@ impl Script {
                 DeliveryOutcome::Refused {
                     status,
                     retry_after: None,
+                    excerpt: None,
                 },
                 status.to_string(),
                 false,
@@ -150,6 +151,7 @@ impl Script {
                 DeliveryOutcome::Refused {
                     status: 429,
                     retry_after: Some(secs),
+                    excerpt: None,
                 },
                 format!("429 Retry-After: {secs}"),
                 false,
@@ -234,6 +236,7 @@ fn target(timeout: Duration) -> Arc<Target> {
         signing_key: None,
         tls: None,
         horizon: Duration::from_secs(3600),
+        keep_payload: false,
     })
 }
 
@@ -377,7 +380,7 @@ impl Case {
     async fn claim(&self, r: &mut Runner, key: &str) {
         let id = EventId::new(PROVIDER, key);
         let sent = Instant::now();
-        let Ok(ClaimResult::Won { attempts, path }) = r.store.claim(&id, None, LEASE).await else {
+        let Ok(ClaimResult::Won { attempts, path }) = r.store.claim(&id, None, LEASE, None).await else {
             return;
         };
         let body = Bytes::from(format!(r#"{{"id":"{key}"}}"#));
@@ -511,6 +514,7 @@ async fn run_case(backend: Backend, seed: u64) -> Result<Found, String> {
                 payload: Bytes::from(format!(r#"{{"id":"{key}"}}"#)),
                 content_type: Some("application/json".into()),
                 headers: None,
+                keep_payload: false,
                 start: None,
             };
             base.enqueue(&row).await.expect("enqueue");

@@ -35,6 +35,7 @@ fn queued(key: &str) -> QueueRow {
         payload: Bytes::from_static(b"{\"q\":1}"),
         content_type: Some("application/json".into()),
         headers: None,
+        keep_payload: false,
         start: None,
     }
 }
@@ -62,7 +63,7 @@ async fn due(store: &dyn Store) -> Vec<String> {
 
 async fn claim(store: &dyn Store, key: &str, lease: Duration) -> ClaimResult {
     store
-        .claim(&id(key), Some("fp"), lease)
+        .claim(&id(key), Some("fp"), lease, None)
         .await
         .expect("claim")
 }
@@ -141,7 +142,7 @@ async fn an_expired_lease_is_retaken(store: Arc<dyn Store>) {
 async fn done_is_terminal_whatever_the_lease(store: Arc<dyn Store>) {
     claim(&*store, "k", EXPIRED).await;
     assert_eq!(
-        store.complete(&id("k"), 1, &result("ok")).await.unwrap(),
+        store.complete(&id("k"), 1, &result("ok"), None).await.unwrap(),
         Fenced::Applied
     );
     for _ in 0..3 {
@@ -202,11 +203,11 @@ async fn a_replay_reopens_only_a_dead_row_once(store: Arc<dyn Store>) {
     assert_eq!(row.status, Status::InProgress);
     // The replay's attempt is fenced like any other.
     assert_eq!(
-        store.complete(&id("k"), 2, &result("old")).await.unwrap(),
+        store.complete(&id("k"), 2, &result("old"), None).await.unwrap(),
         Fenced::Stale
     );
     assert_eq!(
-        store.complete(&id("k"), 3, &result("ok")).await.unwrap(),
+        store.complete(&id("k"), 3, &result("ok"), None).await.unwrap(),
         Fenced::Applied
     );
     assert!(store.replay(&id("unknown"), LEASE).await.unwrap().is_none());
@@ -215,14 +216,14 @@ async fn a_replay_reopens_only_a_dead_row_once(store: Arc<dyn Store>) {
 async fn dead_letters_are_listed_newest_first_by_provider(store: Arc<dyn Store>) {
     for (provider, key) in [("a", "1"), ("b", "2"), ("a", "3")] {
         let id = EventId::new(provider, key);
-        store.claim(&id, None, LEASE).await.unwrap();
+        store.claim(&id, None, LEASE, None).await.unwrap();
         store
             .fail(&id, 1, &failure(Some(DeadReason::NonRetryable)))
             .await
             .unwrap();
     }
     store
-        .claim(&EventId::new("a", "alive"), None, LEASE)
+        .claim(&EventId::new("a", "alive"), None, LEASE, None)
         .await
         .unwrap();
     let all = store.dead_letters(None, None, 10).await.unwrap();
@@ -250,7 +251,7 @@ async fn dead_letters_page_by_cursor_each_row_once_newest_first(store: Arc<dyn S
     // so the cursor's tie-break by key is exercised.
     for i in 0..7 {
         let id = EventId::new("p", format!("k{i}"));
-        store.claim(&id, None, LEASE).await.unwrap();
+        store.claim(&id, None, LEASE, None).await.unwrap();
         store
             .fail(&id, 1, &failure(Some(DeadReason::NonRetryable)))
             .await
@@ -282,7 +283,7 @@ async fn the_sweep_deletes_only_old_terminal_rows_in_bounded_batches(store: Arc<
     for i in 0..5 {
         let key = format!("done{i}");
         claim(&*store, &key, LEASE).await;
-        store.complete(&id(&key), 1, &result("ok")).await.unwrap();
+        store.complete(&id(&key), 1, &result("ok"), None).await.unwrap();
     }
     claim(&*store, "dead", LEASE).await;
     store
@@ -330,7 +331,7 @@ async fn completions_are_fenced_by_the_attempt(store: Arc<dyn Store>) {
         Some((2, Path::LeaseRetake))
     );
     assert_eq!(
-        store.complete(&id("k"), 1, &result("late")).await.unwrap(),
+        store.complete(&id("k"), 1, &result("late"), None).await.unwrap(),
         Fenced::Stale
     );
     assert_eq!(
@@ -338,7 +339,7 @@ async fn completions_are_fenced_by_the_attempt(store: Arc<dyn Store>) {
         Fenced::Stale
     );
     assert_eq!(
-        store.complete(&id("k"), 2, &result("new")).await.unwrap(),
+        store.complete(&id("k"), 2, &result("new"), None).await.unwrap(),
         Fenced::Applied
     );
     // Once done, no token completes or fails it again.
@@ -355,7 +356,7 @@ async fn completions_are_fenced_by_the_attempt(store: Arc<dyn Store>) {
 async fn a_different_fingerprint_never_wins_a_failed_row(store: Arc<dyn Store>) {
     claim(&*store, "k", LEASE).await;
     store.fail(&id("k"), 1, &failure(None)).await.unwrap();
-    let row = existing(store.claim(&id("k"), Some("other"), LEASE).await.unwrap());
+    let row = existing(store.claim(&id("k"), Some("other"), LEASE, None).await.unwrap());
     assert_eq!(row.status, Status::Failed);
     assert_eq!(classify(&row, Some("other")), Path::PayloadMismatch);
 }
@@ -388,7 +389,7 @@ async fn concurrent_claims_and_completions_of_many_keys_keep_every_rule(store: A
         claim(&*store, &key, if i % 4 == 3 { EXPIRED } else { LEASE }).await;
         match i % 4 {
             0 => assert_eq!(
-                store.complete(&id(&key), 1, &result("ok")).await.unwrap(),
+                store.complete(&id(&key), 1, &result("ok"), None).await.unwrap(),
                 Fenced::Applied
             ),
             1 => assert_eq!(
@@ -399,7 +400,7 @@ async fn concurrent_claims_and_completions_of_many_keys_keep_every_rule(store: A
         }
     }
     let keys: Vec<EventId> = (0..60).map(|i| id(&format!("k{i}"))).collect();
-    let claims = join_all(keys.iter().map(|k| store.claim(k, Some("fp"), LEASE))).await;
+    let claims = join_all(keys.iter().map(|k| store.claim(k, Some("fp"), LEASE, None))).await;
     for (i, claimed) in claims.into_iter().enumerate() {
         let claimed = claimed.expect("claim");
         let expected = match i {
@@ -418,7 +419,7 @@ async fn concurrent_claims_and_completions_of_many_keys_keep_every_rule(store: A
     let completions = join_all((0..60).map(|i| {
         let attempts = if i < 40 { 2 } else { 1 };
         let (store, key, wave) = (&store, &keys[i], &wave);
-        async move { (i, store.complete(key, attempts, wave).await) }
+        async move { (i, store.complete(key, attempts, wave, None).await) }
     }))
     .await;
     for (i, written) in completions {
@@ -451,7 +452,7 @@ async fn a_wave_of_completions_stores_each_attempts_own_result(store: Arc<dyn St
     };
     let wave = keys.iter().enumerate().map(|(i, key)| {
         let (store, result) = (Arc::clone(&store), own(key, i));
-        async move { store.complete(&id(key), 1, &result).await }
+        async move { store.complete(&id(key), 1, &result, None).await }
     });
     for written in join_all(wave).await {
         assert_eq!(written.expect("complete"), Fenced::Applied);
@@ -465,11 +466,11 @@ async fn a_wave_of_completions_stores_each_attempts_own_result(store: Arc<dyn St
 
 async fn keys_are_scoped_by_provider(store: Arc<dyn Store>) {
     let a = store
-        .claim(&EventId::new("a", "k"), None, LEASE)
+        .claim(&EventId::new("a", "k"), None, LEASE, None)
         .await
         .unwrap();
     let b = store
-        .claim(&EventId::new("b", "k"), None, LEASE)
+        .claim(&EventId::new("b", "k"), None, LEASE, None)
         .await
         .unwrap();
     assert!(won(&a).is_some() && won(&b).is_some());
@@ -500,7 +501,7 @@ async fn a_queued_event_is_written_once_taken_once_and_completed(store: Arc<dyn 
     );
     assert!(due(&*store).await.is_empty());
     assert_eq!(
-        store.complete(&id("q"), 1, &result("ok")).await.unwrap(),
+        store.complete(&id("q"), 1, &result("ok"), None).await.unwrap(),
         Fenced::Applied
     );
     let Enqueued::Existing(row) = store.enqueue(&queued("q")).await.unwrap() else {
@@ -641,7 +642,7 @@ async fn stale_sync_rows_become_sender_gave_up_dead_letters(store: Arc<dyn Store
     claim(&*store, "crashed", EXPIRED).await;
     claim(&*store, "live", LEASE).await;
     claim(&*store, "done", LEASE).await;
-    store.complete(&id("done"), 1, &result("ok")).await.unwrap();
+    store.complete(&id("done"), 1, &result("ok"), None).await.unwrap();
     store.enqueue(&queued("queue")).await.unwrap();
 
     let horizon = Duration::from_secs(3600);

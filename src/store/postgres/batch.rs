@@ -16,13 +16,15 @@ use super::rows::{claim_result, db_error, get, row_state};
 use super::sql::pg_claim_conflict;
 use crate::claim::{ClaimResult, StoredResult};
 use crate::key::EventId;
-use crate::store::api::{millis, Enqueued, Fenced, QueueRow, StoreError};
+use crate::store::api::{millis, Enqueued, Fenced, History, Kept, QueueRow, StoreError};
 
 /// One queued claim.
 pub(crate) struct ClaimCall {
     pub(crate) id: EventId,
     pub(crate) fingerprint: Option<String>,
     pub(crate) lease_ms: i64,
+    /// The payload to write with a new row (its provider keeps payloads always).
+    pub(crate) keep: Option<Kept>,
 }
 
 /// One queued completion.
@@ -30,6 +32,8 @@ pub(crate) struct CompleteCall {
     pub(crate) id: EventId,
     pub(crate) attempts: i32,
     pub(crate) result: StoredResult,
+    /// Its history row, written in the same statement.
+    pub(crate) history: Option<History>,
 }
 
 /// Claims for many keys: the single-row `CLAIM` over `unnest`ed input.
@@ -47,14 +51,18 @@ pub(crate) struct CompleteCall {
 const CLAIM_BATCH: &str = concat!(
     "
 WITH input AS (
-    SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::int8[])
-        AS i(provider, event_key, fingerprint, lease_ms)
+    SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::int8[], $5::bytea[],
+                         $6::text[], $7::text[])
+        AS i(provider, event_key, fingerprint, lease_ms, payload, content_type,
+             request_headers)
 ),
 claimed AS (
     INSERT INTO webhook_events AS e
-        (provider, event_key, status, attempts, last_path, fingerprint, locked_until)
+        (provider, event_key, status, attempts, last_path, fingerprint, locked_until,
+         payload, content_type, request_headers, keep_payload)
     SELECT provider, event_key, 'in_progress', 1, 'first_run', fingerprint,
-           now() + lease_ms * interval '1 millisecond'
+           now() + lease_ms * interval '1 millisecond',
+           payload, content_type, request_headers, payload IS NOT NULL
     FROM input ORDER BY provider, event_key
 ",
     pg_claim_conflict!(),
@@ -92,19 +100,19 @@ const ENQUEUE_BATCH: &str = concat!(
     "
 WITH input AS (
     SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::bytea[], $5::text[],
-                         $6::text[], $7::int8[])
+                         $6::text[], $7::int8[], $8::bool[])
         AS i(provider, event_key, fingerprint, payload, content_type, request_headers,
-             start_ms)
+             start_ms, keep_payload)
 ),
 queued AS (
     INSERT INTO webhook_events AS e
         (provider, event_key, status, attempts, last_path, fingerprint, mode, payload,
-         content_type, request_headers, next_attempt_at, locked_until)
+         content_type, request_headers, next_attempt_at, locked_until, keep_payload)
     SELECT provider, event_key, ",
     pg_queue_values!("start_ms"),
     ", fingerprint, 'queue', payload, content_type, request_headers,
            now() + COALESCE(start_ms, 0) * interval '1 millisecond',
-           now() + start_ms * interval '1 millisecond'
+           now() + start_ms * interval '1 millisecond', keep_payload
     FROM input ORDER BY provider, event_key
     ON CONFLICT (provider, event_key) DO NOTHING
     RETURNING e.provider, e.event_key, true AS inserted, e.status, e.attempts, e.fingerprint,
@@ -135,18 +143,34 @@ WHERE (i.provider, i.event_key) NOT IN (SELECT provider, event_key FROM queued)"
 /// are read from their arrays by position. An `UPDATE … FROM` keeps a copy of each joined
 /// row (for re-checking a concurrently updated row), and copying the result bodies into
 /// those cost about 7 % of Postgres's time on first runs.
+///
+/// History rows (for attempts that were not plain first runs) are written from the same
+/// statement, read from their arrays (`$7`…`$10`) by position; a NULL path writes none.
 const COMPLETE_BATCH: &str = "
-UPDATE webhook_events AS e
-SET status = 'done', result_status = ($4::int2[])[u.n],
-    result_content_type = ($5::text[])[u.n], result_body = ($6::bytea[])[u.n],
-    locked_until = NULL, last_error = NULL, dead_reason = NULL, payload = NULL,
-    content_type = NULL, request_headers = NULL, updated_at = now()
-FROM (SELECT * FROM unnest($1::text[], $2::text[], $3::int4[]) WITH ORDINALITY
-          AS u(provider, event_key, attempts, n)
-      ORDER BY provider, event_key) AS u
-WHERE e.provider = u.provider AND e.event_key = u.event_key
-  AND e.attempts = u.attempts AND e.status IS NOT DISTINCT FROM 'in_progress'
-RETURNING e.provider, e.event_key";
+WITH done AS (
+    UPDATE webhook_events AS e
+    SET status = 'done', result_status = ($4::int2[])[u.n],
+        result_content_type = ($5::text[])[u.n], result_body = ($6::bytea[])[u.n],
+        locked_until = NULL, last_error = NULL, dead_reason = NULL,
+        payload = CASE WHEN e.keep_payload THEN e.payload END,
+        content_type = CASE WHEN e.keep_payload THEN e.content_type END,
+        request_headers = CASE WHEN e.keep_payload THEN e.request_headers END,
+        updated_at = now()
+    FROM (SELECT * FROM unnest($1::text[], $2::text[], $3::int4[]) WITH ORDINALITY
+              AS u(provider, event_key, attempts, n)
+          ORDER BY provider, event_key) AS u
+    WHERE e.provider = u.provider AND e.event_key = u.event_key
+      AND e.attempts = u.attempts AND e.status IS NOT DISTINCT FROM 'in_progress'
+    RETURNING e.provider, e.event_key, e.mode, e.attempts, u.n),
+history AS (
+    INSERT INTO webhook_attempts
+        (provider, event_key, attempt, path, node, mode, outcome, started_at, ended_at,
+         target_status, answer)
+    SELECT provider, event_key, attempts, ($7::text[])[n], ($8::text[])[n], mode, 'done',
+           now() - ($9::int8[])[n] * interval '1 millisecond', now(), ($4::int2[])[n],
+           ($10::text[])[n]
+    FROM done WHERE ($7::text[])[n] IS NOT NULL)
+SELECT provider, event_key FROM done";
 
 /// Errors after which the calls are worth retrying one by one: a deadlock or
 /// serialization failure between two nodes' batches rolled the whole statement back.
@@ -169,9 +193,7 @@ pub(crate) async fn claims(
     }
     if calls.len() == 1 {
         let c = &calls[0];
-        let result = inner
-            .claim(&c.id, c.fingerprint.as_deref(), c.lease_ms)
-            .await;
+        let result = inner.claim(c).await;
         inner.reconnect.observe(&result);
         return vec![result];
     }
@@ -202,11 +224,7 @@ pub(crate) async fn claims(
         };
         answers.push(match found {
             Some(result) => result,
-            None => {
-                inner
-                    .claim(&call.id, call.fingerprint.as_deref(), call.lease_ms)
-                    .await
-            }
+            None => inner.claim(call).await,
         });
     }
     answers
@@ -239,8 +257,28 @@ async fn claim_batch_on(
     let keys: Vec<&str> = calls.iter().map(|c| &*c.id.key).collect();
     let fingerprints: Vec<Option<&str>> = calls.iter().map(|c| c.fingerprint.as_deref()).collect();
     let leases: Vec<i64> = calls.iter().map(|c| c.lease_ms).collect();
+    let kept = |f: fn(&Kept) -> Option<&str>| -> Vec<Option<&str>> {
+        calls.iter().map(|c| c.keep.as_ref().and_then(f)).collect()
+    };
+    let payloads: Vec<Option<&[u8]>> = calls
+        .iter()
+        .map(|c| c.keep.as_ref().map(|k| &k.payload[..]))
+        .collect();
+    let content_types = kept(|k| k.content_type.as_deref());
+    let headers = kept(|k| k.headers.as_deref());
     let rows = client
-        .query(&stmt, &[&providers, &keys, &fingerprints, &leases])
+        .query(
+            &stmt,
+            &[
+                &providers,
+                &keys,
+                &fingerprints,
+                &leases,
+                &payloads,
+                &content_types,
+                &headers,
+            ],
+        )
         .await
         .map_err(coded)?;
     let mut reported = HashMap::with_capacity(rows.len());
@@ -320,6 +358,7 @@ async fn enqueue_batch_on(
         calls.iter().map(|c| c.content_type.as_deref()).collect();
     let headers: Vec<Option<&str>> = calls.iter().map(|c| c.headers.as_deref()).collect();
     let starts: Vec<Option<i64>> = calls.iter().map(|c| c.start.map(millis)).collect();
+    let keeps: Vec<bool> = calls.iter().map(|c| c.keep_payload).collect();
     let rows = client
         .query(
             &stmt,
@@ -331,6 +370,7 @@ async fn enqueue_batch_on(
                 &content_types,
                 &headers,
                 &starts,
+                &keeps,
             ],
         )
         .await
@@ -362,7 +402,7 @@ pub(crate) async fn completions(
     if !unique {
         let mut answers = Vec::with_capacity(calls.len());
         for c in &calls {
-            let result = inner.complete(&c.id, c.attempts, &c.result).await;
+            let result = inner.complete(c).await;
             inner.reconnect.observe(&result);
             answers.push(result);
         }
@@ -386,7 +426,7 @@ pub(crate) async fn completions(
         Err((_, code)) if retry_alone(code.as_ref()) => {
             let mut answers = Vec::with_capacity(calls.len());
             for c in &calls {
-                answers.push(inner.complete(&c.id, c.attempts, &c.result).await);
+                answers.push(inner.complete(c).await);
             }
             answers
         }
@@ -422,6 +462,14 @@ async fn complete_batch_on(
         .map(|c| c.result.content_type.as_deref())
         .collect();
     let bodies: Vec<&[u8]> = calls.iter().map(|c| c.result.body.as_slice()).collect();
+    let histories: Vec<Option<&History>> = calls.iter().map(|c| c.history.as_ref()).collect();
+    let paths: Vec<Option<&str>> = histories.iter().map(|h| h.map(|h| h.path.as_str())).collect();
+    let nodes: Vec<Option<&str>> = histories.iter().map(|h| h.map(|h| &*h.node)).collect();
+    let took: Vec<Option<i64>> = histories.iter().map(|h| h.map(|h| millis(h.took))).collect();
+    let answers: Vec<Option<&str>> = histories
+        .iter()
+        .map(|h| h.and_then(|h| h.answer.as_deref()))
+        .collect();
     let rows = client
         .query(
             &stmt,
@@ -432,6 +480,10 @@ async fn complete_batch_on(
                 &statuses,
                 &content_types,
                 &bodies,
+                &paths,
+                &nodes,
+                &took,
+                &answers,
             ],
         )
         .await

@@ -7,6 +7,7 @@
 //! implementation) → `batch`, `queue` → `pool` → `sql`, `queue_sql`, `rows`, `tls`.
 
 mod batch;
+mod operator;
 mod pool;
 mod queue;
 mod queue_sql;

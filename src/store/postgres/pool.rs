@@ -8,10 +8,10 @@ use std::time::Duration;
 
 use deadpool_postgres::{Client, Object, Pool};
 
-use super::rows::{claim_result, db_error, pool_error};
+use super::batch::{ClaimCall, CompleteCall};
+use super::rows::{claim_result, db_error, get, pool_error};
 use super::sql::{CLAIM, COMPLETE};
-use crate::claim::{ClaimResult, StoredResult};
-use crate::key::EventId;
+use crate::claim::ClaimResult;
 use crate::store::api::millis;
 use crate::store::api::{Fenced, StoreError};
 use crate::store::reconnect::Reconnect;
@@ -22,6 +22,7 @@ const MIGRATIONS: &[(i32, &str)] = &[
     (2, include_str!("migrations/0002_request_headers.sql")),
     (3, include_str!("migrations/0003_queue.sql")),
     (4, include_str!("migrations/0004_throttles.sql")),
+    (5, include_str!("migrations/0005_history.sql")),
 ];
 
 /// The pool and the reconnect state, shared with the batching tasks.
@@ -108,59 +109,90 @@ impl Inner {
 
     /// The single-row claim, retried while a concurrent insert hides the row from the
     /// statement's snapshot.
-    pub(crate) async fn claim(
-        &self,
-        id: &EventId,
-        fingerprint: Option<&str>,
-        lease_ms: i64,
-    ) -> Result<ClaimResult, StoreError> {
+    pub(crate) async fn claim(&self, call: &ClaimCall) -> Result<ClaimResult, StoreError> {
         // An empty answer means a concurrent insert committed after our snapshot; the
         // next statement's snapshot sees it. Two more tries are plenty.
         for _ in 0..3 {
-            if let Some(result) = self.claim_once(id, fingerprint, lease_ms).await? {
+            if let Some(result) = self.claim_once(call).await? {
                 return Ok(result);
             }
         }
         Err(StoreError::Corrupt(
-            format!("claim of {id} reported no row").into(),
+            format!("claim of {} reported no row", call.id).into(),
         ))
     }
 
-    /// The single-row completion.
-    pub(crate) async fn complete(
-        &self,
-        id: &EventId,
-        attempts: i32,
-        result: &StoredResult,
-    ) -> Result<Fenced, StoreError> {
+    /// The single-row completion, with its history row.
+    pub(crate) async fn complete(&self, call: &CompleteCall) -> Result<Fenced, StoreError> {
+        let CompleteCall {
+            id,
+            attempts,
+            result,
+            history,
+        } = call;
         let status = i16::try_from(result.status).unwrap_or(i16::MAX);
-        self.fenced(
+        let history = history.as_ref();
+        self.counted(
             COMPLETE,
             &[
                 &&*id.provider,
                 &&*id.key,
-                &attempts,
+                attempts,
                 &status,
                 &result.content_type,
                 &result.body,
+                &history.map(|h| h.path.as_str()),
+                &history.map(|h| &*h.node),
+                &history.map(|h| millis(h.took)),
+                &history.and_then(|h| h.answer.as_deref()),
             ],
         )
         .await
     }
 
-    pub(crate) async fn claim_once(
-        &self,
-        id: &EventId,
-        fingerprint: Option<&str>,
-        lease_ms: i64,
-    ) -> Result<Option<ClaimResult>, StoreError> {
+    async fn claim_once(&self, call: &ClaimCall) -> Result<Option<ClaimResult>, StoreError> {
+        let keep = call.keep.as_ref();
+        let payload = keep.map(|k| &k.payload[..]);
+        let content_type = keep.and_then(|k| k.content_type.as_deref());
+        let headers = keep.and_then(|k| k.headers.as_deref());
         self.run(async |client| {
             let stmt = client.prepare_cached(CLAIM).await.map_err(db_error)?;
             let row = client
-                .query_opt(&stmt, &[&&*id.provider, &&*id.key, &fingerprint, &lease_ms])
+                .query_opt(
+                    &stmt,
+                    &[
+                        &&*call.id.provider,
+                        &&*call.id.key,
+                        &call.fingerprint,
+                        &call.lease_ms,
+                        &payload,
+                        &content_type,
+                        &headers,
+                    ],
+                )
                 .await
                 .map_err(db_error)?;
             row.map(|row| claim_result(&row)).transpose()
+        })
+        .await
+    }
+
+    /// Runs a fenced statement that answers how many rows it `changed` (a CTE that also
+    /// writes history).
+    pub(crate) async fn counted(
+        &self,
+        sql: &str,
+        params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
+    ) -> Result<Fenced, StoreError> {
+        self.run(async |client| {
+            let stmt = client.prepare_cached(sql).await.map_err(db_error)?;
+            let row = client.query_one(&stmt, params).await.map_err(db_error)?;
+            let changed: i64 = get(&row, "changed")?;
+            Ok(if changed == 1 {
+                Fenced::Applied
+            } else {
+                Fenced::Stale
+            })
         })
         .await
     }

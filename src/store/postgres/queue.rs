@@ -29,6 +29,7 @@ pub(crate) async fn enqueue(inner: &Inner, item: &QueueRow) -> Result<Enqueued, 
                             &item.content_type,
                             &item.headers,
                             &item.start.map(millis),
+                            &item.keep_payload,
                         ],
                     )
                     .await

@@ -32,12 +32,12 @@ pub(crate) const ENQUEUE: &str = concat!(
 WITH queued AS (
     INSERT INTO webhook_events AS e
         (provider, event_key, status, attempts, last_path, fingerprint, mode, payload,
-         content_type, request_headers, next_attempt_at, locked_until)
+         content_type, request_headers, next_attempt_at, locked_until, keep_payload)
     VALUES ($1, $2, ",
     pg_queue_values!("$7::bigint"),
     ", $3, 'queue', $4, $5, $6,
             now() + COALESCE($7::bigint, 0) * interval '1 millisecond',
-            now() + $7::bigint * interval '1 millisecond')
+            now() + $7::bigint * interval '1 millisecond', $8)
     ON CONFLICT (provider, event_key) DO NOTHING
     RETURNING true AS inserted, e.status, e.attempts, e.fingerprint, 0::bigint AS lease_left_ms,
               e.result_status, e.result_content_type, e.result_body

@@ -46,9 +46,11 @@ pub(crate) const CLAIM: &str = concat!(
     "
 WITH claimed AS (
     INSERT INTO webhook_events AS e
-        (provider, event_key, status, attempts, last_path, fingerprint, locked_until)
+        (provider, event_key, status, attempts, last_path, fingerprint, locked_until,
+         payload, content_type, request_headers, keep_payload)
     VALUES ($1, $2, 'in_progress', 1, 'first_run', $3,
-            now() + $4::bigint * interval '1 millisecond')
+            now() + $4::bigint * interval '1 millisecond',
+            $5, $6, $7, $5::bytea IS NOT NULL)
 ",
     pg_claim_conflict!(),
     "
@@ -65,18 +67,49 @@ FROM webhook_events
 WHERE provider = $1 AND event_key = $2 AND NOT EXISTS (SELECT 1 FROM claimed)"
 );
 
-/// Complete, fenced: only the attempt that holds the row may mark it done.
+/// An attempt's history row, from the row the outcome statement `changed` (its
+/// `provider`, `event_key` and `mode`) and the parameters `$3` (attempt), `$path`,
+/// `$node`, `$outcome`, `$took_ms`, `$status`, `$error`, `$answer` — written only when
+/// `$path` is not NULL (a plain first run's done writes none).
+macro_rules! pg_history {
+    ($changed:literal, $path:literal, $node:literal, $outcome:literal, $took:literal,
+     $status:literal, $error:literal, $answer:literal) => {
+        concat!(
+            "history AS (
+    INSERT INTO webhook_attempts
+        (provider, event_key, attempt, path, node, mode, outcome, started_at, ended_at,
+         target_status, error, answer)
+    SELECT provider, event_key, $3, ", $path, ", ", $node, ", mode, ", $outcome, ",
+           now() - ", $took, "::bigint * interval '1 millisecond', now(), ",
+            $status, ", ", $error, ", ", $answer, "
+    FROM ", $changed, " WHERE ", $path, "::text IS NOT NULL)"
+        )
+    };
+}
+
+/// Complete, fenced: only the attempt that holds the row may mark it done; with its
+/// history row (`$7`…`$11`) in the same statement. A row that keeps its payload keeps it.
 ///
 /// Locks the one row. A concurrent retake (which bumps `attempts`) either commits first,
 /// and this matches no row (stale), or waits for this to commit and then finds `done`,
-/// which it never claims.
-pub(crate) const COMPLETE: &str = "
-UPDATE webhook_events
-SET status = 'done', result_status = $4, result_content_type = $5, result_body = $6,
-    locked_until = NULL, last_error = NULL, dead_reason = NULL, payload = NULL,
-    content_type = NULL, request_headers = NULL, updated_at = now()
-WHERE provider = $1 AND event_key = $2 AND attempts = $3
-  AND status IS NOT DISTINCT FROM 'in_progress'";
+/// which it never claims. Answers how many rows it changed (0 or 1).
+pub(crate) const COMPLETE: &str = concat!(
+    "
+WITH done AS (
+    UPDATE webhook_events
+    SET status = 'done', result_status = $4, result_content_type = $5, result_body = $6,
+        locked_until = NULL, last_error = NULL, dead_reason = NULL,
+        payload = CASE WHEN keep_payload THEN payload END,
+        content_type = CASE WHEN keep_payload THEN content_type END,
+        request_headers = CASE WHEN keep_payload THEN request_headers END, updated_at = now()
+    WHERE provider = $1 AND event_key = $2 AND attempts = $3
+      AND status IS NOT DISTINCT FROM 'in_progress'
+    RETURNING provider, event_key, mode),
+",
+    pg_history!("done", "$7", "$8", "'done'", "$9", "$4", "NULL", "$10"),
+    "
+SELECT count(*)::bigint AS changed FROM done"
+);
 
 /// Fail (or dead-letter), fenced the same way as [`COMPLETE`]; releases the lease at once
 /// so the sender's next retry can claim the row without waiting for it to expire. Kept
@@ -86,15 +119,26 @@ WHERE provider = $1 AND event_key = $2 AND attempts = $3
 ///
 /// Locks the one row; a concurrent claimer waits, then sees `failed` (and may win it) or
 /// `dead` (and never does).
-pub(crate) const FAIL: &str = "
-UPDATE webhook_events
-SET status = $4, last_error = $5, dead_reason = $6, payload = $7, content_type = $8,
-    request_headers = COALESCE($9, request_headers), locked_until = NULL, updated_at = now(),
-    next_attempt_at = CASE WHEN $10::bigint IS NULL THEN next_attempt_at
-                           ELSE now() + $10::bigint * interval '1 millisecond' END,
-    throttles = throttles + $11::int
-WHERE provider = $1 AND event_key = $2 AND attempts = $3
-  AND status IS NOT DISTINCT FROM 'in_progress'";
+/// With its history row (`$12`…`$17`) in the same statement; answers how many rows it
+/// changed (0 or 1).
+pub(crate) const FAIL: &str = concat!(
+    "
+WITH failed AS (
+    UPDATE webhook_events
+    SET status = $4, last_error = $5, dead_reason = $6, payload = $7, content_type = $8,
+        request_headers = COALESCE($9, request_headers), locked_until = NULL,
+        updated_at = now(),
+        next_attempt_at = CASE WHEN $10::bigint IS NULL THEN next_attempt_at
+                               ELSE now() + $10::bigint * interval '1 millisecond' END,
+        throttles = throttles + $11::int
+    WHERE provider = $1 AND event_key = $2 AND attempts = $3
+      AND status IS NOT DISTINCT FROM 'in_progress'
+    RETURNING provider, event_key, mode),
+",
+    pg_history!("failed", "$12", "$13", "$14", "$15", "$16", "$5", "$17"),
+    "
+SELECT count(*)::bigint AS changed FROM failed"
+);
 
 /// The columns of a whole row, for [`LOOKUP`] and [`DEAD_LETTERS`].
 macro_rules! record_columns {
@@ -107,6 +151,7 @@ macro_rules! record_columns {
          extract(epoch FROM updated_at)::float8 AS updated_at"
     };
 }
+pub(crate) use record_columns;
 
 /// Lookup: a plain read, no lock; sees the last committed state.
 pub(crate) const LOOKUP: &str = concat!(

@@ -19,6 +19,7 @@ use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
 use tokio::sync::Semaphore;
 
 use super::batch::{self, ClaimCall, CompleteCall};
+use super::operator::PgOperator;
 use super::pool::Inner;
 use super::queue;
 use super::rows::{db_error, get, parse_mode, record};
@@ -29,10 +30,11 @@ use crate::config::StoreConfig;
 use crate::key::EventId;
 use crate::store::api::millis;
 use crate::store::api::{
-    Enqueued, EventRecord, Failure, Fenced, QueueDepth, QueueRow, Reopened, Store, StoreError,
-    StoreFuture, Taken,
+    Enqueued, EventRecord, Failure, Fenced, History, Kept, QueueDepth, QueueRow, Reopened,
+    Store, StoreError, StoreFuture, Taken,
 };
 use crate::store::batcher::Batcher;
+use crate::store::operator::OperatorStore;
 use crate::store::page::PageCursor;
 use crate::store::reconnect::Reconnect;
 
@@ -55,6 +57,7 @@ pub struct PgStore {
     claims: Batcher<ClaimCall, ClaimResult>,
     completions: Batcher<CompleteCall, Fenced>,
     enqueues: Batcher<QueueRow, Enqueued>,
+    operator: PgOperator,
 }
 
 impl PgStore {
@@ -133,6 +136,9 @@ impl PgStore {
             move |calls| batch::enqueues(Arc::clone(&inner), calls)
         });
         Ok(Self {
+            operator: PgOperator {
+                inner: Arc::clone(&inner),
+            },
             inner,
             claims,
             completions,
@@ -229,11 +235,13 @@ impl Store for PgStore {
         id: &'a EventId,
         fingerprint: Option<&'a str>,
         lease: Duration,
+        keep: Option<&'a Kept>,
     ) -> StoreFuture<'a, ClaimResult> {
         Box::pin(self.guarded_batch(self.claims.call(ClaimCall {
             id: id.clone(),
             fingerprint: fingerprint.map(str::to_owned),
             lease_ms: millis(lease),
+            keep: keep.cloned(),
         })))
     }
 
@@ -242,11 +250,13 @@ impl Store for PgStore {
         id: &'a EventId,
         attempts: i32,
         result: &'a StoredResult,
+        history: Option<&'a History>,
     ) -> StoreFuture<'a, Fenced> {
         Box::pin(self.guarded_batch(self.completions.call(CompleteCall {
             id: id.clone(),
             attempts,
             result: result.clone(),
+            history: history.cloned(),
         })))
     }
 
@@ -262,8 +272,9 @@ impl Store for PgStore {
                 None => Status::Failed,
             };
             let retry_in = failure.retry_in.map(millis);
+            let history = failure.history.as_ref();
             self.inner
-                .fenced(
+                .counted(
                     FAIL,
                     &[
                         &&*id.provider,
@@ -277,6 +288,12 @@ impl Store for PgStore {
                         &failure.headers,
                         &retry_in,
                         &i32::from(failure.uncounted),
+                        &history.map(|h| h.path.as_str()),
+                        &history.map(|h| &*h.node),
+                        &history.map(|h| h.outcome),
+                        &history.map(|h| millis(h.took)),
+                        &history.and_then(|h| h.target_status.map(|s| s as i16)),
+                        &history.and_then(|h| h.answer.as_deref()),
                     ],
                 )
                 .await
@@ -421,6 +438,10 @@ impl Store for PgStore {
                 .map_err(db_error)?;
             rows.iter().map(record).collect()
         })))
+    }
+
+    fn operator(&self) -> &dyn OperatorStore {
+        &self.operator
     }
 
     fn queue_depth(&self) -> StoreFuture<'_, Vec<QueueDepth>> {

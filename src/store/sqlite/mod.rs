@@ -5,6 +5,7 @@
 //! The files import one another one way: `store` (the [`Store`](super::Store)
 //! implementation) → `queue` → `writer`, `rows`.
 
+mod operator;
 mod queue;
 mod rows;
 mod store;

@@ -18,12 +18,13 @@ use crate::store::api::{millis, Enqueued, Fenced, QueueDepth, QueueRow, StoreErr
 const ENQUEUE: &str = "
 INSERT INTO webhook_events
     (provider, event_key, status, attempts, last_path, fingerprint, mode, payload,
-     content_type, request_headers, next_attempt_at, locked_until, created_at, updated_at)
+     content_type, request_headers, next_attempt_at, locked_until, created_at, updated_at,
+     keep_payload)
 VALUES (?1, ?2, CASE WHEN ?7 IS NULL THEN 'queued' ELSE 'in_progress' END,
         CASE WHEN ?7 IS NULL THEN 0 ELSE 1 END,
         CASE WHEN ?7 IS NULL THEN 'queued' ELSE 'first_run' END,
         ?3, 'queue', ?4, ?5, ?6, unixepoch('subsec') + COALESCE(?7, 0) / 1000.0,
-        unixepoch('subsec') + ?7 / 1000.0, unixepoch('subsec'), unixepoch('subsec'))
+        unixepoch('subsec') + ?7 / 1000.0, unixepoch('subsec'), unixepoch('subsec'), ?8)
 ON CONFLICT (provider, event_key) DO NOTHING";
 
 /// Take: the claim's rule on a due queue row (see Postgres's `TAKE`).
@@ -138,7 +139,8 @@ pub(crate) fn enqueue(conn: &Connection, item: &QueueRow) -> Result<Enqueued, St
                 &item.payload[..],
                 item.content_type,
                 item.headers,
-                item.start.map(millis)
+                item.start.map(millis),
+                item.keep_payload
             ])
         })
         .map_err(sql_error)?;

@@ -24,9 +24,11 @@ use crate::claim::{ClaimResult, Path as ClaimPath, RowState, Status, StoredResul
 use crate::config::Mode;
 use crate::key::EventId;
 use crate::store::api::{
-    millis, Enqueued, EventRecord, Failure, Fenced, QueueDepth, QueueRow, Reopened, Store,
-    StoreError, StoreFuture, Taken,
+    millis, Enqueued, EventRecord, Failure, Fenced, History, Kept, QueueDepth, QueueRow,
+    Reopened, Store, StoreError, StoreFuture, Taken,
 };
+use crate::store::operator::OperatorStore;
+use super::operator::SqliteOperator;
 use crate::store::page::PageCursor;
 
 /// The migrations, applied in order, each once.
@@ -35,7 +37,36 @@ const MIGRATIONS: &[(i32, &str)] = &[
     (2, include_str!("migrations/0002_request_headers.sql")),
     (3, include_str!("migrations/0003_queue.sql")),
     (4, include_str!("migrations/0004_throttles.sql")),
+    (5, include_str!("migrations/0005_history.sql")),
 ];
+
+/// Writes `history` for attempt `attempts` of the row, after its outcome (same transaction).
+fn write_history(
+    conn: &Connection,
+    provider: &str,
+    key: &str,
+    attempts: i32,
+    history: &History,
+    error: Option<&str>,
+) -> Result<(), StoreError> {
+    conn.prepare_cached(HISTORY)
+        .and_then(|mut s| {
+            s.execute(params![
+                provider,
+                key,
+                attempts,
+                history.path.as_str(),
+                &*history.node,
+                history.outcome,
+                millis(history.took),
+                history.target_status,
+                error,
+                history.answer
+            ])
+        })
+        .map(|_| ())
+        .map_err(sql_error)
+}
 
 /// How long a statement waits for another process's write lock before failing.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
@@ -46,9 +77,10 @@ const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 const CLAIM: &str = "
 INSERT INTO webhook_events
     (provider, event_key, status, attempts, last_path, fingerprint, locked_until,
-     created_at, updated_at)
+     created_at, updated_at, payload, content_type, request_headers, keep_payload)
 VALUES (?1, ?2, 'in_progress', 1, 'first_run', ?3,
-        unixepoch('subsec') + ?4 / 1000.0, unixepoch('subsec'), unixepoch('subsec'))
+        unixepoch('subsec') + ?4 / 1000.0, unixepoch('subsec'), unixepoch('subsec'),
+        ?5, ?6, ?7, ?5 IS NOT NULL)
 ON CONFLICT (provider, event_key) DO UPDATE
 SET status = 'in_progress',
     attempts = webhook_events.attempts + 1,
@@ -68,9 +100,22 @@ RETURNING attempts, last_path";
 const COMPLETE: &str = "
 UPDATE webhook_events
 SET status = 'done', result_status = ?4, result_content_type = ?5, result_body = ?6,
-    locked_until = NULL, last_error = NULL, dead_reason = NULL, payload = NULL,
-    content_type = NULL, request_headers = NULL, updated_at = unixepoch('subsec')
+    locked_until = NULL, last_error = NULL, dead_reason = NULL,
+    payload = CASE WHEN keep_payload THEN payload END,
+    content_type = CASE WHEN keep_payload THEN content_type END,
+    request_headers = CASE WHEN keep_payload THEN request_headers END,
+    updated_at = unixepoch('subsec')
 WHERE provider = ?1 AND event_key = ?2 AND attempts = ?3 AND status = 'in_progress'";
+
+/// An attempt's history row, after its outcome changed the row (in the same transaction:
+/// the write lock is held from the outcome's update to here).
+const HISTORY: &str = "
+INSERT INTO webhook_attempts
+    (provider, event_key, attempt, path, node, mode, outcome, started_at, ended_at,
+     target_status, error, answer)
+SELECT provider, event_key, ?3, ?4, ?5, mode, ?6, unixepoch('subsec') - ?7 / 1000.0,
+       unixepoch('subsec'), ?8, ?9, ?10
+FROM webhook_events WHERE provider = ?1 AND event_key = ?2";
 
 /// Fail or dead-letter, fenced by the attempt; releases the lease at once. Kept request
 /// headers are replaced only by another request's (a replay has none and keeps them).
@@ -104,6 +149,7 @@ DELETE FROM webhook_events WHERE rowid IN (
 /// The embedded store.
 pub struct SqliteStore {
     writer: Writer,
+    operator: SqliteOperator,
 }
 
 impl SqliteStore {
@@ -122,8 +168,15 @@ impl SqliteStore {
             .map_err(sql_error)?;
         conn.pragma_update(None, "synchronous", "FULL")
             .map_err(sql_error)?;
+        // History rows go with their event (ON DELETE CASCADE).
+        conn.pragma_update(None, "foreign_keys", "ON")
+            .map_err(sql_error)?;
+        let writer = Writer::start(conn, deadline)?;
         Ok(Self {
-            writer: Writer::start(conn, deadline)?,
+            operator: SqliteOperator {
+                writer: writer.clone(),
+            },
+            writer,
         })
     }
 
@@ -198,15 +251,26 @@ impl Store for SqliteStore {
         id: &'a EventId,
         fingerprint: Option<&'a str>,
         lease: Duration,
+        keep: Option<&'a Kept>,
     ) -> StoreFuture<'a, ClaimResult> {
         let (provider, key) = (id.provider.clone(), id.key.clone());
         let fingerprint = fingerprint.map(str::to_owned);
+        let keep = keep.cloned();
         Box::pin(self.writer.call(move |conn| {
+            let keep = keep.as_ref();
             let won = conn
                 .prepare_cached(CLAIM)
                 .and_then(|mut s| {
                     s.query_row(
-                        params![&*provider, &*key, fingerprint, millis(lease)],
+                        params![
+                            &*provider,
+                            &*key,
+                            fingerprint,
+                            millis(lease),
+                            keep.map(|k| &k.payload[..]),
+                            keep.and_then(|k| k.content_type.as_deref()),
+                            keep.and_then(|k| k.headers.as_deref())
+                        ],
                         |r| Ok((r.get::<_, i32>(0)?, r.get::<_, String>(1)?)),
                     )
                     .optional()
@@ -236,10 +300,12 @@ impl Store for SqliteStore {
         id: &'a EventId,
         attempts: i32,
         result: &'a StoredResult,
+        history: Option<&'a History>,
     ) -> StoreFuture<'a, Fenced> {
         let (provider, key, result) = (id.provider.clone(), id.key.clone(), result.clone());
+        let history = history.cloned();
         Box::pin(self.writer.call(move |conn| {
-            fenced(conn.prepare_cached(COMPLETE).and_then(|mut s| {
+            let written = fenced(conn.prepare_cached(COMPLETE).and_then(|mut s| {
                 s.execute(params![
                     &*provider,
                     &*key,
@@ -248,7 +314,11 @@ impl Store for SqliteStore {
                     result.content_type,
                     result.body
                 ])
-            }))
+            }))?;
+            if let (Fenced::Applied, Some(h)) = (written, &history) {
+                write_history(conn, &provider, &key, attempts, h, None)?;
+            }
+            Ok(written)
         }))
     }
 
@@ -265,7 +335,7 @@ impl Store for SqliteStore {
             } else {
                 Status::Failed
             };
-            fenced(conn.prepare_cached(FAIL).and_then(|mut s| {
+            let written = fenced(conn.prepare_cached(FAIL).and_then(|mut s| {
                 s.execute(params![
                     &*provider,
                     &*key,
@@ -279,7 +349,11 @@ impl Store for SqliteStore {
                     failure.retry_in.map(millis),
                     i32::from(failure.uncounted),
                 ])
-            }))
+            }))?;
+            if let (Fenced::Applied, Some(h)) = (written, &failure.history) {
+                write_history(conn, &provider, &key, attempts, h, Some(&failure.error))?;
+            }
+            Ok(written)
         }))
     }
 
@@ -456,6 +530,10 @@ impl Store for SqliteStore {
                 .map_err(sql_error)?;
             rows.map(|r| r.map_err(sql_error)?).collect()
         }))
+    }
+
+    fn operator(&self) -> &dyn OperatorStore {
+        &self.operator
     }
 
     fn queue_depth(&self) -> StoreFuture<'_, Vec<QueueDepth>> {

@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 use hookgate::claim::{ClaimResult, Status, StoredResult};
 use hookgate::key::EventId;
 use hookgate::store::{
-    Enqueued, EventRecord, Failure, Fenced, QueueDepth, QueueRow, Reopened, Store, StoreError,
+    Enqueued, EventRecord, History, Kept, Failure, Fenced, QueueDepth, QueueRow, Reopened, Store, StoreError,
     StoreFuture, Taken,
 };
 
@@ -496,8 +496,9 @@ impl Store for ChaosStore {
         id: &'a EventId,
         fingerprint: Option<&'a str>,
         lease: Duration,
+        keep: Option<&'a Kept>,
     ) -> StoreFuture<'a, ClaimResult> {
-        let call = move || self.inner.claim(id, fingerprint, lease);
+        let call = move || self.inner.claim(id, fingerprint, lease, keep);
         self.faulty(Op::Claim, Some(id), None, call, |r| match r {
             ClaimResult::Won { attempts, path } => {
                 (format!("won ({})", path.as_str()), true, Some(*attempts))
@@ -510,8 +511,9 @@ impl Store for ChaosStore {
         id: &'a EventId,
         attempts: i32,
         result: &'a StoredResult,
+        history: Option<&'a History>,
     ) -> StoreFuture<'a, Fenced> {
-        let call = move || self.inner.complete(id, attempts, result);
+        let call = move || self.inner.complete(id, attempts, result, history);
         self.faulty(Op::Complete, Some(id), Some(attempts), call, fenced)
     }
     fn fail<'a>(
@@ -618,6 +620,9 @@ impl Store for ChaosStore {
         limit: u32,
     ) -> StoreFuture<'a, Vec<EventRecord>> {
         self.inner.list(provider, status, limit)
+    }
+    fn operator(&self) -> &dyn hookgate::store::operator::OperatorStore {
+        self.inner.operator()
     }
     fn queue_depth(&self) -> StoreFuture<'_, Vec<QueueDepth>> {
         self.inner.queue_depth()

@@ -514,5 +514,6 @@ pub fn failure(dead: Option<hookgate::store::DeadReason>) -> hookgate::store::Fa
         headers: Some(r#"{"x-sender":"s1"}"#.into()),
         retry_in: None,
         uncounted: false,
+        history: None,
     }
 }

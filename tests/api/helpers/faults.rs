@@ -9,7 +9,7 @@ use std::time::Duration;
 use hookgate::claim::{ClaimResult, Status, StoredResult};
 use hookgate::key::EventId;
 use hookgate::store::{
-    Enqueued, EventRecord, Failure, Fenced, QueueDepth, QueueRow, Reopened, Store, StoreFuture,
+    Enqueued, EventRecord, History, Kept, Failure, Fenced, QueueDepth, QueueRow, Reopened, Store, StoreFuture,
     Taken,
 };
 
@@ -44,17 +44,19 @@ impl Store for FaultyStore {
         id: &'a EventId,
         fingerprint: Option<&'a str>,
         lease: Duration,
+        keep: Option<&'a Kept>,
     ) -> StoreFuture<'a, ClaimResult> {
-        self.inner.claim(id, fingerprint, lease)
+        self.inner.claim(id, fingerprint, lease, keep)
     }
     fn complete<'a>(
         &'a self,
         id: &'a EventId,
         attempts: i32,
         result: &'a StoredResult,
+        history: Option<&'a History>,
     ) -> StoreFuture<'a, Fenced> {
         assert!(!id.key.contains("panic"), "injected store panic for {id}");
-        self.inner.complete(id, attempts, result)
+        self.inner.complete(id, attempts, result, history)
     }
     fn fail<'a>(
         &'a self,
@@ -129,6 +131,9 @@ impl Store for FaultyStore {
         limit: u32,
     ) -> StoreFuture<'a, Vec<EventRecord>> {
         self.inner.list(provider, status, limit)
+    }
+    fn operator(&self) -> &dyn hookgate::store::operator::OperatorStore {
+        self.inner.operator()
     }
     fn queue_depth(&self) -> StoreFuture<'_, Vec<QueueDepth>> {
         self.inner.queue_depth()

@@ -1,0 +1,224 @@
+//! What operators read and do through the store, beside the claim path: an event's
+//! attempts, searches by filter, counts per provider and status, paused providers, and bulk
+//! replay jobs. A job is owned by one node at a time under a lease and records one result
+//! per event, so several nodes never run the same job, and an event is replayed once by it.
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use super::api::{AttemptRecord, EventRecord, StoreFuture};
+use super::page::PageCursor;
+use crate::claim::Status;
+use crate::key::EventId;
+
+/// Which events a search (or a bulk replay) is about; every field narrows it.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct SearchFilter {
+    /// Only this provider's.
+    pub provider: Option<String>,
+    /// Only rows in this status.
+    #[serde(default, with = "status_name")]
+    pub status: Option<Status>,
+    /// Only rows whose last attempt took this path.
+    pub path: Option<String>,
+    /// Only keys that start with this.
+    pub key_prefix: Option<String>,
+    /// Only `sync` or `queue` rows.
+    pub mode: Option<String>,
+    /// Only dead letters of this reason.
+    pub reason: Option<String>,
+    /// Created at or after (Unix seconds).
+    pub created_after: Option<f64>,
+    /// Created before (Unix seconds).
+    pub created_before: Option<f64>,
+    /// Last changed at or after (Unix seconds).
+    pub updated_after: Option<f64>,
+    /// Last changed before (Unix seconds).
+    pub updated_before: Option<f64>,
+}
+
+mod status_name {
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    use crate::claim::Status;
+
+    pub fn serialize<S: Serializer>(status: &Option<Status>, s: S) -> Result<S::Ok, S::Error> {
+        match status {
+            Some(status) => s.serialize_str(status.as_str()),
+            None => s.serialize_none(),
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Status>, D::Error> {
+        match Option::<String>::deserialize(d)? {
+            None => Ok(None),
+            Some(text) => Status::parse(&text)
+                .map(Some)
+                .ok_or_else(|| serde::de::Error::custom(format!("unknown status {text:?}"))),
+        }
+    }
+}
+
+impl SearchFilter {
+    /// The `LIKE` pattern of `key_prefix`: its `%`, `_` and `\` escaped, then `%`.
+    pub fn key_pattern(&self) -> Option<String> {
+        self.key_prefix.as_ref().map(|prefix| {
+            let mut pattern = String::with_capacity(prefix.len() + 1);
+            for c in prefix.chars() {
+                if matches!(c, '%' | '_' | '\\') {
+                    pattern.push('\\');
+                }
+                pattern.push(c);
+            }
+            pattern.push('%');
+            pattern
+        })
+    }
+}
+
+/// Rows of one provider in one status.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct StatusCount {
+    /// The provider.
+    pub provider: String,
+    /// The status.
+    pub status: String,
+    /// How many rows.
+    pub rows: u64,
+}
+
+/// A bulk replay job.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ReplayJob {
+    /// Its number.
+    pub id: i64,
+    /// The filter it replays, as JSON.
+    pub filter: String,
+    /// `running`, `done` or `cancelled`.
+    pub status: String,
+    /// Events that matched when it was created.
+    pub total: i64,
+    /// Events replayed so far (done again, or retried).
+    pub replayed: i64,
+    /// Events whose replay failed (dead again) or could not run.
+    pub failed: i64,
+    /// Replays a second, at most.
+    pub rate: f64,
+    /// The node running it now.
+    pub owner: Option<String>,
+    /// Created and last changed, Unix seconds (store clock).
+    pub created_at: f64,
+    /// See `created_at`.
+    pub updated_at: f64,
+}
+
+/// What a job did with one event.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ReplayItem {
+    /// The event's provider.
+    pub provider: String,
+    /// Its key.
+    pub key: String,
+    /// `running`, `done`, `dead`, `retried`, `skipped` or `error`.
+    pub outcome: String,
+    /// A word on it.
+    pub detail: Option<String>,
+    /// When, Unix seconds.
+    pub at: f64,
+}
+
+/// The operators' side of a store.
+pub trait OperatorStore: Send + Sync {
+    /// Every history row of one event, oldest first.
+    fn history<'a>(&'a self, id: &'a EventId) -> StoreFuture<'a, Vec<AttemptRecord>>;
+
+    /// Rows matching `filter`, last changed first (ties by provider, then key, descending),
+    /// after `after`; at most `limit`. A plain read.
+    fn search<'a>(
+        &'a self,
+        filter: &'a SearchFilter,
+        after: Option<&'a PageCursor>,
+        limit: u32,
+    ) -> StoreFuture<'a, Vec<EventRecord>>;
+
+    /// How many rows match `filter` (a bulk replay's plan). A plain read.
+    fn count<'a>(&'a self, filter: &'a SearchFilter) -> StoreFuture<'a, u64>;
+
+    /// Rows per provider and status. A plain read over the whole table.
+    fn status_counts(&self) -> StoreFuture<'_, Vec<StatusCount>>;
+
+    /// Pauses (or resumes) `provider` for every node.
+    fn set_paused<'a>(&'a self, provider: &'a str, paused: bool) -> StoreFuture<'a, ()>;
+
+    /// The paused providers.
+    fn paused(&self) -> StoreFuture<'_, Vec<String>>;
+
+    /// Makes a `failed` queue row due now (a bulk replay of failed queue rows); `false`
+    /// when the row is not one.
+    fn retry_now<'a>(&'a self, id: &'a EventId) -> StoreFuture<'a, bool>;
+
+    /// A new running job for `filter` (JSON) over `total` events at `rate` a second.
+    fn create_job<'a>(&'a self, filter: &'a str, total: u64, rate: f64) -> StoreFuture<'a, i64>;
+
+    /// One job.
+    fn job(&self, id: i64) -> StoreFuture<'_, Option<ReplayJob>>;
+
+    /// The newest jobs.
+    fn jobs(&self, limit: u32) -> StoreFuture<'_, Vec<ReplayJob>>;
+
+    /// Takes a running job nobody holds (or whose holder's lease ran out) for `node`.
+    fn claim_job<'a>(
+        &'a self,
+        node: &'a str,
+        lease: Duration,
+    ) -> StoreFuture<'a, Option<ReplayJob>>;
+
+    /// Extends `node`'s hold on job `id`; `false` when it is no longer `node`'s running
+    /// job (cancelled, or taken over).
+    fn renew_job<'a>(&'a self, id: i64, node: &'a str, lease: Duration) -> StoreFuture<'a, bool>;
+
+    /// Marks one event begun by job `id`; `false` when the job saw it before (it is never
+    /// replayed twice by one job).
+    fn begin_item<'a>(&'a self, id: i64, event: &'a EventId) -> StoreFuture<'a, bool>;
+
+    /// Records what job `id` did with `event`, and counts it (`ok`: replayed).
+    fn end_item<'a>(
+        &'a self,
+        id: i64,
+        event: &'a EventId,
+        outcome: &'a str,
+        detail: Option<&'a str>,
+        ok: bool,
+    ) -> StoreFuture<'a, ()>;
+
+    /// Ends `node`'s running job `id` as `done`.
+    fn finish_job<'a>(&'a self, id: i64, node: &'a str) -> StoreFuture<'a, ()>;
+
+    /// Cancels a running job; `false` when it was not running.
+    fn cancel_job(&self, id: i64) -> StoreFuture<'_, bool>;
+
+    /// What job `id` did, the latest first, at most `limit`.
+    fn job_items(&self, id: i64, limit: u32) -> StoreFuture<'_, Vec<ReplayItem>>;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_key_prefix_matches_its_text_only() {
+        let filter = SearchFilter {
+            key_prefix: Some("evt_1%\\".into()),
+            ..SearchFilter::default()
+        };
+        assert_eq!(filter.key_pattern().as_deref(), Some("evt\\_1\\%\\\\%"));
+    }
+
+    #[test]
+    fn a_filter_reads_its_status_by_name_and_refuses_others() {
+        let filter: SearchFilter = serde_json::from_str(r#"{"status":"dead"}"#).unwrap();
+        assert_eq!(filter.status, Some(Status::Dead));
+        assert!(serde_json::from_str::<SearchFilter>(r#"{"status":"gone"}"#).is_err());
+    }
+}

@@ -1,0 +1,421 @@
+//! The Postgres store's operator side: an event's history, searches, counts, paused
+//! providers and bulk replay jobs. Each statement says what it locks; none is on a sender's
+//! path.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio_postgres::Row;
+
+use super::pool::Inner;
+use super::rows::{db_error, get, record};
+use super::sql::record_columns;
+use crate::key::EventId;
+use crate::store::api::{millis, AttemptRecord, EventRecord, StoreError, StoreFuture};
+use crate::store::operator::{OperatorStore, ReplayItem, ReplayJob, SearchFilter, StatusCount};
+use crate::store::page::PageCursor;
+
+/// History: one event's attempts, oldest first (its primary key). A plain read.
+const HISTORY: &str = "
+SELECT attempt, path, node, mode, outcome,
+       extract(epoch FROM started_at)::float8 AS started_at,
+       extract(epoch FROM ended_at)::float8 AS ended_at,
+       target_status, error, answer
+FROM webhook_attempts WHERE provider = $1 AND event_key = $2 ORDER BY attempt";
+
+/// The conditions of a search, `$1`…`$10` (each ignored when NULL).
+macro_rules! search_where {
+    () => {
+        " FROM webhook_events
+WHERE ($1::text IS NULL OR provider = $1)
+  AND ($2::text IS NULL OR status = $2)
+  AND ($3::text IS NULL OR last_path = $3)
+  AND ($4::text IS NULL OR event_key LIKE $4)
+  AND ($5::text IS NULL OR mode = $5)
+  AND ($6::text IS NULL OR dead_reason = $6)
+  AND ($7::float8 IS NULL OR created_at >= to_timestamp($7))
+  AND ($8::float8 IS NULL OR created_at < to_timestamp($8))
+  AND ($9::float8 IS NULL OR updated_at >= to_timestamp($9))
+  AND ($10::float8 IS NULL OR updated_at < to_timestamp($10))"
+    };
+}
+
+/// Search: matching rows, last changed first, after the cursor `($11 µs, $12, $13)`. A
+/// plain read; with a status it walks the (status, updated_at) index, otherwise it sorts
+/// what the other conditions leave (a key prefix or a provider narrows it by the primary
+/// key).
+const SEARCH: &str = concat!(
+    "SELECT ",
+    record_columns!(),
+    search_where!(),
+    "
+  AND ($11::bigint IS NULL
+       OR (updated_at, provider, event_key)
+          < ('epoch'::timestamptz + $11::bigint * interval '1 microsecond', $12, $13))
+ORDER BY updated_at DESC, provider DESC, event_key DESC LIMIT $14"
+);
+
+/// Count: how many rows a search matches. A plain read.
+const COUNT: &str = concat!("SELECT count(*)::bigint AS n", search_where!());
+
+/// Rows per provider and status: a plain read of the whole table (its index).
+const STATUS_COUNTS: &str = "
+SELECT provider, status, count(*)::bigint AS n FROM webhook_events
+GROUP BY provider, status ORDER BY provider, status";
+
+/// Pause: one row per paused provider; a concurrent pause of the same one does nothing.
+const PAUSE: &str = "INSERT INTO hookgate_paused (provider) VALUES ($1) ON CONFLICT DO NOTHING";
+/// Resume: deletes the provider's row, if any.
+const RESUME: &str = "DELETE FROM hookgate_paused WHERE provider = $1";
+/// The paused providers. A plain read.
+const PAUSED: &str = "SELECT provider FROM hookgate_paused ORDER BY provider";
+
+/// Retry now: a failed queue row becomes due at once. Locks the one row; a concurrent take
+/// waits, then takes it as due.
+const RETRY_NOW: &str = "
+UPDATE webhook_events SET next_attempt_at = now()
+WHERE provider = $1 AND event_key = $2 AND mode = 'queue'
+  AND status IS NOT DISTINCT FROM 'failed'";
+
+/// A job's columns.
+macro_rules! job_columns {
+    () => {
+        "id, filter, status, total, replayed, failed, rate, owner,
+         extract(epoch FROM created_at)::float8 AS created_at,
+         extract(epoch FROM updated_at)::float8 AS updated_at"
+    };
+}
+
+const CREATE_JOB: &str = "
+INSERT INTO hookgate_replay_jobs (filter, status, total, rate)
+VALUES ($1, 'running', $2, $3) RETURNING id";
+
+const JOB: &str = concat!(
+    "SELECT ",
+    job_columns!(),
+    " FROM hookgate_replay_jobs WHERE id = $1"
+);
+
+const JOBS: &str = concat!(
+    "SELECT ",
+    job_columns!(),
+    " FROM hookgate_replay_jobs ORDER BY id DESC LIMIT $1"
+);
+
+/// Claim a job: the oldest running one nobody holds, or whose holder's lease ran out. The
+/// inner select locks it with `FOR UPDATE SKIP LOCKED`: a node claiming at the same moment
+/// skips it, so one node runs a job at a time.
+const CLAIM_JOB: &str = concat!(
+    "
+UPDATE hookgate_replay_jobs
+SET owner = $1, lease_until = now() + $2::bigint * interval '1 millisecond', updated_at = now()
+WHERE id = (SELECT id FROM hookgate_replay_jobs
+            WHERE status = 'running' AND (owner IS NULL OR lease_until < now())
+            ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED)
+RETURNING ",
+    job_columns!()
+);
+
+/// Renew: the holder extends its lease while the job still runs and is still its own.
+/// Locks the job's row.
+const RENEW_JOB: &str = "
+UPDATE hookgate_replay_jobs
+SET lease_until = now() + $3::bigint * interval '1 millisecond', updated_at = now()
+WHERE id = $1 AND owner = $2 AND status = 'running'";
+
+/// Begin an item: one row per (job, event); a second begin of the same does nothing.
+const BEGIN_ITEM: &str = "
+INSERT INTO hookgate_replay_items (job_id, provider, event_key, outcome)
+VALUES ($1, $2, $3, 'running') ON CONFLICT DO NOTHING";
+
+/// End an item and count it on its job, in one statement. Locks the item and the job row.
+const END_ITEM: &str = "
+WITH item AS (
+    UPDATE hookgate_replay_items SET outcome = $4, detail = $5, at = now()
+    WHERE job_id = $1 AND provider = $2 AND event_key = $3)
+UPDATE hookgate_replay_jobs
+SET replayed = replayed + $6, failed = failed + $7, updated_at = now()
+WHERE id = $1";
+
+/// Finish: the holder marks its running job done. Locks the job's row.
+const FINISH_JOB: &str = "
+UPDATE hookgate_replay_jobs
+SET status = 'done', owner = NULL, lease_until = NULL, updated_at = now()
+WHERE id = $1 AND owner = $2 AND status = 'running'";
+
+/// Cancel: a running job stops; its holder sees it at its next renewal.
+const CANCEL_JOB: &str = "
+UPDATE hookgate_replay_jobs SET status = 'cancelled', updated_at = now()
+WHERE id = $1 AND status = 'running'";
+
+const JOB_ITEMS: &str = "
+SELECT provider, event_key, outcome, detail, extract(epoch FROM at)::float8 AS at
+FROM hookgate_replay_items WHERE job_id = $1 ORDER BY at DESC LIMIT $2";
+
+/// The operator side of a [`PgStore`](super::PgStore).
+pub(crate) struct PgOperator {
+    pub(crate) inner: Arc<Inner>,
+}
+
+fn job(row: &Row) -> Result<ReplayJob, StoreError> {
+    Ok(ReplayJob {
+        id: get(row, "id")?,
+        filter: get(row, "filter")?,
+        status: get(row, "status")?,
+        total: i64::from(get::<i32>(row, "total")?),
+        replayed: i64::from(get::<i32>(row, "replayed")?),
+        failed: i64::from(get::<i32>(row, "failed")?),
+        rate: get(row, "rate")?,
+        owner: get(row, "owner")?,
+        created_at: get(row, "created_at")?,
+        updated_at: get(row, "updated_at")?,
+    })
+}
+
+impl PgOperator {
+    async fn rows(
+        &self,
+        sql: &'static str,
+        params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
+    ) -> Result<Vec<Row>, StoreError> {
+        self.inner
+            .run(async |client| {
+                let stmt = client.prepare_cached(sql).await.map_err(db_error)?;
+                client.query(&stmt, params).await.map_err(db_error)
+            })
+            .await
+    }
+
+    async fn changed(
+        &self,
+        sql: &'static str,
+        params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
+    ) -> Result<u64, StoreError> {
+        self.inner
+            .run(async |client| {
+                let stmt = client.prepare_cached(sql).await.map_err(db_error)?;
+                client.execute(&stmt, params).await.map_err(db_error)
+            })
+            .await
+    }
+
+    async fn search_rows(
+        &self,
+        sql: &'static str,
+        filter: &SearchFilter,
+        after: Option<&PageCursor>,
+        limit: Option<u32>,
+    ) -> Result<Vec<Row>, StoreError> {
+        let status = filter.status.map(|s| s.as_str());
+        let pattern = filter.key_pattern();
+        let (us, after_provider, after_key) = match after {
+            Some(c) => (Some(c.updated_us), Some(&*c.id.provider), Some(&*c.id.key)),
+            None => (None, None, None),
+        };
+        let limit = limit.map(i64::from);
+        let mut params: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> = vec![
+            &filter.provider,
+            &status,
+            &filter.path,
+            &pattern,
+            &filter.mode,
+            &filter.reason,
+            &filter.created_after,
+            &filter.created_before,
+            &filter.updated_after,
+            &filter.updated_before,
+        ];
+        if limit.is_some() {
+            params.extend_from_slice(&[&us, &after_provider, &after_key, &limit]);
+        }
+        self.rows(sql, &params).await
+    }
+}
+
+impl OperatorStore for PgOperator {
+    fn history<'a>(&'a self, id: &'a EventId) -> StoreFuture<'a, Vec<AttemptRecord>> {
+        Box::pin(async move {
+            let rows = self
+                .rows(HISTORY, &[&&*id.provider, &&*id.key])
+                .await?;
+            rows.iter()
+                .map(|row| {
+                    Ok(AttemptRecord {
+                        attempt: get(row, "attempt")?,
+                        path: get(row, "path")?,
+                        node: get(row, "node")?,
+                        mode: get(row, "mode")?,
+                        outcome: get(row, "outcome")?,
+                        started_at: get(row, "started_at")?,
+                        ended_at: get(row, "ended_at")?,
+                        target_status: get::<Option<i16>>(row, "target_status")?
+                            .and_then(|s| u16::try_from(s).ok()),
+                        error: get(row, "error")?,
+                        answer: get(row, "answer")?,
+                    })
+                })
+                .collect()
+        })
+    }
+
+    fn search<'a>(
+        &'a self,
+        filter: &'a SearchFilter,
+        after: Option<&'a PageCursor>,
+        limit: u32,
+    ) -> StoreFuture<'a, Vec<EventRecord>> {
+        Box::pin(async move {
+            let rows = self.search_rows(SEARCH, filter, after, Some(limit)).await?;
+            rows.iter().map(record).collect()
+        })
+    }
+
+    fn count<'a>(&'a self, filter: &'a SearchFilter) -> StoreFuture<'a, u64> {
+        Box::pin(async move {
+            let rows = self.search_rows(COUNT, filter, None, None).await?;
+            let n: i64 = rows.first().map(|r| get(r, "n")).transpose()?.unwrap_or(0);
+            Ok(u64::try_from(n).unwrap_or(0))
+        })
+    }
+
+    fn status_counts(&self) -> StoreFuture<'_, Vec<StatusCount>> {
+        Box::pin(async move {
+            let rows = self.rows(STATUS_COUNTS, &[]).await?;
+            rows.iter()
+                .map(|row| {
+                    Ok(StatusCount {
+                        provider: get(row, "provider")?,
+                        status: get(row, "status")?,
+                        rows: u64::try_from(get::<i64>(row, "n")?).unwrap_or(0),
+                    })
+                })
+                .collect()
+        })
+    }
+
+    fn set_paused<'a>(&'a self, provider: &'a str, paused: bool) -> StoreFuture<'a, ()> {
+        Box::pin(async move {
+            let sql = if paused { PAUSE } else { RESUME };
+            self.changed(sql, &[&provider]).await.map(|_| ())
+        })
+    }
+
+    fn paused(&self) -> StoreFuture<'_, Vec<String>> {
+        Box::pin(async move {
+            let rows = self.rows(PAUSED, &[]).await?;
+            rows.iter().map(|row| get(row, "provider")).collect()
+        })
+    }
+
+    fn retry_now<'a>(&'a self, id: &'a EventId) -> StoreFuture<'a, bool> {
+        Box::pin(async move {
+            let n = self
+                .changed(RETRY_NOW, &[&&*id.provider, &&*id.key])
+                .await?;
+            Ok(n == 1)
+        })
+    }
+
+    fn create_job<'a>(&'a self, filter: &'a str, total: u64, rate: f64) -> StoreFuture<'a, i64> {
+        Box::pin(async move {
+            let total = i32::try_from(total).unwrap_or(i32::MAX);
+            let rows = self.rows(CREATE_JOB, &[&filter, &total, &rate]).await?;
+            let row = rows
+                .first()
+                .ok_or_else(|| StoreError::Corrupt("a new job without an id".into()))?;
+            get(row, "id")
+        })
+    }
+
+    fn job(&self, id: i64) -> StoreFuture<'_, Option<ReplayJob>> {
+        Box::pin(async move { self.rows(JOB, &[&id]).await?.first().map(job).transpose() })
+    }
+
+    fn jobs(&self, limit: u32) -> StoreFuture<'_, Vec<ReplayJob>> {
+        Box::pin(async move {
+            let rows = self.rows(JOBS, &[&i64::from(limit)]).await?;
+            rows.iter().map(job).collect()
+        })
+    }
+
+    fn claim_job<'a>(
+        &'a self,
+        node: &'a str,
+        lease: Duration,
+    ) -> StoreFuture<'a, Option<ReplayJob>> {
+        Box::pin(async move {
+            let rows = self.rows(CLAIM_JOB, &[&node, &millis(lease)]).await?;
+            rows.first().map(job).transpose()
+        })
+    }
+
+    fn renew_job<'a>(&'a self, id: i64, node: &'a str, lease: Duration) -> StoreFuture<'a, bool> {
+        Box::pin(async move {
+            Ok(self
+                .changed(RENEW_JOB, &[&id, &node, &millis(lease)])
+                .await?
+                == 1)
+        })
+    }
+
+    fn begin_item<'a>(&'a self, id: i64, event: &'a EventId) -> StoreFuture<'a, bool> {
+        Box::pin(async move {
+            Ok(self
+                .changed(BEGIN_ITEM, &[&id, &&*event.provider, &&*event.key])
+                .await?
+                == 1)
+        })
+    }
+
+    fn end_item<'a>(
+        &'a self,
+        id: i64,
+        event: &'a EventId,
+        outcome: &'a str,
+        detail: Option<&'a str>,
+        ok: bool,
+    ) -> StoreFuture<'a, ()> {
+        Box::pin(async move {
+            let (replayed, failed) = if ok { (1i32, 0i32) } else { (0, 1) };
+            self.changed(
+                END_ITEM,
+                &[
+                    &id,
+                    &&*event.provider,
+                    &&*event.key,
+                    &outcome,
+                    &detail,
+                    &replayed,
+                    &failed,
+                ],
+            )
+            .await
+            .map(|_| ())
+        })
+    }
+
+    fn finish_job<'a>(&'a self, id: i64, node: &'a str) -> StoreFuture<'a, ()> {
+        Box::pin(async move { self.changed(FINISH_JOB, &[&id, &node]).await.map(|_| ()) })
+    }
+
+    fn cancel_job(&self, id: i64) -> StoreFuture<'_, bool> {
+        Box::pin(async move { Ok(self.changed(CANCEL_JOB, &[&id]).await? == 1) })
+    }
+
+    fn job_items(&self, id: i64, limit: u32) -> StoreFuture<'_, Vec<ReplayItem>> {
+        Box::pin(async move {
+            let rows = self.rows(JOB_ITEMS, &[&id, &i64::from(limit)]).await?;
+            rows.iter()
+                .map(|row| {
+                    Ok(ReplayItem {
+                        provider: get(row, "provider")?,
+                        key: get(row, "event_key")?,
+                        outcome: get(row, "outcome")?,
+                        detail: get(row, "detail")?,
+                        at: get(row, "at")?,
+                    })
+                })
+                .collect()
+        })
+    }
+}

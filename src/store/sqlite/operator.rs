@@ -1,0 +1,360 @@
+//! The embedded store's operator side (see `postgres/operator.rs` for each statement's
+//! meaning): every statement runs on the writer thread, under its single write lock, so a
+//! job's claim and an item's begin see no concurrent writer.
+
+use std::time::Duration;
+
+use rusqlite::{params, Connection, OptionalExtension, Row};
+
+use super::rows::{record, select_record};
+use super::writer::{sql_error, Writer};
+use crate::key::EventId;
+use crate::store::api::{millis, AttemptRecord, EventRecord, StoreError, StoreFuture};
+use crate::store::operator::{OperatorStore, ReplayItem, ReplayJob, SearchFilter, StatusCount};
+use crate::store::page::PageCursor;
+
+const HISTORY: &str = "
+SELECT attempt, path, node, mode, outcome, started_at, ended_at, target_status, error, answer
+FROM webhook_attempts WHERE provider = ?1 AND event_key = ?2 ORDER BY attempt";
+
+/// The conditions of a search, `?1`…`?10` (each ignored when NULL).
+const SEARCH_WHERE: &str = "
+WHERE (?1 IS NULL OR provider = ?1)
+  AND (?2 IS NULL OR status = ?2)
+  AND (?3 IS NULL OR last_path = ?3)
+  AND (?4 IS NULL OR event_key LIKE ?4 ESCAPE '\\')
+  AND (?5 IS NULL OR mode = ?5)
+  AND (?6 IS NULL OR dead_reason = ?6)
+  AND (?7 IS NULL OR created_at >= ?7)
+  AND (?8 IS NULL OR created_at < ?8)
+  AND (?9 IS NULL OR updated_at >= ?9)
+  AND (?10 IS NULL OR updated_at < ?10)";
+
+const STATUS_COUNTS: &str = "
+SELECT provider, status, count(*) FROM webhook_events
+GROUP BY provider, status ORDER BY provider, status";
+
+const PAUSE: &str = "
+INSERT INTO hookgate_paused (provider, paused_at) VALUES (?1, unixepoch('subsec'))
+ON CONFLICT DO NOTHING";
+const RESUME: &str = "DELETE FROM hookgate_paused WHERE provider = ?1";
+const PAUSED: &str = "SELECT provider FROM hookgate_paused ORDER BY provider";
+
+const RETRY_NOW: &str = "
+UPDATE webhook_events SET next_attempt_at = unixepoch('subsec')
+WHERE provider = ?1 AND event_key = ?2 AND mode = 'queue' AND status = 'failed'";
+
+const JOB_COLUMNS: &str =
+    "id, filter, status, total, replayed, failed, rate, owner, created_at, updated_at";
+
+const CREATE_JOB: &str = "
+INSERT INTO hookgate_replay_jobs (filter, status, total, rate, created_at, updated_at)
+VALUES (?1, 'running', ?2, ?3, unixepoch('subsec'), unixepoch('subsec'))";
+
+const CLAIM_JOB: &str = "
+UPDATE hookgate_replay_jobs
+SET owner = ?1, lease_until = unixepoch('subsec') + ?2 / 1000.0, updated_at = unixepoch('subsec')
+WHERE id = (SELECT id FROM hookgate_replay_jobs
+            WHERE status = 'running' AND (owner IS NULL OR lease_until < unixepoch('subsec'))
+            ORDER BY id LIMIT 1)
+RETURNING id, filter, status, total, replayed, failed, rate, owner, created_at, updated_at";
+
+const RENEW_JOB: &str = "
+UPDATE hookgate_replay_jobs
+SET lease_until = unixepoch('subsec') + ?3 / 1000.0, updated_at = unixepoch('subsec')
+WHERE id = ?1 AND owner = ?2 AND status = 'running'";
+
+const BEGIN_ITEM: &str = "
+INSERT INTO hookgate_replay_items (job_id, provider, event_key, outcome, at)
+VALUES (?1, ?2, ?3, 'running', unixepoch('subsec')) ON CONFLICT DO NOTHING";
+
+const END_ITEM: &str = "
+UPDATE hookgate_replay_items SET outcome = ?4, detail = ?5, at = unixepoch('subsec')
+WHERE job_id = ?1 AND provider = ?2 AND event_key = ?3";
+
+const COUNT_ITEM: &str = "
+UPDATE hookgate_replay_jobs
+SET replayed = replayed + ?2, failed = failed + ?3, updated_at = unixepoch('subsec')
+WHERE id = ?1";
+
+const FINISH_JOB: &str = "
+UPDATE hookgate_replay_jobs
+SET status = 'done', owner = NULL, lease_until = NULL, updated_at = unixepoch('subsec')
+WHERE id = ?1 AND owner = ?2 AND status = 'running'";
+
+const CANCEL_JOB: &str = "
+UPDATE hookgate_replay_jobs SET status = 'cancelled', updated_at = unixepoch('subsec')
+WHERE id = ?1 AND status = 'running'";
+
+const JOB_ITEMS: &str = "
+SELECT provider, event_key, outcome, detail, at FROM hookgate_replay_items
+WHERE job_id = ?1 ORDER BY at DESC LIMIT ?2";
+
+/// The operator side of a [`SqliteStore`](super::SqliteStore).
+pub(crate) struct SqliteOperator {
+    pub(crate) writer: Writer,
+}
+
+fn job(r: &Row<'_>) -> rusqlite::Result<ReplayJob> {
+    Ok(ReplayJob {
+        id: r.get(0)?,
+        filter: r.get(1)?,
+        status: r.get(2)?,
+        total: r.get(3)?,
+        replayed: r.get(4)?,
+        failed: r.get(5)?,
+        rate: r.get(6)?,
+        owner: r.get(7)?,
+        created_at: r.get(8)?,
+        updated_at: r.get(9)?,
+    })
+}
+
+/// The ten filter parameters of [`SEARCH_WHERE`].
+fn filter_params(filter: &SearchFilter) -> [Box<dyn rusqlite::ToSql + Send>; 10] {
+    [
+        Box::new(filter.provider.clone()),
+        Box::new(filter.status.map(|s| s.as_str())),
+        Box::new(filter.path.clone()),
+        Box::new(filter.key_pattern()),
+        Box::new(filter.mode.clone()),
+        Box::new(filter.reason.clone()),
+        Box::new(filter.created_after),
+        Box::new(filter.created_before),
+        Box::new(filter.updated_after),
+        Box::new(filter.updated_before),
+    ]
+}
+
+fn run<T>(conn: &Connection, sql: &str, params: impl rusqlite::Params) -> Result<T, StoreError>
+where
+    T: rusqlite::types::FromSql,
+{
+    conn.prepare_cached(sql)
+        .and_then(|mut s| s.query_row(params, |r| r.get(0)))
+        .map_err(sql_error)
+}
+
+fn changed(conn: &Connection, sql: &str, params: impl rusqlite::Params) -> Result<usize, StoreError> {
+    conn.prepare_cached(sql)
+        .and_then(|mut s| s.execute(params))
+        .map_err(sql_error)
+}
+
+impl OperatorStore for SqliteOperator {
+    fn history<'a>(&'a self, id: &'a EventId) -> StoreFuture<'a, Vec<AttemptRecord>> {
+        let id = id.clone();
+        Box::pin(self.writer.call(move |conn| {
+            let mut stmt = conn.prepare_cached(HISTORY).map_err(sql_error)?;
+            let rows = stmt
+                .query_map(params![&*id.provider, &*id.key], |r| {
+                    Ok(AttemptRecord {
+                        attempt: r.get(0)?,
+                        path: r.get(1)?,
+                        node: r.get(2)?,
+                        mode: r.get(3)?,
+                        outcome: r.get(4)?,
+                        started_at: r.get(5)?,
+                        ended_at: r.get(6)?,
+                        target_status: r.get(7)?,
+                        error: r.get(8)?,
+                        answer: r.get(9)?,
+                    })
+                })
+                .map_err(sql_error)?;
+            rows.map(|r| r.map_err(sql_error)).collect()
+        }))
+    }
+
+    fn search<'a>(
+        &'a self,
+        filter: &'a SearchFilter,
+        after: Option<&'a PageCursor>,
+        limit: u32,
+    ) -> StoreFuture<'a, Vec<EventRecord>> {
+        let filter = filter.clone();
+        let after = after.cloned();
+        Box::pin(self.writer.call(move |conn| {
+            // Whole microseconds, rounded as `PageCursor` rounds them.
+            let sql = select_record(&format!(
+                "{SEARCH_WHERE}
+                 AND (?11 IS NULL OR (CAST(round(updated_at * 1000000) AS INTEGER), provider,
+                      event_key) < (?11, ?12, ?13))
+                 ORDER BY updated_at DESC, provider DESC, event_key DESC LIMIT ?14"
+            ));
+            let mut values: Vec<Box<dyn rusqlite::ToSql + Send>> =
+                filter_params(&filter).into_iter().collect();
+            values.push(Box::new(after.as_ref().map(|c| c.updated_us)));
+            values.push(Box::new(after.as_ref().map(|c| c.id.provider.to_string())));
+            values.push(Box::new(after.as_ref().map(|c| c.id.key.to_string())));
+            values.push(Box::new(limit));
+            let refs: Vec<&dyn rusqlite::ToSql> =
+                values.iter().map(|v| v.as_ref() as &dyn rusqlite::ToSql).collect();
+            let mut stmt = conn.prepare_cached(&sql).map_err(sql_error)?;
+            let rows = stmt
+                .query_map(refs.as_slice(), record)
+                .map_err(sql_error)?;
+            rows.map(|r| r.map_err(sql_error)?).collect()
+        }))
+    }
+
+    fn count<'a>(&'a self, filter: &'a SearchFilter) -> StoreFuture<'a, u64> {
+        let filter = filter.clone();
+        Box::pin(self.writer.call(move |conn| {
+            let values = filter_params(&filter);
+            let refs: Vec<&dyn rusqlite::ToSql> =
+                values.iter().map(|v| v.as_ref() as &dyn rusqlite::ToSql).collect();
+            let sql = format!("SELECT count(*) FROM webhook_events {SEARCH_WHERE}");
+            let n: i64 = run(conn, &sql, refs.as_slice())?;
+            Ok(u64::try_from(n).unwrap_or(0))
+        }))
+    }
+
+    fn status_counts(&self) -> StoreFuture<'_, Vec<StatusCount>> {
+        Box::pin(self.writer.call(|conn| {
+            let mut stmt = conn.prepare_cached(STATUS_COUNTS).map_err(sql_error)?;
+            let rows = stmt
+                .query_map([], |r| {
+                    Ok(StatusCount {
+                        provider: r.get(0)?,
+                        status: r.get(1)?,
+                        rows: u64::try_from(r.get::<_, i64>(2)?).unwrap_or(0),
+                    })
+                })
+                .map_err(sql_error)?;
+            rows.map(|r| r.map_err(sql_error)).collect()
+        }))
+    }
+
+    fn set_paused<'a>(&'a self, provider: &'a str, paused: bool) -> StoreFuture<'a, ()> {
+        let provider = provider.to_owned();
+        Box::pin(self.writer.call(move |conn| {
+            let sql = if paused { PAUSE } else { RESUME };
+            changed(conn, sql, params![provider]).map(|_| ())
+        }))
+    }
+
+    fn paused(&self) -> StoreFuture<'_, Vec<String>> {
+        Box::pin(self.writer.call(|conn| {
+            let mut stmt = conn.prepare_cached(PAUSED).map_err(sql_error)?;
+            let rows = stmt.query_map([], |r| r.get(0)).map_err(sql_error)?;
+            rows.map(|r| r.map_err(sql_error)).collect()
+        }))
+    }
+
+    fn retry_now<'a>(&'a self, id: &'a EventId) -> StoreFuture<'a, bool> {
+        let id = id.clone();
+        Box::pin(self.writer.call(move |conn| {
+            Ok(changed(conn, RETRY_NOW, params![&*id.provider, &*id.key])? == 1)
+        }))
+    }
+
+    fn create_job<'a>(&'a self, filter: &'a str, total: u64, rate: f64) -> StoreFuture<'a, i64> {
+        let filter = filter.to_owned();
+        Box::pin(self.writer.call(move |conn| {
+            let total = i64::try_from(total).unwrap_or(i64::MAX);
+            changed(conn, CREATE_JOB, params![filter, total, rate])?;
+            Ok(conn.last_insert_rowid())
+        }))
+    }
+
+    fn job(&self, id: i64) -> StoreFuture<'_, Option<ReplayJob>> {
+        Box::pin(self.writer.call(move |conn| {
+            let sql = format!("SELECT {JOB_COLUMNS} FROM hookgate_replay_jobs WHERE id = ?1");
+            conn.prepare_cached(&sql)
+                .and_then(|mut s| s.query_row(params![id], job).optional())
+                .map_err(sql_error)
+        }))
+    }
+
+    fn jobs(&self, limit: u32) -> StoreFuture<'_, Vec<ReplayJob>> {
+        Box::pin(self.writer.call(move |conn| {
+            let sql =
+                format!("SELECT {JOB_COLUMNS} FROM hookgate_replay_jobs ORDER BY id DESC LIMIT ?1");
+            let mut stmt = conn.prepare_cached(&sql).map_err(sql_error)?;
+            let rows = stmt.query_map(params![limit], job).map_err(sql_error)?;
+            rows.map(|r| r.map_err(sql_error)).collect()
+        }))
+    }
+
+    fn claim_job<'a>(
+        &'a self,
+        node: &'a str,
+        lease: Duration,
+    ) -> StoreFuture<'a, Option<ReplayJob>> {
+        let node = node.to_owned();
+        Box::pin(self.writer.call(move |conn| {
+            conn.prepare_cached(CLAIM_JOB)
+                .and_then(|mut s| s.query_row(params![node, millis(lease)], job).optional())
+                .map_err(sql_error)
+        }))
+    }
+
+    fn renew_job<'a>(&'a self, id: i64, node: &'a str, lease: Duration) -> StoreFuture<'a, bool> {
+        let node = node.to_owned();
+        Box::pin(self.writer.call(move |conn| {
+            Ok(changed(conn, RENEW_JOB, params![id, node, millis(lease)])? == 1)
+        }))
+    }
+
+    fn begin_item<'a>(&'a self, id: i64, event: &'a EventId) -> StoreFuture<'a, bool> {
+        let event = event.clone();
+        Box::pin(self.writer.call(move |conn| {
+            Ok(changed(conn, BEGIN_ITEM, params![id, &*event.provider, &*event.key])? == 1)
+        }))
+    }
+
+    fn end_item<'a>(
+        &'a self,
+        id: i64,
+        event: &'a EventId,
+        outcome: &'a str,
+        detail: Option<&'a str>,
+        ok: bool,
+    ) -> StoreFuture<'a, ()> {
+        let (event, outcome) = (event.clone(), outcome.to_owned());
+        let detail = detail.map(str::to_owned);
+        Box::pin(self.writer.call(move |conn| {
+            changed(
+                conn,
+                END_ITEM,
+                params![id, &*event.provider, &*event.key, outcome, detail],
+            )?;
+            let (replayed, failed) = if ok { (1, 0) } else { (0, 1) };
+            changed(conn, COUNT_ITEM, params![id, replayed, failed]).map(|_| ())
+        }))
+    }
+
+    fn finish_job<'a>(&'a self, id: i64, node: &'a str) -> StoreFuture<'a, ()> {
+        let node = node.to_owned();
+        Box::pin(
+            self.writer
+                .call(move |conn| changed(conn, FINISH_JOB, params![id, node]).map(|_| ())),
+        )
+    }
+
+    fn cancel_job(&self, id: i64) -> StoreFuture<'_, bool> {
+        Box::pin(
+            self.writer
+                .call(move |conn| Ok(changed(conn, CANCEL_JOB, params![id])? == 1)),
+        )
+    }
+
+    fn job_items(&self, id: i64, limit: u32) -> StoreFuture<'_, Vec<ReplayItem>> {
+        Box::pin(self.writer.call(move |conn| {
+            let mut stmt = conn.prepare_cached(JOB_ITEMS).map_err(sql_error)?;
+            let rows = stmt
+                .query_map(params![id, limit], |r| {
+                    Ok(ReplayItem {
+                        provider: r.get(0)?,
+                        key: r.get(1)?,
+                        outcome: r.get(2)?,
+                        detail: r.get(3)?,
+                        at: r.get(4)?,
+                    })
+                })
+                .map_err(sql_error)?;
+            rows.map(|r| r.map_err(sql_error)).collect()
+        }))
+    }
+}
