@@ -28,6 +28,7 @@ mod concurrency;
 mod edges;
 mod failures;
 mod helpers;
+mod history;
 mod model;
 mod operators;
 mod paths;
