@@ -42,8 +42,16 @@ pub async fn readyz(state: web::Data<AppState>) -> HttpResponse {
             answer
         }
     };
+    // Paused providers are not a fault: the node is ready, and says which it holds.
+    let mut paused: Vec<&str> = state
+        .providers
+        .keys()
+        .filter(|p| state.dispatcher.gate().held(p))
+        .map(String::as_str)
+        .collect();
+    paused.sort_unstable();
     match answer {
-        Ok(()) => HttpResponse::Ok().json(json!({"status": "ready"})),
+        Ok(()) => HttpResponse::Ok().json(json!({"status": "ready", "paused": paused})),
         Err(e) => {
             slog::warn!(state.log, "readyz.store_unavailable"; "error" => %e);
             HttpResponse::ServiceUnavailable()

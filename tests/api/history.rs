@@ -220,6 +220,13 @@ async fn a_paused_provider_delivers_nothing_until_resumed(backend: Backend) {
         .find(|p| p["name"] == "q")
         .unwrap();
     assert_eq!(q["paused"], true);
+    let ready = app.get("/readyz").await;
+    assert_eq!(ready.status, 200);
+    assert!(
+        ready.body.contains(r#""paused":["q","stripe"]"#),
+        "{}",
+        ready.body
+    );
     let metrics = app.get("/metrics").await.body;
     assert!(
         metrics.contains(r#"hookgate_provider_paused{provider="q"} 1"#),

@@ -10,7 +10,7 @@ use deadpool_postgres::{Client, Object, Pool};
 
 use super::batch::{ClaimCall, CompleteCall};
 use super::rows::{claim_result, db_error, get, pool_error};
-use super::sql::{CLAIM, COMPLETE};
+use super::sql::{CLAIM, COMPLETE, COMPLETE_PLAIN};
 use crate::claim::ClaimResult;
 use crate::store::api::millis;
 use crate::store::api::{Fenced, StoreError};
@@ -131,7 +131,18 @@ impl Inner {
             history,
         } = call;
         let status = i16::try_from(result.status).unwrap_or(i16::MAX);
-        let history = history.as_ref();
+        let Some(history) = history.as_ref() else {
+            let params: [&(dyn tokio_postgres::types::ToSql + Sync); 6] = [
+                &&*id.provider,
+                &&*id.key,
+                attempts,
+                &status,
+                &result.content_type,
+                &result.body,
+            ];
+            return self.fenced(COMPLETE_PLAIN, &params).await;
+        };
+        let history = Some(history);
         self.counted(
             COMPLETE,
             &[

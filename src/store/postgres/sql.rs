@@ -136,6 +136,18 @@ SELECT count(*)::bigint AS changed FROM done"
 ///
 /// Locks the one row; a concurrent claimer waits, then sees `failed` (and may win it) or
 /// `dead` (and never does).
+/// [`COMPLETE`] without a history row (a first run that ended done: the hot path); the
+/// same locks. Answers through its row count.
+pub(crate) const COMPLETE_PLAIN: &str = "
+UPDATE webhook_events
+SET status = 'done', result_status = $4, result_content_type = $5, result_body = $6,
+    locked_until = NULL, last_error = NULL, dead_reason = NULL,
+    payload = CASE WHEN keep_payload THEN payload END,
+    content_type = CASE WHEN keep_payload THEN content_type END,
+    request_headers = CASE WHEN keep_payload THEN request_headers END, updated_at = now()
+WHERE provider = $1 AND event_key = $2 AND attempts = $3
+  AND status IS NOT DISTINCT FROM 'in_progress'";
+
 /// With its history row (`$12`…`$17`) in the same statement; answers how many rows it
 /// changed (0 or 1).
 pub(crate) const FAIL: &str = concat!(
