@@ -7,6 +7,7 @@
 
 mod admin;
 mod budget;
+mod console;
 mod error;
 mod event_json;
 mod health;
