@@ -491,10 +491,11 @@ async function eventPage(mine, provider, key) {
 }
 
 function renderEvent(mine, event) {
-  // The detail answer's `attempts` is the history (a list); a row's is its attempt count.
+  // The detail answer's `attempts` is the history (a list), a listed row's its count; an
+  // event without history (a plain first run) then shows no count.
   const history = Array.isArray(event.attempts) ? event.attempts : [];
   const count = Array.isArray(event.attempts)
-    ? (event.attempt_count ?? history.reduce((n, a) => Math.max(n, a.attempt ?? 0), 0))
+    ? (event.attempt_count ?? (history.length ? Math.max(...history.map((a) => a.attempt)) : null))
     : event.attempts;
   const fields = [
     ['Provider', event.provider], ['Key', event.event_key], ['Status', badge('status', event.status)],
@@ -553,7 +554,9 @@ function timeline(attempts) {
   el('h3', {}, `Attempt ${a.attempt} · ${a.path} · `, badge('outcome', a.outcome),
     a.target_status != null ? ` · target ${a.target_status}` : ''),
   el('div', { class: 'when' },
-    `${when(a.started_at)} → ${when(a.ended_at)} · node ${a.node ?? '—'} · ${a.mode ?? ''}`),
+    `${when(a.started_at)} → ${when(a.ended_at)}`,
+    a.duration_ms != null ? ` (${a.duration_ms} ms)` : '',
+    ` · node ${a.node ?? '—'} · ${a.mode ?? ''}`),
   a.error ? el('div', { class: 'error attempt-error' }, a.error) : '',
   a.answer ? el('pre', { class: 'box attempt-answer' }, a.answer) : '')));
 }
