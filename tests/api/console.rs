@@ -37,6 +37,8 @@ async fn an_operator_works_through_the_console_in_a_real_browser() {
     }
     let app = spawn_app_on(Backend::Postgres, |c| {
         c.admin.token = Some(Secret::new(TOKEN));
+        // Payloads kept once done too, so the event page shows the done event's payload.
+        c.providers[0].keep_payload = serde_json::from_value(json!("always")).expect("always");
         let mut queued = c.providers[0].clone();
         queued.name = QUEUED.into();
         queued.mode = Some(Mode::Queue);
@@ -117,13 +119,46 @@ async fn an_operator_works_through_the_console_in_a_real_browser() {
         .await;
     browser.screenshot(&shots.join("dead.png")).await;
     browser.click("#plan-confirm").await;
+    browser.wait_text("#job-state", "done").await;
     browser
         .wait_text("#job-counts", "3 replayed, 0 failed, of 3")
         .await;
     for key in ["evt_dead1", "evt_dead2", "evt_dead3"] {
         app.target.wait_for(&TestApp::idem(key), 2).await;
     }
+    assert!(cancel_hidden(&browser).await);
     browser.screenshot(&shots.join("job.png")).await;
+
+    // A running job is cancelled: the target holds its first replay meanwhile, and the
+    // job replays nothing more once that one ends.
+    let cancelled = ["evt_cancel1", "evt_cancel2"].map(TestApp::idem);
+    app.target.set(Behaviour::Status(400));
+    for key in ["evt_cancel1", "evt_cancel2"] {
+        dead_letter(&app, key).await;
+    }
+    app.target.set(Behaviour::Hang);
+    browser.click("#nav-dead").await;
+    browser.wait_count("#events-table .event-row", 2).await;
+    browser.click("#plan").await;
+    browser
+        .wait_text("#plan-count", "2 dead letters match")
+        .await;
+    browser.click("#plan-confirm").await;
+    let replays = || cancelled.iter().map(|k| app.target.count(k)).sum::<usize>();
+    eventually("a replay held at the target", || async { replays() == 3 }).await;
+    browser.wait_text("#job-state", "running").await;
+    browser.click("#job-cancel").await;
+    browser.wait_text("#job-state", "cancelled").await;
+    assert!(cancel_hidden(&browser).await);
+    app.target.release();
+    eventually("the held replay to end", || async {
+        let mut statuses = Vec::new();
+        for key in ["evt_cancel1", "evt_cancel2"] {
+            statuses.push(app.db.status(PROVIDER, key).await);
+        }
+        statuses.iter().any(|s| s.as_deref() == Some("done"))
+    })
+    .await;
 
     // Pause the queue provider: an event queued meanwhile waits; resume: it arrives.
     let queued_key = format!("{QUEUED}:evt_q1");
@@ -166,6 +201,25 @@ async fn an_operator_works_through_the_console_in_a_real_browser() {
     })
     .await;
     assert_eq!(browser.alert_text().await, None, "a dialog opened");
+    // Seconds after the cancelled job's held replay ended, it has replayed nothing more.
+    assert_eq!(replays(), 3, "the cancelled job went on");
+}
+
+/// Whether the job page's Cancel button is hidden (the job no longer runs).
+async fn cancel_hidden(browser: &Browser) -> bool {
+    browser
+        .script(
+            "return document.getElementById('job-cancel').hidden",
+            json!([]),
+        )
+        .await
+        == json!(true)
+}
+
+/// Makes `key` a dead letter (the target must answer 400).
+async fn dead_letter(app: &TestApp, key: &str) {
+    let answer = app.deliver(key, r#"{"id":"dead"}"#).await;
+    assert_eq!(answer.body, r#"{"status":"dead_lettered"}"#, "{key}");
 }
 
 /// The page, its script and its style sheet come with the strict headers and need no token
@@ -251,8 +305,7 @@ async fn seed(app: &TestApp) {
 
     app.target.set(Behaviour::Status(400));
     for key in ["evt_dead1", "evt_dead2", "evt_dead3"] {
-        let answer = app.deliver(key, r#"{"id":"dead"}"#).await;
-        assert_eq!(answer.body, r#"{"status":"dead_lettered"}"#);
+        dead_letter(app, key).await;
     }
     app.target.set(Behaviour::Accept);
 }

@@ -12,6 +12,10 @@ const SVG = 'http://www.w3.org/2000/svg';
 const STATS_EVERY = 5000;
 const JOB_EVERY = 500;
 
+/** The chart's time axis: at least this many minutes, at most CHART_MAX. */
+const CHART_MINUTES = 30;
+const CHART_MAX = 60;
+
 const STATUSES = ['queued', 'in_progress', 'failed', 'dead', 'done'];
 const PATHS = [
   'first_run', 'retry_after_failure', 'lease_retake', 'duplicate_done',
@@ -37,7 +41,7 @@ function el(tag, attrs = {}, ...children) {
     else if (name.startsWith('on')) node.addEventListener(name.slice(2), value);
     else node.setAttribute(name, value === true ? '' : String(value));
   }
-  for (const child of children.flat()) {
+  for (const child of children.flat(Infinity)) {
     if (child === undefined || child === null || child === false) continue;
     node.append(child instanceof Node ? child : document.createTextNode(String(child)));
   }
@@ -297,7 +301,8 @@ function providerCard(p, refresh) {
       el('tr', {}, [...known, ...others].map((s) => el('td', { class: 'num', 'data-status': s },
         el('a', { href: `#/events${query({ provider: p.name, status: s })}` }, counts[s] ?? 0))))),
     el('p', { class: 'queue-line' },
-      'Queue: ', el('span', { class: 'queue-rows' }, queue.rows), ' rows due or waiting',
+      'Queue: ', el('span', { class: 'queue-rows' }, queue.rows),
+      queue.rows === 1 ? ' row due or waiting' : ' rows due or waiting',
       queue.rows ? `, oldest due ${Number(queue.oldest_due_s).toFixed(1)} s ago` : ''),
     pathsChart(p.paths_per_minute ?? []));
 }
@@ -313,11 +318,17 @@ function pathsChart(minutes) {
   const height = 120;
   const left = 28;
   const bottom = 16;
-  const rows = [...minutes].sort((a, b) => a.minute - b.minute);
+  // One slot a minute, from the first minute shown (at least CHART_MINUTES back) to now.
+  const now = Math.floor(Date.now() / 60000) * 60;
+  const known = minutes.map((m) => m.minute);
+  const start = Math.max(now - 60 * (CHART_MAX - 1),
+    Math.min(now - 60 * (CHART_MINUTES - 1), ...known));
+  const rows = minutes.filter((m) => m.minute >= start && m.minute <= now);
+  const slots = (now - start) / 60 + 1;
   const totals = rows.map((m) => Object.values(m.counts).reduce((a, b) => a + b, 0));
   const top = Math.max(1, ...totals);
-  const slot = (width - left) / rows.length;
-  const bar = Math.max(2, slot * 0.7);
+  const slot = (width - left) / slots;
+  const bar = Math.max(2, slot * 0.8);
   const chart = svg('svg', {
     class: 'chart', width, height, viewBox: `0 0 ${width} ${height}`, role: 'img',
   });
@@ -326,9 +337,9 @@ function pathsChart(minutes) {
   chart.append(svg('text', { x: 0, y: 10 }, top));
   chart.append(svg('text', { x: 0, y: height - bottom }, 0));
   const seen = new Set();
-  rows.forEach((m, i) => {
+  rows.forEach((m) => {
     let y = height - bottom;
-    const x = left + i * slot + (slot - bar) / 2;
+    const x = left + ((m.minute - start) / 60) * slot + (slot - bar) / 2;
     for (const [path, n] of Object.entries(m.counts)) {
       if (!n) continue;
       seen.add(path);
@@ -338,8 +349,8 @@ function pathsChart(minutes) {
         svg('title', {}, `${localTime(new Date(m.minute * 1000)).slice(11, 16)} ${path}: ${n}`)));
     }
   });
-  const first = localTime(new Date(rows[0].minute * 1000)).slice(11, 16);
-  const last = localTime(new Date(rows[rows.length - 1].minute * 1000)).slice(11, 16);
+  const first = localTime(new Date(start * 1000)).slice(11, 16);
+  const last = localTime(new Date(now * 1000)).slice(11, 16);
   chart.append(svg('text', { x: left, y: height - 3 }, first));
   chart.append(svg('text', { x: width - 28, y: height - 3 }, last));
   wrap.append(chart, el('div', { class: 'legend' },
@@ -531,14 +542,17 @@ function renderEvent(mine, event) {
   }, 'Replay');
   return el('div', { id: 'event' },
     el('h1', {}, 'Event ', el('span', { class: 'mono' }, event.event_key)),
-    el('section', { class: 'card', id: 'event-row' },
-      el('dl', { class: 'fields' }, fields.filter(([, v]) => v !== null && v !== undefined && v !== '')
-        .map(([name, value]) => [el('dt', {}, name), el('dd', {}, value)])),
-      el('div', { class: 'plan' }, replay, result)),
-    el('section', { class: 'card' }, el('h2', {}, 'Attempts'), timeline(history)),
     el('div', { class: 'two' },
-      el('section', { class: 'card' }, el('h2', {}, 'Payload'), payloadBox(event)),
-      el('section', { class: 'card' }, el('h2', {}, 'Kept request headers'), headerTable(event.request_headers))));
+      el('section', { class: 'card', id: 'event-row' },
+        el('dl', { class: 'fields' }, fields.filter(([, v]) => v !== null && v !== undefined && v !== '')
+          .map(([name, value]) => [el('dt', {}, name), el('dd', {}, value)])),
+        el('div', { class: 'plan' }, replay,
+          event.status === 'dead' ? '' : el('span', { class: 'note' }, 'Only a dead letter can be replayed.'),
+          result)),
+      el('div', {},
+        el('section', { class: 'card' }, el('h2', {}, 'Payload'), payloadBox(event)),
+        el('section', { class: 'card' }, el('h2', {}, 'Kept request headers'), headerTable(event.request_headers)))),
+    el('section', { class: 'card' }, el('h2', {}, 'Attempts'), timeline(history)));
 }
 
 function timeline(attempts) {
@@ -656,8 +670,23 @@ function jobList(jobs) {
         el('td', { class: 'num' }, `${j.replayed + j.failed} / ${j.total}`),
         el('td', { class: 'num' }, `${j.rate}/s`),
         el('td', {}, whenUnix(j.created_at)),
-        el('td', { class: 'mono clip' }, j.filter))))
+        el('td', { class: 'mono clip' }, filterText(j.filter)))))
       : el('p', { class: 'empty' }, 'No jobs yet.'));
+}
+
+/** A job's filter (JSON text) as `name=value` pairs, without the empty ones. */
+function filterText(text) {
+  let filter;
+  try {
+    filter = JSON.parse(text);
+  } catch {
+    return text;
+  }
+  if (!filter || typeof filter !== 'object') return text;
+  return Object.entries(filter)
+    .filter(([, v]) => v !== null && v !== '')
+    .map(([k, v]) => `${k}=${TIME_FILTERS.includes(k) ? whenUnix(v) : v}`)
+    .join(' ') || 'everything';
 }
 
 async function jobPage(mine, id) {
@@ -690,11 +719,10 @@ async function jobPage(mine, id) {
           el('progress', { id: 'job-progress', max: Math.max(job.total, 1), value: done }),
           el('span', { id: 'job-counts' },
             `${job.replayed} replayed, ${job.failed} failed, of ${job.total}`),
-          badge('job', job.status),
-          el('span', { id: 'job-status', hidden: true }, job.status),
+          el('span', { id: 'job-state', class: `badge job-${classWord(job.status)}` }, job.status),
           cancel),
         el('dl', { class: 'fields' },
-          el('dt', {}, 'Filter'), el('dd', { class: 'mono' }, job.filter),
+          el('dt', {}, 'Filter'), el('dd', { class: 'mono' }, filterText(job.filter)),
           el('dt', {}, 'Rate'), el('dd', {}, `${job.rate} a second`),
           el('dt', {}, 'Node'), el('dd', {}, job.owner ?? '—'),
           el('dt', {}, 'Created'), el('dd', {}, whenUnix(job.created_at)),
