@@ -203,6 +203,24 @@ async fn an_operator_works_through_the_console_in_a_real_browser() {
     assert_eq!(browser.alert_text().await, None, "a dialog opened");
     // Seconds after the cancelled job's held replay ended, it has replayed nothing more.
     assert_eq!(replays(), 3, "the cancelled job went on");
+
+    // The dead letter the cancelled job left is replayed from its own page.
+    let mut left = None;
+    for key in ["evt_cancel1", "evt_cancel2"] {
+        if app.db.status(PROVIDER, key).await.as_deref() == Some("dead") {
+            left = Some(key);
+        }
+    }
+    let left = left.expect("one dead letter left by the cancelled job");
+    browser
+        .goto(&format!("{console}#/event/{PROVIDER}/{left}"))
+        .await;
+    browser.wait_text("#event-row", "dead").await;
+    browser.click("#replay").await;
+    browser.wait_text("#flash", "now done").await;
+    browser.wait_text("#event-row", "replay").await;
+    assert_eq!(app.target.count(&TestApp::idem(left)), 2);
+    assert_eq!(browser.alert_text().await, None, "a dialog opened");
 }
 
 /// Whether the job page's Cancel button is hidden (the job no longer runs).
