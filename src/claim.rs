@@ -77,6 +77,9 @@ pub enum Path {
     Replay,
     /// A worker finished after its lease was retaken; its write changed nothing.
     StaleCompletion,
+    /// An operator paused the provider: nothing is delivered (sync: 503; queue: accepted
+    /// and held).
+    Paused,
 }
 
 impl Path {
@@ -96,6 +99,7 @@ impl Path {
             Path::DuplicateQueued => "duplicate_queued",
             Path::Replay => "replay",
             Path::StaleCompletion => "stale_completion",
+            Path::Paused => "paused",
         }
     }
 
@@ -115,6 +119,7 @@ impl Path {
             Path::DuplicateQueued,
             Path::Replay,
             Path::StaleCompletion,
+            Path::Paused,
         ]
         .into_iter()
         .find(|p| p.as_str() == text)

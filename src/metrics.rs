@@ -66,8 +66,20 @@ fn writing_histogram() -> Histogram {
     Histogram::new(exponential_buckets(0.0005, 2.0, 16))
 }
 
+/// Minutes of paths kept for the console's chart.
+const RECENT_MINUTES: u64 = 60;
+
+/// Minutes since the Unix epoch.
+fn unix_minute() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() / 60)
+}
+
 /// The metrics of one node.
 pub struct Metrics {
+    /// Paths per (minute, provider) over the last hour, for the console.
+    recent: dashmap::DashMap<(u64, String), std::collections::HashMap<&'static str, u64>>,
     registry: Registry,
     attempts: Family<PathLabels, Counter>,
     deliveries: Family<OutcomeLabels, Counter>,
@@ -88,6 +100,7 @@ pub struct Metrics {
     scheduler_polls: Counter,
     queue_taken: Family<ProviderLabels, Counter>,
     panics: Family<ActorLabels, Counter>,
+    paused: Family<ProviderLabels, Gauge>,
 }
 
 impl Default for Metrics {
@@ -124,6 +137,12 @@ impl Metrics {
         let scheduler_polls = Counter::default();
         let queue_taken = Family::<ProviderLabels, Counter>::default();
         let panics = Family::<ActorLabels, Counter>::default();
+        let paused = Family::<ProviderLabels, Gauge>::default();
+        registry.register(
+            "provider_paused",
+            "Whether an operator paused the provider (1): nothing of it is delivered",
+            paused.clone(),
+        );
         registry.register(
             "log_lines_dropped",
             "Log records dropped because the log writer fell behind (this process)",
@@ -226,6 +245,7 @@ impl Metrics {
             queue_taken.clone(),
         );
         Self {
+            recent: dashmap::DashMap::new(),
             registry,
             attempts,
             deliveries,
@@ -246,6 +266,7 @@ impl Metrics {
             scheduler_polls,
             queue_taken,
             panics,
+            paused,
         }
     }
 
@@ -324,6 +345,7 @@ impl Metrics {
                 self.dead_letter_n(provider, reason, 0);
             }
             self.queue_depth(provider, 0, 0.0);
+            self.paused(provider, false);
             self.queue_taken
                 .get_or_create(&ProviderLabels {
                     provider: provider.to_owned(),
@@ -360,6 +382,37 @@ impl Metrics {
                 path: path.as_str(),
             })
             .inc();
+        let minute = unix_minute();
+        match self.recent.get_mut(&(minute, provider.to_owned())) {
+            Some(mut counts) => *counts.entry(path.as_str()).or_default() += 1,
+            None => {
+                self.recent
+                    .entry((minute, provider.to_owned()))
+                    .or_default()
+                    .insert(path.as_str(), 1);
+            }
+        }
+    }
+
+    /// Paths a minute of `provider` over the last hour on this node, oldest first: each
+    /// minute's start (Unix seconds) with its counts. Older minutes are forgotten.
+    pub fn paths_per_minute(&self, provider: &str) -> Vec<(u64, Vec<(&'static str, u64)>)> {
+        let now = unix_minute();
+        self.recent
+            .retain(|(minute, _), _| now.saturating_sub(*minute) < RECENT_MINUTES);
+        let mut minutes: Vec<(u64, Vec<(&'static str, u64)>)> = self
+            .recent
+            .iter()
+            .filter(|e| e.key().1 == provider)
+            .map(|e| {
+                let mut counts: Vec<(&'static str, u64)> =
+                    e.value().iter().map(|(p, n)| (*p, *n)).collect();
+                counts.sort_unstable();
+                (e.key().0 * 60, counts)
+            })
+            .collect();
+        minutes.sort_unstable_by_key(|(minute, _)| *minute);
+        minutes
     }
 
     /// One delivery to the target ended with `outcome` after `seconds`.
@@ -384,6 +437,15 @@ impl Metrics {
                 provider: provider.to_owned(),
             })
             .observe(seconds);
+    }
+
+    /// Whether an operator paused `provider` (1) or not (0).
+    pub fn paused(&self, provider: &str, paused: bool) {
+        self.paused
+            .get_or_create(&ProviderLabels {
+                provider: provider.to_owned(),
+            })
+            .set(i64::from(paused));
     }
 
     /// A taken queue row was given back without reaching the target.

@@ -32,6 +32,7 @@ use crate::retention::Sweeper;
 use crate::scheduler::Scheduler;
 use crate::shard::{Dispatcher, ShardSettings};
 use crate::store::Store;
+use crate::upkeep::Upkeep;
 use crate::worker::Delivery;
 
 /// A node, bound and ready to serve.
@@ -40,12 +41,14 @@ pub struct Application {
     server: Server,
     sweeping: actix_rt::task::JoinHandle<()>,
     scheduling: actix_rt::task::JoinHandle<()>,
+    upkeeping: actix_rt::task::JoinHandle<()>,
     watching: actix_rt::task::JoinHandle<()>,
     /// The shards found dead, once the watch found any.
     crashed: Arc<OnceLock<Vec<usize>>>,
     /// The longest the node waits, once stopped, for its attempts to be recorded.
     drain_limit: Duration,
     scheduler: Arc<Scheduler>,
+    upkeep: Arc<Upkeep>,
     stopper: Stopper,
     log: Logger,
 }
@@ -137,6 +140,19 @@ impl Application {
             config.lease.duration,
         ));
         let scheduling = actix_rt::spawn(Arc::clone(&scheduler).run_forever());
+        let targets = providers
+            .values()
+            .map(|p| (Arc::clone(&p.name), Arc::clone(&p.target)))
+            .collect();
+        let upkeep = Arc::new(Upkeep::new(
+            Arc::clone(&store),
+            dispatcher.clone(),
+            targets,
+            Arc::clone(&metrics),
+            log.clone(),
+            config.queue.poll_interval,
+        ));
+        let upkeeping = actix_rt::spawn(Arc::clone(&upkeep).run_forever());
         warn_if_not_durable(Arc::clone(&store), log.clone());
         let metrics_for_watch = Arc::clone(&metrics);
         let state = web::Data::new(AppState {
@@ -149,6 +165,8 @@ impl Application {
             log: log.clone(),
             metrics,
             admin_token: config.admin.token.clone(),
+            paused_retry_after: config.queue.poll_interval.as_secs().max(1),
+            upkeep: Arc::clone(&upkeep),
             readiness: Default::default(),
         });
         let server = http_server(config, listener, state)?;
@@ -169,12 +187,14 @@ impl Application {
             server,
             sweeping,
             scheduling,
+            upkeeping,
             watching,
             crashed,
             drain_limit: config
                 .shutdown_limit()
                 .saturating_add(config.lease.duration),
             scheduler,
+            upkeep,
             stopper,
             log,
         })
@@ -190,6 +210,11 @@ impl Application {
         Arc::clone(&self.scheduler)
     }
 
+    /// The node's upkeep: pauses and bulk replays (tests run passes by hand).
+    pub fn upkeep(&self) -> Arc<Upkeep> {
+        Arc::clone(&self.upkeep)
+    }
+
     /// Stops the node from outside (tests); SIGTERM and SIGINT do the same.
     pub fn stopper(&self) -> Stopper {
         self.stopper.clone()
@@ -203,6 +228,7 @@ impl Application {
         signals.abort();
         self.sweeping.abort();
         self.scheduling.abort();
+        self.upkeeping.abort();
         self.watching.abort();
         // Bounded: a queue outcome write waits for the store however long it takes, but a
         // process that never exits is never restarted. Past the limit the unrecorded

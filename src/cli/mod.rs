@@ -80,12 +80,30 @@ pub enum DeadCommand {
         /// The idempotency key.
         key: String,
     },
-    /// Deliver a dead letter once more (path `replay`); it ends done, or dead again.
+    /// Deliver a dead letter once more (path `replay`); it ends done, or dead again. With
+    /// `--all`, every dead letter the filter matches, as one bulk replay job.
     Replay {
         /// The provider's name.
-        provider: String,
+        #[arg(required_unless_present = "all")]
+        provider: Option<String>,
         /// The idempotency key.
-        key: String,
+        #[arg(required_unless_present = "all")]
+        key: Option<String>,
+        /// Replay every dead letter matching `--provider`, `--reason` and `--since`.
+        #[arg(long, conflicts_with_all = ["provider", "key"])]
+        all: bool,
+        /// With `--all`: only this provider's.
+        #[arg(long = "provider", requires = "all")]
+        only_provider: Option<String>,
+        /// With `--all`: only dead letters of this reason.
+        #[arg(long, requires = "all")]
+        reason: Option<String>,
+        /// With `--all`: only those that died at or after this instant (RFC 3339).
+        #[arg(long, requires = "all")]
+        since: Option<String>,
+        /// With `--all`: replays a second at most.
+        #[arg(long, default_value_t = 10.0, requires = "all")]
+        rate: f64,
     },
 }
 
@@ -103,6 +121,13 @@ pub enum EventsCommand {
         /// At most this many.
         #[arg(long, default_value_t = 50)]
         limit: u32,
+    },
+    /// Print one event's attempts, oldest first: its timeline.
+    History {
+        /// The provider's name.
+        provider: String,
+        /// The idempotency key.
+        key: String,
     },
     /// Print one event's row.
     Show {
@@ -134,6 +159,14 @@ pub async fn run() -> anyhow::Result<()> {
         Command::Events {
             command: EventsCommand::Show { provider, key },
         } => show(&config, EventId::new(provider, key), false).await,
+        Command::Events {
+            command: EventsCommand::History { provider, key },
+        } => {
+            for line in history(&config, EventId::new(provider, key)).await? {
+                println!("{line}");
+            }
+            Ok(())
+        }
         Command::Events {
             command:
                 EventsCommand::List {
@@ -231,12 +264,127 @@ async fn dead(config: &Config, command: DeadCommand) -> anyhow::Result<()> {
         DeadCommand::Show { provider, key } => {
             show(config, EventId::new(provider, key), true).await
         }
-        DeadCommand::Replay { provider, key } => {
+        DeadCommand::Replay {
+            provider: Some(provider),
+            key: Some(key),
+            ..
+        } => {
             let line = replay(config, EventId::new(provider, key)).await?;
             println!("{line}");
             Ok(())
         }
+        DeadCommand::Replay {
+            only_provider,
+            reason,
+            since,
+            rate,
+            ..
+        } => {
+            let since = since
+                .map(|t| {
+                    humantime::parse_rfc3339_weak(&t).with_context(|| format!("--since {t:?}"))
+                })
+                .transpose()?
+                .map(|t| {
+                    t.duration_since(std::time::UNIX_EPOCH)
+                        .map_or(0.0, |d| d.as_secs_f64())
+                });
+            let filter = crate::store::operator::SearchFilter {
+                provider: only_provider,
+                reason,
+                updated_after: since,
+                ..Default::default()
+            };
+            bulk_replay(config, filter, rate).await
+        }
     }
+}
+
+/// `events history`: one line an attempt, oldest first.
+pub async fn history(config: &Config, id: EventId) -> anyhow::Result<Vec<String>> {
+    let store = store::open(&config.store).await?;
+    let Some(row) = store.lookup(&id).await? else {
+        anyhow::bail!("no event {id}");
+    };
+    let attempts = store.operator().history(&id).await?;
+    let mut lines = vec![format!(
+        "{id}: {} after {} attempt(s), last path {}",
+        row.status.as_str(),
+        row.attempts,
+        row.last_path.map_or("-", |p| p.as_str())
+    )];
+    if attempts.is_empty() && row.attempts > 0 {
+        lines.push("  (no history rows: a first run that ended done tells its story whole)".into());
+    }
+    for a in &attempts {
+        let json = crate::http::attempt_json(a);
+        lines.push(format!(
+            "  #{} {} {} on {} at {} ({} ms){}{}{}",
+            a.attempt,
+            a.path,
+            a.outcome,
+            a.node,
+            json["started_at"].as_str().unwrap_or("-"),
+            json["duration_ms"],
+            a.target_status
+                .map(|s| format!(", target {s}"))
+                .unwrap_or_default(),
+            a.error
+                .as_deref()
+                .map(|e| format!(", {e}"))
+                .unwrap_or_default(),
+            a.answer
+                .as_deref()
+                .map(|t| format!(", answered {:?}", t.chars().take(80).collect::<String>()))
+                .unwrap_or_default(),
+        ));
+    }
+    Ok(lines)
+}
+
+/// `dead replay --all`: the bulk replay job the admin API starts, created and run here —
+/// each dead letter through [`replay`], at most `rate` a second; a node never runs the job
+/// at the same time (this process holds it).
+pub async fn bulk_replay(
+    config: &Config,
+    filter: crate::store::operator::SearchFilter,
+    rate: f64,
+) -> anyhow::Result<()> {
+    use crate::replay_jobs::{self, ItemOutcome};
+    let filter = replay_jobs::normalize(filter).context("a bulk replay of dead letters")?;
+    anyhow::ensure!(rate.is_finite() && rate > 0.0, "--rate must be above 0");
+    let store = store::open(&config.store).await?;
+    let operator = store.operator();
+    let total = operator.count(&filter).await?;
+    let id = operator
+        .create_job(&serde_json::to_string(&filter)?, total, rate)
+        .await?;
+    eprintln!("replay job {id}: {total} dead letter(s) match");
+    let node = crate::node::name();
+    let lease = std::time::Duration::from_secs(120);
+    let Some(job) = operator.claim_job(&node, lease).await? else {
+        anyhow::bail!("replay job {id} was taken by a node before this process could run it");
+    };
+    if job.id != id {
+        anyhow::bail!(
+            "an older replay job ({}) is waiting; run it first or cancel it",
+            job.id
+        );
+    }
+    replay_jobs::run(&*store, &job, &node, lease, |event| async move {
+        match replay(config, event).await {
+            Ok(line) if line.ends_with("; done") => ItemOutcome::Done,
+            Ok(line) => ItemOutcome::Dead(line),
+            Err(e) => ItemOutcome::Error(format!("{e:#}")),
+        }
+    })
+    .await?;
+    let job = operator.job(id).await?.context("the job is gone")?;
+    println!(
+        "replay job {id}: {} replayed, {} failed of {} ({})",
+        job.replayed, job.failed, job.total, job.status
+    );
+    Ok(())
 }
 
 /// Replays a dead letter from this process: reopen (of concurrent replays the store lets

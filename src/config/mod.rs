@@ -19,7 +19,8 @@ pub mod validate;
 
 pub use load::{secret_from_env, ConfigError};
 pub use provider::{
-    effective_mode, HmacConfig, Mode, Preset, ProviderConfig, SecretRef, Switch, TargetConfig,
+    effective_mode, HmacConfig, KeepPayload, Mode, Preset, ProviderConfig, SecretRef, Switch,
+    TargetConfig,
 };
 pub use settings::{
     cpus, AdminConfig, CacheConfig, Config, LeaseConfig, LogConfig, LogFormat, QueueConfig,

@@ -18,7 +18,7 @@ use super::state::AppState;
 use crate::claim::Path;
 use crate::key::EventId;
 use crate::shard::Reply;
-use crate::store::PageCursor;
+use crate::store::{EventRecord, PageCursor};
 
 /// Dead letters listed when no `limit` is given, and the most one request may ask for.
 const DEFAULT_LIMIT: u32 = 50;
@@ -41,12 +41,13 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
             .configure(super::console::routes)
             .route("/events/{provider}/{key}", web::get().to(show_event))
             .route("/dead", web::get().to(list_dead))
-            .route("/dead/{provider}/{key}/replay", web::post().to(replay)),
+            .route("/dead/{provider}/{key}/replay", web::post().to(replay))
+            .configure(super::admin_api::routes),
     );
 }
 
 /// Refuses the request unless it carries the configured bearer token.
-fn authorize(req: &HttpRequest, state: &AppState) -> Result<(), ApiError> {
+pub(super) fn authorize(req: &HttpRequest, state: &AppState) -> Result<(), ApiError> {
     let Some(token) = &state.admin_token else {
         return Err(ApiError::NotFound);
     };
@@ -103,14 +104,29 @@ async fn list_dead(
         .store
         .dead_letters(query.provider.as_deref(), after.as_ref(), limit + 1)
         .await?;
-    // Bounded by bytes, not only rows: a thousand dead letters with large payloads would
-    // make an answer of a gigabyte. Past the budget the page ends early and says so.
+    let (items, truncated, next_cursor) = bounded(&dead, limit as usize, event_json);
+    Ok(HttpResponse::Ok().json(serde_json::json!({
+        "dead": items,
+        "truncated": truncated,
+        "next_cursor": next_cursor,
+    })))
+}
+
+/// At most `limit` of `rows` (the store was asked for one more, to tell whether a next
+/// page exists) as JSON, stopping early past [`MAX_ANSWER_BYTES`]: a thousand rows with
+/// large payloads would make an answer of a gigabyte. Answers the items, whether the bytes
+/// cut the page short, and the cursor of the next page (none on the last).
+pub(super) fn bounded(
+    rows: &[EventRecord],
+    limit: usize,
+    json: impl Fn(&EventRecord) -> serde_json::Value,
+) -> (Vec<serde_json::Value>, bool, Option<String>) {
     let mut items = Vec::new();
     let mut bytes = 0;
     let mut truncated = false;
     let mut last = None;
-    for record in dead.iter().take(limit as usize) {
-        let item = event_json(record);
+    for record in rows.iter().take(limit) {
+        let item = json(record);
         bytes += item.to_string().len();
         if bytes > MAX_ANSWER_BYTES && !items.is_empty() {
             truncated = true;
@@ -119,15 +135,11 @@ async fn list_dead(
         items.push(item);
         last = Some(record);
     }
-    let more = truncated || dead.len() > limit as usize;
-    let next_cursor = last
+    let more = truncated || rows.len() > limit;
+    let next = last
         .filter(|_| more)
         .map(|r| PageCursor::after(r.updated_at, &r.id).encode());
-    Ok(HttpResponse::Ok().json(serde_json::json!({
-        "dead": items,
-        "truncated": truncated,
-        "next_cursor": next_cursor,
-    })))
+    (items, truncated, next)
 }
 
 async fn replay(

@@ -45,6 +45,9 @@ pub enum ApiError {
     /// No row for this key.
     #[error("no event {0}")]
     NoSuchEvent(String),
+    /// A request the API cannot take, saying why.
+    #[error("{0}")]
+    BadRequest(&'static str),
     /// A `cursor` that no page gave out.
     #[error("the cursor is not one a page gave out")]
     BadCursor,
@@ -80,6 +83,7 @@ impl ApiError {
             ApiError::NoSuchEvent(_) => "no_such_event",
             ApiError::NotDead(_) => "not_dead",
             ApiError::BadCursor => "bad_cursor",
+            ApiError::BadRequest(_) => "bad_request",
             ApiError::Unavailable(_) => "unavailable",
             ApiError::Overloaded(_) => "overloaded",
             ApiError::Store(_) => "store_unavailable",
@@ -93,9 +97,10 @@ impl ResponseError for ApiError {
             ApiError::UnknownProvider(_) | ApiError::NotFound => StatusCode::NOT_FOUND,
             ApiError::TooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::SlowBody(_) => StatusCode::REQUEST_TIMEOUT,
-            ApiError::BadBody(_) | ApiError::Key(_) | ApiError::BadCursor => {
-                StatusCode::BAD_REQUEST
-            }
+            ApiError::BadBody(_)
+            | ApiError::Key(_)
+            | ApiError::BadCursor
+            | ApiError::BadRequest(_) => StatusCode::BAD_REQUEST,
             ApiError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             ApiError::Unauthorized | ApiError::Signature(_) => StatusCode::UNAUTHORIZED,
             ApiError::NoSuchEvent(_) => StatusCode::NOT_FOUND,

@@ -3,7 +3,14 @@
 
 use std::time::Duration;
 
-use crate::store::EventRecord;
+use crate::store::{AttemptRecord, EventRecord};
+
+/// Unix seconds as an RFC 3339 instant (out-of-range values clamped, never a panic).
+fn rfc3339(secs: f64) -> String {
+    const LAST: f64 = 253_402_300_799.0;
+    let since = Duration::try_from_secs_f64(secs.clamp(0.0, LAST)).unwrap_or_default();
+    humantime::format_rfc3339_millis(std::time::UNIX_EPOCH + since).to_string()
+}
 
 /// The row as JSON for operators (CLI and admin API); the payload as text when it is
 /// UTF-8, else its size.
@@ -43,6 +50,24 @@ pub fn event_json(record: &EventRecord) -> serde_json::Value {
         "payload": payload,
         "created_at": time(record.created_at),
         "updated_at": time(record.updated_at),
+        "mode": record.mode,
+    })
+}
+
+/// An attempt from an event's history as JSON.
+pub fn attempt_json(attempt: &AttemptRecord) -> serde_json::Value {
+    serde_json::json!({
+        "attempt": attempt.attempt,
+        "path": attempt.path,
+        "node": attempt.node,
+        "mode": attempt.mode,
+        "outcome": attempt.outcome,
+        "started_at": rfc3339(attempt.started_at),
+        "ended_at": rfc3339(attempt.ended_at),
+        "duration_ms": ((attempt.ended_at - attempt.started_at) * 1000.0).max(0.0).round(),
+        "target_status": attempt.target_status,
+        "error": attempt.error,
+        "answer": attempt.answer,
     })
 }
 

@@ -21,9 +21,10 @@ use super::budget::Reserved;
 use super::error::ApiError;
 use super::state::AppState;
 use crate::canonical::Body;
+use crate::claim::Path;
 use crate::config::Mode;
 use crate::key::EventId;
-use crate::shard::{Answer, Event, Reply, Target};
+use crate::shard::{Answer, Event, Reply, RetryReason, Target};
 
 /// The handler.
 pub async fn ingest(
@@ -39,6 +40,18 @@ pub async fn ingest(
             let fingerprint = accepted.fingerprint.as_deref();
             if let Some(answer) = dispatcher.cached(&accepted.id, fingerprint, accepted.mode) {
                 return Ok(render(answer));
+            }
+            if accepted.mode == Mode::Sync && dispatcher.gate().held(&accepted.id.provider) {
+                // Paused: the sender keeps the event and comes back.
+                state.metrics.attempt(&accepted.id.provider, Path::Paused);
+                return Ok(render(Answer {
+                    path: Path::Paused,
+                    attempts: None,
+                    reply: Reply::RetryLater {
+                        retry_after: state.paused_retry_after,
+                        reason: RetryReason::Paused,
+                    },
+                }));
             }
             let event = Event {
                 id: accepted.id,

@@ -6,6 +6,7 @@
 //! handlers (`ingest`, `admin`, `health`) → `state`, `budget`, `error`, `event_json`.
 
 mod admin;
+mod admin_api;
 mod budget;
 mod console;
 mod error;
@@ -17,6 +18,6 @@ mod state;
 
 pub use budget::BodyBudget;
 pub use error::ApiError;
-pub use event_json::event_json;
+pub use event_json::{attempt_json, event_json};
 pub use routes::routes;
 pub use state::AppState;

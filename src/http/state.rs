@@ -29,6 +29,11 @@ pub struct AppState {
     pub log: slog::Logger,
     /// The node's metrics.
     pub metrics: Arc<Metrics>,
+    /// `Retry-After` for a paused provider's sender (the pause poll, at least a second).
+    pub paused_retry_after: u64,
+    /// Pauses and bulk replays (a pause is applied here at once, and by every node at its
+    /// next poll).
+    pub upkeep: Arc<crate::upkeep::Upkeep>,
     /// The admin bearer token; `None` disables `/admin/`.
     pub admin_token: Option<Secret>,
     /// `/readyz`'s last look at the store: when, and whether it answered (`None` before

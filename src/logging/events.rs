@@ -96,6 +96,10 @@ pub const EVENTS: &[(&str, &str)] = &[
         "retention.orphan_failed",
         "turning a removed provider's queue rows into dead letters failed",
     ),
+    (
+        "upkeep.failed",
+        "reading paused providers or running a bulk replay failed; the next poll tries again",
+    ),
     // The node.
     ("hookgate.listening", "the node serves: port, shards"),
     (

@@ -85,6 +85,8 @@ pub enum RetryReason {
     LeaseLost,
     /// The attempt never reached the target; the row is `failed`.
     NotStarted,
+    /// Nothing claimed: an operator paused the provider.
+    Paused,
 }
 
 impl RetryReason {
@@ -101,6 +103,7 @@ impl RetryReason {
             RetryReason::WorkerCrashed => "worker_crashed",
             RetryReason::LeaseLost => "lease_lost",
             RetryReason::NotStarted => "not_started",
+            RetryReason::Paused => "paused",
         }
     }
 }

@@ -20,6 +20,8 @@ struct Bucket {
     max_in_flight: Option<usize>,
     in_flight: usize,
     paused_until: Option<Instant>,
+    /// An operator paused the provider (for every node, through the store).
+    held: bool,
 }
 
 impl Bucket {
@@ -33,7 +35,7 @@ impl Bucket {
     }
 
     fn available(&mut self, now: Instant) -> usize {
-        if self.paused_until.is_some_and(|t| now < t) {
+        if self.held || self.paused_until.is_some_and(|t| now < t) {
             return 0;
         }
         self.refill(now);
@@ -73,6 +75,7 @@ impl Gate {
                 max_in_flight,
                 in_flight: 0,
                 paused_until: None,
+                held: false,
             },
         );
     }
@@ -107,6 +110,21 @@ impl Gate {
         if let Some(bucket) = buckets.get_mut(provider) {
             bucket.in_flight = bucket.in_flight.saturating_sub(1);
         }
+    }
+
+    /// Holds (or lets go of) every delivery of `provider`: an operator's pause. A provider
+    /// not configured here is unknown to this node and stays so.
+    pub fn hold(&self, provider: &str, held: bool) {
+        let mut buckets = self.buckets.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(bucket) = buckets.get_mut(provider) {
+            bucket.held = held;
+        }
+    }
+
+    /// Whether an operator paused `provider`.
+    pub fn held(&self, provider: &str) -> bool {
+        let buckets = self.buckets.lock().unwrap_or_else(|e| e.into_inner());
+        buckets.get(provider).is_some_and(|b| b.held)
     }
 
     /// Starts no delivery of `provider` for `pause` (the target asked for it).

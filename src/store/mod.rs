@@ -18,8 +18,7 @@ pub mod sqlite;
 pub use crate::outcome::DeadReason;
 pub use api::{
     AttemptRecord, Cause, Enqueued, EventRecord, Failure, Fenced, History, Kept, QueueDepth,
-    QueueRow, Reopened, Store,
-    StoreError, StoreFuture, Taken,
+    QueueRow, Reopened, Store, StoreError, StoreFuture, Taken,
 };
 pub use open::open;
 pub use page::PageCursor;

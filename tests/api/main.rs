@@ -29,6 +29,7 @@ mod console;
 mod edges;
 mod failures;
 mod helpers;
+mod history;
 mod model;
 mod operators;
 mod paths;

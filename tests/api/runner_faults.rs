@@ -380,7 +380,8 @@ impl Case {
     async fn claim(&self, r: &mut Runner, key: &str) {
         let id = EventId::new(PROVIDER, key);
         let sent = Instant::now();
-        let Ok(ClaimResult::Won { attempts, path }) = r.store.claim(&id, None, LEASE, None).await else {
+        let Ok(ClaimResult::Won { attempts, path }) = r.store.claim(&id, None, LEASE, None).await
+        else {
             return;
         };
         let body = Bytes::from(format!(r#"{{"id":"{key}"}}"#));

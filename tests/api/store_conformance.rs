@@ -142,7 +142,10 @@ async fn an_expired_lease_is_retaken(store: Arc<dyn Store>) {
 async fn done_is_terminal_whatever_the_lease(store: Arc<dyn Store>) {
     claim(&*store, "k", EXPIRED).await;
     assert_eq!(
-        store.complete(&id("k"), 1, &result("ok"), None).await.unwrap(),
+        store
+            .complete(&id("k"), 1, &result("ok"), None)
+            .await
+            .unwrap(),
         Fenced::Applied
     );
     for _ in 0..3 {
@@ -203,11 +206,17 @@ async fn a_replay_reopens_only_a_dead_row_once(store: Arc<dyn Store>) {
     assert_eq!(row.status, Status::InProgress);
     // The replay's attempt is fenced like any other.
     assert_eq!(
-        store.complete(&id("k"), 2, &result("old"), None).await.unwrap(),
+        store
+            .complete(&id("k"), 2, &result("old"), None)
+            .await
+            .unwrap(),
         Fenced::Stale
     );
     assert_eq!(
-        store.complete(&id("k"), 3, &result("ok"), None).await.unwrap(),
+        store
+            .complete(&id("k"), 3, &result("ok"), None)
+            .await
+            .unwrap(),
         Fenced::Applied
     );
     assert!(store.replay(&id("unknown"), LEASE).await.unwrap().is_none());
@@ -283,7 +292,10 @@ async fn the_sweep_deletes_only_old_terminal_rows_in_bounded_batches(store: Arc<
     for i in 0..5 {
         let key = format!("done{i}");
         claim(&*store, &key, LEASE).await;
-        store.complete(&id(&key), 1, &result("ok"), None).await.unwrap();
+        store
+            .complete(&id(&key), 1, &result("ok"), None)
+            .await
+            .unwrap();
     }
     claim(&*store, "dead", LEASE).await;
     store
@@ -331,7 +343,10 @@ async fn completions_are_fenced_by_the_attempt(store: Arc<dyn Store>) {
         Some((2, Path::LeaseRetake))
     );
     assert_eq!(
-        store.complete(&id("k"), 1, &result("late"), None).await.unwrap(),
+        store
+            .complete(&id("k"), 1, &result("late"), None)
+            .await
+            .unwrap(),
         Fenced::Stale
     );
     assert_eq!(
@@ -339,7 +354,10 @@ async fn completions_are_fenced_by_the_attempt(store: Arc<dyn Store>) {
         Fenced::Stale
     );
     assert_eq!(
-        store.complete(&id("k"), 2, &result("new"), None).await.unwrap(),
+        store
+            .complete(&id("k"), 2, &result("new"), None)
+            .await
+            .unwrap(),
         Fenced::Applied
     );
     // Once done, no token completes or fails it again.
@@ -356,7 +374,12 @@ async fn completions_are_fenced_by_the_attempt(store: Arc<dyn Store>) {
 async fn a_different_fingerprint_never_wins_a_failed_row(store: Arc<dyn Store>) {
     claim(&*store, "k", LEASE).await;
     store.fail(&id("k"), 1, &failure(None)).await.unwrap();
-    let row = existing(store.claim(&id("k"), Some("other"), LEASE, None).await.unwrap());
+    let row = existing(
+        store
+            .claim(&id("k"), Some("other"), LEASE, None)
+            .await
+            .unwrap(),
+    );
     assert_eq!(row.status, Status::Failed);
     assert_eq!(classify(&row, Some("other")), Path::PayloadMismatch);
 }
@@ -389,7 +412,10 @@ async fn concurrent_claims_and_completions_of_many_keys_keep_every_rule(store: A
         claim(&*store, &key, if i % 4 == 3 { EXPIRED } else { LEASE }).await;
         match i % 4 {
             0 => assert_eq!(
-                store.complete(&id(&key), 1, &result("ok"), None).await.unwrap(),
+                store
+                    .complete(&id(&key), 1, &result("ok"), None)
+                    .await
+                    .unwrap(),
                 Fenced::Applied
             ),
             1 => assert_eq!(
@@ -501,7 +527,10 @@ async fn a_queued_event_is_written_once_taken_once_and_completed(store: Arc<dyn 
     );
     assert!(due(&*store).await.is_empty());
     assert_eq!(
-        store.complete(&id("q"), 1, &result("ok"), None).await.unwrap(),
+        store
+            .complete(&id("q"), 1, &result("ok"), None)
+            .await
+            .unwrap(),
         Fenced::Applied
     );
     let Enqueued::Existing(row) = store.enqueue(&queued("q")).await.unwrap() else {
@@ -642,7 +671,10 @@ async fn stale_sync_rows_become_sender_gave_up_dead_letters(store: Arc<dyn Store
     claim(&*store, "crashed", EXPIRED).await;
     claim(&*store, "live", LEASE).await;
     claim(&*store, "done", LEASE).await;
-    store.complete(&id("done"), 1, &result("ok"), None).await.unwrap();
+    store
+        .complete(&id("done"), 1, &result("ok"), None)
+        .await
+        .unwrap();
     store.enqueue(&queued("queue")).await.unwrap();
 
     let horizon = Duration::from_secs(3600);

@@ -463,9 +463,15 @@ async fn complete_batch_on(
         .collect();
     let bodies: Vec<&[u8]> = calls.iter().map(|c| c.result.body.as_slice()).collect();
     let histories: Vec<Option<&History>> = calls.iter().map(|c| c.history.as_ref()).collect();
-    let paths: Vec<Option<&str>> = histories.iter().map(|h| h.map(|h| h.path.as_str())).collect();
+    let paths: Vec<Option<&str>> = histories
+        .iter()
+        .map(|h| h.map(|h| h.path.as_str()))
+        .collect();
     let nodes: Vec<Option<&str>> = histories.iter().map(|h| h.map(|h| &*h.node)).collect();
-    let took: Vec<Option<i64>> = histories.iter().map(|h| h.map(|h| millis(h.took))).collect();
+    let took: Vec<Option<i64>> = histories
+        .iter()
+        .map(|h| h.map(|h| millis(h.took)))
+        .collect();
     let answers: Vec<Option<&str>> = histories
         .iter()
         .map(|h| h.and_then(|h| h.answer.as_deref()))

@@ -235,9 +235,7 @@ impl PgOperator {
 impl OperatorStore for PgOperator {
     fn history<'a>(&'a self, id: &'a EventId) -> StoreFuture<'a, Vec<AttemptRecord>> {
         Box::pin(async move {
-            let rows = self
-                .rows(HISTORY, &[&&*id.provider, &&*id.key])
-                .await?;
+            let rows = self.rows(HISTORY, &[&&*id.provider, &&*id.key]).await?;
             rows.iter()
                 .map(|row| {
                     Ok(AttemptRecord {

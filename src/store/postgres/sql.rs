@@ -79,10 +79,27 @@ macro_rules! pg_history {
     INSERT INTO webhook_attempts
         (provider, event_key, attempt, path, node, mode, outcome, started_at, ended_at,
          target_status, error, answer)
-    SELECT provider, event_key, $3, ", $path, ", ", $node, ", mode, ", $outcome, ",
-           now() - ", $took, "::bigint * interval '1 millisecond', now(), ",
-            $status, ", ", $error, ", ", $answer, "
-    FROM ", $changed, " WHERE ", $path, "::text IS NOT NULL)"
+    SELECT provider, event_key, $3, ",
+            $path,
+            ", ",
+            $node,
+            ", mode, ",
+            $outcome,
+            ",
+           now() - ",
+            $took,
+            "::bigint * interval '1 millisecond', now(), ",
+            $status,
+            ", ",
+            $error,
+            ", ",
+            $answer,
+            "
+    FROM ",
+            $changed,
+            " WHERE ",
+            $path,
+            "::text IS NOT NULL)"
         )
     };
 }

@@ -30,8 +30,8 @@ use crate::config::StoreConfig;
 use crate::key::EventId;
 use crate::store::api::millis;
 use crate::store::api::{
-    Enqueued, EventRecord, Failure, Fenced, History, Kept, QueueDepth, QueueRow, Reopened,
-    Store, StoreError, StoreFuture, Taken,
+    Enqueued, EventRecord, Failure, Fenced, History, Kept, QueueDepth, QueueRow, Reopened, Store,
+    StoreError, StoreFuture, Taken,
 };
 use crate::store::batcher::Batcher;
 use crate::store::operator::OperatorStore;

@@ -135,7 +135,11 @@ where
         .map_err(sql_error)
 }
 
-fn changed(conn: &Connection, sql: &str, params: impl rusqlite::Params) -> Result<usize, StoreError> {
+fn changed(
+    conn: &Connection,
+    sql: &str,
+    params: impl rusqlite::Params,
+) -> Result<usize, StoreError> {
     conn.prepare_cached(sql)
         .and_then(|mut s| s.execute(params))
         .map_err(sql_error)
@@ -188,12 +192,12 @@ impl OperatorStore for SqliteOperator {
             values.push(Box::new(after.as_ref().map(|c| c.id.provider.to_string())));
             values.push(Box::new(after.as_ref().map(|c| c.id.key.to_string())));
             values.push(Box::new(limit));
-            let refs: Vec<&dyn rusqlite::ToSql> =
-                values.iter().map(|v| v.as_ref() as &dyn rusqlite::ToSql).collect();
+            let refs: Vec<&dyn rusqlite::ToSql> = values
+                .iter()
+                .map(|v| v.as_ref() as &dyn rusqlite::ToSql)
+                .collect();
             let mut stmt = conn.prepare_cached(&sql).map_err(sql_error)?;
-            let rows = stmt
-                .query_map(refs.as_slice(), record)
-                .map_err(sql_error)?;
+            let rows = stmt.query_map(refs.as_slice(), record).map_err(sql_error)?;
             rows.map(|r| r.map_err(sql_error)?).collect()
         }))
     }
@@ -202,8 +206,10 @@ impl OperatorStore for SqliteOperator {
         let filter = filter.clone();
         Box::pin(self.writer.call(move |conn| {
             let values = filter_params(&filter);
-            let refs: Vec<&dyn rusqlite::ToSql> =
-                values.iter().map(|v| v.as_ref() as &dyn rusqlite::ToSql).collect();
+            let refs: Vec<&dyn rusqlite::ToSql> = values
+                .iter()
+                .map(|v| v.as_ref() as &dyn rusqlite::ToSql)
+                .collect();
             let sql = format!("SELECT count(*) FROM webhook_events {SEARCH_WHERE}");
             let n: i64 = run(conn, &sql, refs.as_slice())?;
             Ok(u64::try_from(n).unwrap_or(0))
@@ -244,9 +250,11 @@ impl OperatorStore for SqliteOperator {
 
     fn retry_now<'a>(&'a self, id: &'a EventId) -> StoreFuture<'a, bool> {
         let id = id.clone();
-        Box::pin(self.writer.call(move |conn| {
-            Ok(changed(conn, RETRY_NOW, params![&*id.provider, &*id.key])? == 1)
-        }))
+        Box::pin(
+            self.writer.call(move |conn| {
+                Ok(changed(conn, RETRY_NOW, params![&*id.provider, &*id.key])? == 1)
+            }),
+        )
     }
 
     fn create_job<'a>(&'a self, filter: &'a str, total: u64, rate: f64) -> StoreFuture<'a, i64> {
@@ -292,9 +300,11 @@ impl OperatorStore for SqliteOperator {
 
     fn renew_job<'a>(&'a self, id: i64, node: &'a str, lease: Duration) -> StoreFuture<'a, bool> {
         let node = node.to_owned();
-        Box::pin(self.writer.call(move |conn| {
-            Ok(changed(conn, RENEW_JOB, params![id, node, millis(lease)])? == 1)
-        }))
+        Box::pin(
+            self.writer.call(move |conn| {
+                Ok(changed(conn, RENEW_JOB, params![id, node, millis(lease)])? == 1)
+            }),
+        )
     }
 
     fn begin_item<'a>(&'a self, id: i64, event: &'a EventId) -> StoreFuture<'a, bool> {

@@ -17,6 +17,7 @@ use std::time::Duration;
 use actix_web::web::Bytes;
 use rusqlite::{params, Connection, OptionalExtension};
 
+use super::operator::SqliteOperator;
 use super::queue;
 use super::rows::{fenced, record, select_record};
 use super::writer::{sql_error, Writer};
@@ -24,11 +25,10 @@ use crate::claim::{ClaimResult, Path as ClaimPath, RowState, Status, StoredResul
 use crate::config::Mode;
 use crate::key::EventId;
 use crate::store::api::{
-    millis, Enqueued, EventRecord, Failure, Fenced, History, Kept, QueueDepth, QueueRow,
-    Reopened, Store, StoreError, StoreFuture, Taken,
+    millis, Enqueued, EventRecord, Failure, Fenced, History, Kept, QueueDepth, QueueRow, Reopened,
+    Store, StoreError, StoreFuture, Taken,
 };
 use crate::store::operator::OperatorStore;
-use super::operator::SqliteOperator;
 use crate::store::page::PageCursor;
 
 /// The migrations, applied in order, each once.

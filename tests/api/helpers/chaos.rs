@@ -20,8 +20,8 @@ use std::time::{Duration, Instant};
 use hookgate::claim::{ClaimResult, Status, StoredResult};
 use hookgate::key::EventId;
 use hookgate::store::{
-    Enqueued, EventRecord, History, Kept, Failure, Fenced, QueueDepth, QueueRow, Reopened, Store, StoreError,
-    StoreFuture, Taken,
+    Enqueued, EventRecord, Failure, Fenced, History, Kept, QueueDepth, QueueRow, Reopened, Store,
+    StoreError, StoreFuture, Taken,
 };
 
 /// A store operation, as the journal names it.

@@ -9,8 +9,8 @@ use std::time::Duration;
 use hookgate::claim::{ClaimResult, Status, StoredResult};
 use hookgate::key::EventId;
 use hookgate::store::{
-    Enqueued, EventRecord, History, Kept, Failure, Fenced, QueueDepth, QueueRow, Reopened, Store, StoreFuture,
-    Taken,
+    Enqueued, EventRecord, Failure, Fenced, History, Kept, QueueDepth, QueueRow, Reopened, Store,
+    StoreFuture, Taken,
 };
 
 pub struct FaultyStore {

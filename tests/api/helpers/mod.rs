@@ -95,6 +95,7 @@ pub struct TestApp {
     pub target: TestTarget,
     pub store: Arc<dyn Store>,
     pub scheduler: Arc<Scheduler>,
+    pub upkeep: Arc<hookgate::upkeep::Upkeep>,
     stopper: Stopper,
     stopped: Option<tokio::sync::oneshot::Receiver<anyhow::Result<()>>>,
     client: awc::Client,
@@ -171,6 +172,7 @@ pub async fn start_node_on(
     let address = format!("http://127.0.0.1:{}", app.port());
     let stopper = app.stopper();
     let scheduler = app.scheduler();
+    let upkeep = app.upkeep();
     let (tx, rx) = tokio::sync::oneshot::channel();
     actix_rt::spawn(async move {
         let _ = tx.send(app.run_until_stopped().await);
@@ -182,6 +184,7 @@ pub async fn start_node_on(
         target,
         store,
         scheduler,
+        upkeep,
         stopper,
         stopped: Some(rx),
         client: awc::Client::builder()

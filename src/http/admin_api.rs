@@ -1,0 +1,315 @@
+//! The operators' JSON API under `/admin/api/` (behind the bearer token, as all of
+//! `/admin/`): search events, one event with its attempts, replay one, statistics per
+//! provider, pause and resume a provider, and bulk replays (plan, start, follow, cancel).
+//! Answers are bounded in rows and bytes and paged by opaque cursors.
+
+use std::sync::Arc;
+
+use actix_web::{web, HttpRequest, HttpResponse};
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use super::admin::{authorize, bounded};
+use super::error::ApiError;
+use super::event_json::{attempt_json, event_json};
+use super::state::AppState;
+use crate::claim::Path;
+use crate::key::EventId;
+use crate::replay_jobs;
+use crate::shard::Reply;
+use crate::store::operator::{ReplayJob, SearchFilter};
+use crate::store::PageCursor;
+
+/// Events a page holds when no `limit` is given, and the most it may.
+const DEFAULT_LIMIT: u32 = 50;
+const MAX_LIMIT: u32 = 500;
+/// Items of a job shown with it.
+const JOB_ITEMS: u32 = 200;
+/// Replays a second when a job does not say.
+const DEFAULT_RATE: f64 = 10.0;
+
+/// Registers the routes (inside `/admin`).
+pub fn routes(cfg: &mut web::ServiceConfig) {
+    cfg.route("/api/stats", web::get().to(stats))
+        .route("/api/events", web::get().to(search))
+        .route("/api/events/{provider}/{key}", web::get().to(event))
+        .route(
+            "/api/events/{provider}/{key}/replay",
+            web::post().to(replay),
+        )
+        .route("/api/providers/{provider}/pause", web::post().to(pause))
+        .route("/api/providers/{provider}/resume", web::post().to(resume))
+        .route("/api/replays/plan", web::post().to(plan))
+        .route("/api/replays", web::post().to(start_job))
+        .route("/api/replays", web::get().to(jobs))
+        .route("/api/replays/{id}", web::get().to(job))
+        .route("/api/replays/{id}/cancel", web::post().to(cancel_job));
+}
+
+/// The search's query string.
+#[derive(Deserialize)]
+struct SearchQuery {
+    #[serde(flatten)]
+    filter: SearchFilter,
+    limit: Option<u32>,
+    cursor: Option<String>,
+}
+
+async fn search(
+    req: HttpRequest,
+    query: web::Query<SearchQuery>,
+    state: web::Data<AppState>,
+) -> Result<HttpResponse, ApiError> {
+    authorize(&req, &state)?;
+    let query = query.into_inner();
+    let limit = query.limit.unwrap_or(DEFAULT_LIMIT).clamp(1, MAX_LIMIT);
+    let after = match &query.cursor {
+        Some(text) => Some(PageCursor::decode(text).ok_or(ApiError::BadCursor)?),
+        None => None,
+    };
+    let rows = state
+        .store
+        .operator()
+        .search(&query.filter, after.as_ref(), limit + 1)
+        .await?;
+    let (events, truncated, next) = bounded(&rows, limit as usize, event_json);
+    Ok(HttpResponse::Ok().json(json!({
+        "events": events,
+        "truncated": truncated,
+        "next_cursor": next,
+    })))
+}
+
+async fn event(
+    req: HttpRequest,
+    path: web::Path<(String, String)>,
+    state: web::Data<AppState>,
+) -> Result<HttpResponse, ApiError> {
+    authorize(&req, &state)?;
+    let (provider, key) = path.into_inner();
+    let id = EventId::new(provider, key);
+    let record = state
+        .store
+        .lookup(&id)
+        .await?
+        .ok_or_else(|| ApiError::NoSuchEvent(id.to_string()))?;
+    let attempts = state.store.operator().history(&id).await?;
+    let mut body = event_json(&record);
+    body["attempts"] = attempts.iter().map(attempt_json).collect();
+    Ok(HttpResponse::Ok().json(body))
+}
+
+async fn replay(
+    req: HttpRequest,
+    path: web::Path<(String, String)>,
+    state: web::Data<AppState>,
+) -> Result<HttpResponse, ApiError> {
+    authorize(&req, &state)?;
+    let (provider, key) = path.into_inner();
+    let runtime = state
+        .providers
+        .get(&provider)
+        .ok_or_else(|| ApiError::UnknownProvider(provider.clone()))?;
+    let id = EventId::new(Arc::clone(&runtime.name), key);
+    let answer = state
+        .dispatcher
+        .replay(id.clone(), Arc::clone(&runtime.target))
+        .await;
+    if let Reply::RetryLater { reason, .. } = answer.reply {
+        if answer.path != Path::Replay {
+            return Err(ApiError::Unavailable(reason.as_str()));
+        }
+    }
+    let record = state
+        .store
+        .lookup(&id)
+        .await?
+        .ok_or_else(|| ApiError::NoSuchEvent(id.to_string()))?;
+    if let Reply::NotReplayable = answer.reply {
+        return Err(ApiError::NotDead(record.status.as_str()));
+    }
+    let mut body = event_json(&record);
+    body["path"] = Path::Replay.as_str().into();
+    Ok(HttpResponse::Ok().json(body))
+}
+
+async fn stats(req: HttpRequest, state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
+    authorize(&req, &state)?;
+    let counts = state.store.operator().status_counts().await?;
+    let depths = state.store.queue_depth().await?;
+    let mut names: Vec<&String> = state.providers.keys().collect();
+    names.sort();
+    let providers: Vec<Value> = names
+        .into_iter()
+        .map(|name| {
+            let runtime = &state.providers[name];
+            let counts: serde_json::Map<String, Value> = counts
+                .iter()
+                .filter(|c| c.provider == *name)
+                .map(|c| (c.status.clone(), json!(c.rows)))
+                .collect();
+            let depth = depths.iter().find(|d| d.provider == *name);
+            let minutes: Vec<Value> = state
+                .metrics
+                .paths_per_minute(name)
+                .into_iter()
+                .map(|(minute, counts)| {
+                    let counts: serde_json::Map<String, Value> = counts
+                        .into_iter()
+                        .map(|(path, n)| (path.to_owned(), json!(n)))
+                        .collect();
+                    json!({ "minute": minute, "counts": counts })
+                })
+                .collect();
+            json!({
+                "name": name,
+                "mode": runtime.mode.as_str(),
+                "paused": state.dispatcher.gate().held(name),
+                "counts": counts,
+                "queue": {
+                    "rows": depth.map_or(0, |d| d.rows),
+                    "oldest_due_s": depth.map_or(0.0, |d| d.oldest_due.as_secs_f64()),
+                },
+                "paths_per_minute": minutes,
+            })
+        })
+        .collect();
+    Ok(HttpResponse::Ok().json(json!({ "providers": providers })))
+}
+
+async fn pause(
+    req: HttpRequest,
+    path: web::Path<String>,
+    state: web::Data<AppState>,
+) -> Result<HttpResponse, ApiError> {
+    set_paused(req, path.into_inner(), state, true).await
+}
+
+async fn resume(
+    req: HttpRequest,
+    path: web::Path<String>,
+    state: web::Data<AppState>,
+) -> Result<HttpResponse, ApiError> {
+    set_paused(req, path.into_inner(), state, false).await
+}
+
+/// Pauses or resumes `provider` in the store (every node follows within a poll) and on
+/// this node at once.
+async fn set_paused(
+    req: HttpRequest,
+    provider: String,
+    state: web::Data<AppState>,
+    paused: bool,
+) -> Result<HttpResponse, ApiError> {
+    authorize(&req, &state)?;
+    let runtime = state
+        .providers
+        .get(&provider)
+        .ok_or_else(|| ApiError::UnknownProvider(provider.clone()))?;
+    state
+        .store
+        .operator()
+        .set_paused(&runtime.name, paused)
+        .await?;
+    state.upkeep.refresh_pauses().await?;
+    if !paused {
+        state.dispatcher.signals().arrived();
+    }
+    Ok(HttpResponse::Ok().json(json!({ "provider": &*runtime.name, "paused": paused })))
+}
+
+/// A bulk replay's request.
+#[derive(Deserialize)]
+struct JobRequest {
+    #[serde(default)]
+    filter: SearchFilter,
+    rate: Option<f64>,
+}
+
+/// The filter as a bulk replay reads it, or a 400.
+fn replay_filter(filter: SearchFilter) -> Result<SearchFilter, ApiError> {
+    replay_jobs::normalize(filter).ok_or(ApiError::BadRequest(
+        "a bulk replay takes dead letters (status dead) or failed queue rows (status failed)",
+    ))
+}
+
+async fn plan(
+    req: HttpRequest,
+    body: web::Json<JobRequest>,
+    state: web::Data<AppState>,
+) -> Result<HttpResponse, ApiError> {
+    authorize(&req, &state)?;
+    let filter = replay_filter(body.into_inner().filter)?;
+    let count = state.store.operator().count(&filter).await?;
+    Ok(HttpResponse::Ok().json(json!({ "count": count, "filter": filter })))
+}
+
+async fn start_job(
+    req: HttpRequest,
+    body: web::Json<JobRequest>,
+    state: web::Data<AppState>,
+) -> Result<HttpResponse, ApiError> {
+    authorize(&req, &state)?;
+    let JobRequest { filter, rate } = body.into_inner();
+    let filter = replay_filter(filter)?;
+    let rate = rate.unwrap_or(DEFAULT_RATE);
+    if !(rate.is_finite() && rate > 0.0 && rate <= 10_000.0) {
+        return Err(ApiError::BadRequest(
+            "rate: replays a second, above 0, at most 10000",
+        ));
+    }
+    let operator = state.store.operator();
+    let total = operator.count(&filter).await?;
+    let text = serde_json::to_string(&filter).map_err(|_| ApiError::BadRequest("filter"))?;
+    let id = operator.create_job(&text, total, rate).await?;
+    let job = operator
+        .job(id)
+        .await?
+        .ok_or_else(|| ApiError::NoSuchEvent(format!("replay job {id}")))?;
+    Ok(HttpResponse::Created().json(job_json(&job)))
+}
+
+async fn jobs(req: HttpRequest, state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
+    authorize(&req, &state)?;
+    let jobs = state.store.operator().jobs(50).await?;
+    let jobs: Vec<Value> = jobs.iter().map(job_json).collect();
+    Ok(HttpResponse::Ok().json(json!({ "jobs": jobs })))
+}
+
+async fn job(
+    req: HttpRequest,
+    path: web::Path<i64>,
+    state: web::Data<AppState>,
+) -> Result<HttpResponse, ApiError> {
+    authorize(&req, &state)?;
+    let id = path.into_inner();
+    let operator = state.store.operator();
+    let job = operator
+        .job(id)
+        .await?
+        .ok_or_else(|| ApiError::NoSuchEvent(format!("replay job {id}")))?;
+    let items = operator.job_items(id, JOB_ITEMS).await?;
+    let mut body = job_json(&job);
+    body["items"] = json!(items);
+    Ok(HttpResponse::Ok().json(body))
+}
+
+async fn cancel_job(
+    req: HttpRequest,
+    path: web::Path<i64>,
+    state: web::Data<AppState>,
+) -> Result<HttpResponse, ApiError> {
+    authorize(&req, &state)?;
+    let id = path.into_inner();
+    let operator = state.store.operator();
+    operator.cancel_job(id).await?;
+    let job = operator
+        .job(id)
+        .await?
+        .ok_or_else(|| ApiError::NoSuchEvent(format!("replay job {id}")))?;
+    Ok(HttpResponse::Ok().json(job_json(&job)))
+}
+
+fn job_json(job: &ReplayJob) -> Value {
+    json!(job)
+}

@@ -1,0 +1,136 @@
+//! Bulk replays: a job replays every dead letter its filter matches (or makes every failed
+//! queue row it matches due now), at a bounded rate, one event at a time through the one
+//! attempt home — a node's shards, or the command line's replay. The job is held by one
+//! node at a time under a lease it renews before every event, records what it did with each
+//! event (an event begun once is never replayed again by the job, even by a node that
+//! takes the job over after a crash), and stops at once when cancelled. It only looks at
+//! rows changed before it was created: a replay that fails makes its row newer, so it is
+//! never picked up twice.
+
+use std::future::Future;
+use std::time::Duration;
+
+use crate::claim::Status;
+use crate::key::EventId;
+use crate::store::operator::{ReplayJob, SearchFilter};
+use crate::store::{PageCursor, Store, StoreError};
+
+/// Events a job reads at once.
+const PAGE: u32 = 50;
+
+/// What replaying one event did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ItemOutcome {
+    /// Delivered: the row is done.
+    Done,
+    /// The target refused it again: the row is a dead letter again (with this error).
+    Dead(String),
+    /// A failed queue row, now due: the scheduler delivers it.
+    Retried,
+    /// Nothing to do any more (the row is no longer a dead letter, or no longer failed).
+    Skipped(String),
+    /// It could not run now (the node is overloaded, the store did not answer, ...).
+    Error(String),
+}
+
+impl ItemOutcome {
+    /// The word recorded for it, whether it counts as replayed, and its detail.
+    fn record(&self) -> (&'static str, bool, Option<&str>) {
+        match self {
+            ItemOutcome::Done => ("done", true, None),
+            ItemOutcome::Dead(why) => ("dead", false, Some(why)),
+            ItemOutcome::Retried => ("retried", true, None),
+            ItemOutcome::Skipped(why) => ("skipped", false, Some(why)),
+            ItemOutcome::Error(why) => ("error", false, Some(why)),
+        }
+    }
+}
+
+/// A bulk replay's filter as operators give it: dead letters by default; `failed` means
+/// failed queue rows (a sync row's sender redelivers it). `None` when it asks for another
+/// status.
+pub fn normalize(mut filter: SearchFilter) -> Option<SearchFilter> {
+    match filter.status.unwrap_or(Status::Dead) {
+        Status::Dead => filter.status = Some(Status::Dead),
+        Status::Failed => {
+            filter.status = Some(Status::Failed);
+            filter.mode = Some("queue".into());
+        }
+        _ => return None,
+    }
+    Some(filter)
+}
+
+/// Runs job `job` as `node` until every matching event has been seen, the job is
+/// cancelled, or another node took it over; `replay` replays one dead letter.
+pub async fn run<F, Fut>(
+    store: &dyn Store,
+    job: &ReplayJob,
+    node: &str,
+    lease: Duration,
+    replay: F,
+) -> Result<(), StoreError>
+where
+    F: Fn(EventId) -> Fut,
+    Fut: Future<Output = ItemOutcome>,
+{
+    let operator = store.operator();
+    let Some(mut filter) = serde_json::from_str::<SearchFilter>(&job.filter)
+        .ok()
+        .and_then(normalize)
+    else {
+        operator.cancel_job(job.id).await?;
+        return Ok(());
+    };
+    filter.updated_before = Some(
+        filter
+            .updated_before
+            .map_or(job.created_at, |t| t.min(job.created_at)),
+    );
+    let gap = Duration::from_secs_f64(1.0 / job.rate.clamp(0.01, 10_000.0));
+    let mut after: Option<PageCursor> = None;
+    loop {
+        let page = operator.search(&filter, after.as_ref(), PAGE).await?;
+        let Some(last) = page.last() else { break };
+        after = Some(PageCursor::after(last.updated_at, &last.id));
+        for row in page {
+            if !operator.renew_job(job.id, node, lease).await? {
+                return Ok(());
+            }
+            if !operator.begin_item(job.id, &row.id).await? {
+                continue;
+            }
+            let outcome = match row.status {
+                Status::Dead => replay(row.id.clone()).await,
+                Status::Failed if operator.retry_now(&row.id).await? => ItemOutcome::Retried,
+                _ => ItemOutcome::Skipped("no longer matches".into()),
+            };
+            let (word, ok, detail) = outcome.record();
+            operator.end_item(job.id, &row.id, word, detail, ok).await?;
+            tokio::time::sleep(gap).await;
+        }
+    }
+    operator.finish_job(job.id, node).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_replay_filter_is_dead_letters_or_failed_queue_rows_only() {
+        let dead = normalize(SearchFilter::default()).unwrap();
+        assert_eq!(dead.status, Some(Status::Dead));
+        let failed = normalize(SearchFilter {
+            status: Some(Status::Failed),
+            ..SearchFilter::default()
+        })
+        .unwrap();
+        assert_eq!(failed.mode.as_deref(), Some("queue"));
+        let done = SearchFilter {
+            status: Some(Status::Done),
+            ..SearchFilter::default()
+        };
+        assert_eq!(normalize(done), None);
+    }
+}

@@ -1,0 +1,134 @@
+//! The node's part in what operators do through the store: every `queue.poll_interval` it
+//! reads which providers are paused (holding their deliveries on this node, within one
+//! poll of the pause) and, when it runs no bulk replay, takes one that no node holds and
+//! runs it through its shards. [`Upkeep::run_once`] is one pass (tests call it by hand).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use slog::{warn, Logger};
+
+use crate::claim::Path;
+use crate::key::EventId;
+use crate::metrics::Metrics;
+use crate::provider::Target;
+use crate::replay_jobs::{self, ItemOutcome};
+use crate::shard::{Dispatcher, Reply};
+use crate::store::{Store, StoreError};
+
+/// A node's upkeep.
+pub struct Upkeep {
+    store: Arc<dyn Store>,
+    dispatcher: Dispatcher,
+    targets: HashMap<Arc<str>, Arc<Target>>,
+    metrics: Arc<Metrics>,
+    log: Logger,
+    poll: Duration,
+    /// How long this node holds a job between renewals: a replay may take its target's
+    /// whole timeout.
+    job_lease: Duration,
+    running: tokio::sync::Mutex<()>,
+    /// Held while the pauses are read and applied: a read that began before a pause was
+    /// written cannot apply its older picture after the pause's own refresh.
+    pausing: tokio::sync::Mutex<()>,
+}
+
+impl Upkeep {
+    /// The upkeep of a node serving `targets` (every configured provider's).
+    pub fn new(
+        store: Arc<dyn Store>,
+        dispatcher: Dispatcher,
+        targets: HashMap<Arc<str>, Arc<Target>>,
+        metrics: Arc<Metrics>,
+        log: Logger,
+        poll: Duration,
+    ) -> Self {
+        let longest = targets
+            .values()
+            .map(|t| t.timeout)
+            .max()
+            .unwrap_or_default();
+        Self {
+            store,
+            dispatcher,
+            targets,
+            metrics,
+            log,
+            poll,
+            job_lease: (longest * 2).max(Duration::from_secs(60)),
+            running: tokio::sync::Mutex::new(()),
+            pausing: tokio::sync::Mutex::new(()),
+        }
+    }
+
+    /// Applies the paused providers to this node's gate.
+    pub async fn refresh_pauses(&self) -> Result<Vec<String>, StoreError> {
+        let _one_at_a_time = self.pausing.lock().await;
+        let paused = self.store.operator().paused().await?;
+        for provider in self.targets.keys() {
+            let held = paused.iter().any(|p| **p == **provider);
+            self.dispatcher.gate().hold(provider, held);
+            self.metrics.paused(provider, held);
+        }
+        Ok(paused)
+    }
+
+    /// One pass: the pauses, then — unless a job already runs here — a job no node holds,
+    /// run to its end. Answers whether a job ran.
+    pub async fn run_once(&self) -> Result<bool, StoreError> {
+        self.refresh_pauses().await?;
+        let Ok(_guard) = self.running.try_lock() else {
+            return Ok(false);
+        };
+        if self.dispatcher.draining() {
+            return Ok(false);
+        }
+        let node = crate::node::name();
+        let Some(job) = self
+            .store
+            .operator()
+            .claim_job(&node, self.job_lease)
+            .await?
+        else {
+            return Ok(false);
+        };
+        replay_jobs::run(&*self.store, &job, &node, self.job_lease, |id| {
+            self.replay(id)
+        })
+        .await?;
+        Ok(true)
+    }
+
+    /// Replays one dead letter through its shard.
+    async fn replay(&self, id: EventId) -> ItemOutcome {
+        let Some(target) = self.targets.get(&id.provider) else {
+            return ItemOutcome::Skipped("its provider is not configured here".into());
+        };
+        let answer = self.dispatcher.replay(id, Arc::clone(target)).await;
+        match answer.reply {
+            Reply::Result(_) => ItemOutcome::Done,
+            Reply::DeadLettered => ItemOutcome::Dead("the target refused it again".into()),
+            Reply::NotReplayable => ItemOutcome::Skipped("no longer a dead letter".into()),
+            Reply::RetryLater { reason, .. } if answer.path == Path::Replay => {
+                ItemOutcome::Dead(reason.as_str().into())
+            }
+            Reply::RetryLater { reason, .. } => ItemOutcome::Error(reason.as_str().into()),
+            other => ItemOutcome::Error(format!("{other:?}")),
+        }
+    }
+
+    /// Runs passes every `queue.poll_interval` until the task is dropped.
+    pub async fn run_forever(self: Arc<Self>) {
+        loop {
+            let upkeep = Arc::clone(&self);
+            // A job runs beside the passes, so pauses keep being read while it runs.
+            actix_rt::spawn(async move {
+                if let Err(e) = upkeep.run_once().await {
+                    warn!(upkeep.log, "upkeep.failed"; "error" => %e);
+                }
+            });
+            tokio::time::sleep(self.poll).await;
+        }
+    }
+}

@@ -1,0 +1,395 @@
+//! Every event's whole history and what operators do with it, on both stores: the attempts
+//! table, payloads kept always, searching, pausing a provider, and bulk replays run once
+//! across nodes.
+
+use std::time::Duration;
+
+use hookgate::config::{KeepPayload, Mode, Secret};
+use hookgate::key::EventId;
+use serde_json::{json, Value};
+
+use crate::helpers::{
+    eventually, spawn_app_on, Backend, Behaviour, PanickingDelivery, TestApp, PROVIDER,
+};
+
+const TOKEN: &str = "history-admin-token";
+
+fn auth() -> String {
+    format!("Bearer {TOKEN}")
+}
+
+async fn admin_app(backend: Backend, edit: impl FnOnce(&mut hookgate::config::Config)) -> TestApp {
+    spawn_app_on(backend, |c| {
+        c.admin.token = Some(Secret::new(TOKEN));
+        edit(c);
+    })
+    .await
+}
+
+async fn get_json(app: &TestApp, path: &str) -> Value {
+    let answer = app.get_with(path, &auth()).await;
+    assert_eq!(answer.status, 200, "{path}: {}", answer.body);
+    serde_json::from_str(&answer.body).unwrap()
+}
+
+async fn post_json(app: &TestApp, path: &str, body: Value) -> (u16, Value) {
+    let answer = app
+        .post(path, &[("Authorization", &auth())], body.to_string())
+        .await;
+    (
+        answer.status,
+        serde_json::from_str(&answer.body).unwrap_or(Value::Null),
+    )
+}
+
+/// A sender delivers an event the target fails twice, then accepts: three attempts, each
+/// in the history with its path, outcome and the target's answer; a plain first run that
+/// ends done writes none.
+async fn an_event_that_failed_twice_shows_three_attempts_and_a_plain_one_none(backend: Backend) {
+    let app = admin_app(backend, |_| {}).await;
+    app.target.set(Behaviour::Status(500));
+    assert_eq!(app.deliver("evt_story", r#"{"id":"s"}"#).await.status, 503);
+    assert_eq!(app.deliver("evt_story", r#"{"id":"s"}"#).await.status, 503);
+    app.target.set(Behaviour::Accept);
+    assert_eq!(app.deliver("evt_story", r#"{"id":"s"}"#).await.status, 201);
+    assert_eq!(app.deliver("evt_plain", r#"{"id":"p"}"#).await.status, 201);
+
+    let event = get_json(&app, &format!("/admin/api/events/{PROVIDER}/evt_story")).await;
+    let attempts = event["attempts"].as_array().unwrap();
+    let story: Vec<(&str, &str, Value)> = attempts
+        .iter()
+        .map(|a| {
+            (
+                a["path"].as_str().unwrap(),
+                a["outcome"].as_str().unwrap(),
+                a["target_status"].clone(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        story,
+        vec![
+            ("first_run", "failed", json!(500)),
+            ("retry_after_failure", "failed", json!(500)),
+            ("retry_after_failure", "done", json!(201)),
+        ]
+    );
+    assert_eq!(attempts[0]["attempt"], 1);
+    assert_eq!(attempts[2]["attempt"], 3);
+    assert!(attempts[2]["answer"].as_str().unwrap().contains("received"));
+    assert!(attempts
+        .iter()
+        .all(|a| a["node"].as_str().is_some_and(|n| !n.is_empty())));
+    let plain = get_json(&app, &format!("/admin/api/events/{PROVIDER}/evt_plain")).await;
+    assert_eq!(plain["attempts"], json!([]));
+    assert_eq!(plain["status"], "done");
+
+    // Retention takes the history with its event.
+    app.db.advance_clock(Duration::from_secs(2 * 3600)).await;
+    let swept = app
+        .store
+        .sweep(
+            hookgate::claim::Status::Done,
+            Duration::from_secs(3600),
+            100,
+        )
+        .await
+        .unwrap();
+    assert!(swept >= 1);
+    let gone = app
+        .store
+        .operator()
+        .history(&EventId::new(PROVIDER, "evt_story"))
+        .await
+        .unwrap();
+    assert!(gone.is_empty(), "{gone:?}");
+}
+
+/// With `keep_payload = "always"` the payload is written with the claim: an attempt that
+/// crashed leaves a row a sender-gave-up dead letter can be replayed from; by default it
+/// cannot be.
+async fn a_crashed_attempt_is_replayable_when_the_payload_is_kept_always(backend: Backend) {
+    for keep in [KeepPayload::Always, KeepPayload::OnFailure] {
+        let db = crate::helpers::TestDb::on(backend).await;
+        let target = crate::helpers::TestTarget::start().await;
+        let mut config = crate::helpers::base_config(&db, &target);
+        config.admin.token = Some(Secret::new(TOKEN));
+        config.providers[0].keep_payload = keep;
+        let app =
+            crate::helpers::start_node(db, target, config, std::sync::Arc::new(PanickingDelivery))
+                .await;
+        let key = "evt_panic_kept";
+        let answer = app.deliver(key, r#"{"id":"kept"}"#).await;
+        assert_eq!(answer.status, 503, "{}", answer.body);
+        app.db.expire_lease(PROVIDER, key).await;
+        let abandoned = app
+            .store
+            .abandon(PROVIDER, Duration::ZERO, 10)
+            .await
+            .unwrap();
+        assert_eq!(abandoned, 1);
+        let (status, body) = post_json(
+            &app,
+            &format!("/admin/api/events/{PROVIDER}/{key}/replay"),
+            Value::Null,
+        )
+        .await;
+        match keep {
+            KeepPayload::Always => {
+                assert_eq!(status, 200, "{body}");
+                assert_eq!(body["status"], "done");
+                assert_eq!(body["payload"], r#"{"id":"kept"}"#, "kept once done");
+            }
+            KeepPayload::OnFailure => {
+                assert_eq!(status, 409, "no payload to replay: {body}");
+                assert_eq!(app.db.status(PROVIDER, key).await.as_deref(), Some("dead"));
+            }
+        }
+    }
+}
+
+/// The search pages by cursor, filters by status and key prefix, and refuses what it
+/// cannot read.
+async fn events_are_searched_by_filter_and_paged(backend: Backend) {
+    let app = admin_app(backend, |_| {}).await;
+    for n in 0..5 {
+        app.deliver(&format!("ok_{n}"), "{}").await;
+    }
+    app.target.set(Behaviour::Status(400));
+    for n in 0..2 {
+        app.deliver(&format!("bad_{n}"), "{}").await;
+    }
+    let dead = get_json(&app, "/admin/api/events?status=dead").await;
+    assert_eq!(dead["events"].as_array().unwrap().len(), 2);
+    assert!(dead["next_cursor"].is_null());
+    let mut seen = Vec::new();
+    let mut path = "/admin/api/events?key_prefix=ok_&limit=2".to_owned();
+    loop {
+        let page = get_json(&app, &path).await;
+        for e in page["events"].as_array().unwrap() {
+            seen.push(e["event_key"].as_str().unwrap().to_owned());
+        }
+        match page["next_cursor"].as_str() {
+            Some(c) => path = format!("/admin/api/events?key_prefix=ok_&limit=2&cursor={c}"),
+            None => break,
+        }
+    }
+    seen.sort();
+    assert_eq!(seen, ["ok_0", "ok_1", "ok_2", "ok_3", "ok_4"]);
+    // `_` in a prefix is a character, not a wildcard.
+    let none = get_json(&app, "/admin/api/events?key_prefix=ok%25").await;
+    assert_eq!(none["events"], json!([]));
+    let bad = app.get_with("/admin/api/events?status=gone", &auth()).await;
+    assert_eq!(bad.status, 400, "{}", bad.body);
+    assert_eq!(app.get("/admin/api/events").await.status, 401);
+}
+
+/// A paused queue provider accepts and holds its events on every node; a paused sync
+/// provider answers 503 so the sender keeps them; resumed, everything is delivered.
+async fn a_paused_provider_delivers_nothing_until_resumed(backend: Backend) {
+    let app = admin_app(backend, |c| {
+        let mut queued = c.providers[0].clone();
+        queued.name = "q".into();
+        queued.mode = Some(Mode::Queue);
+        c.providers.push(queued);
+    })
+    .await;
+    let (status, body) = post_json(&app, "/admin/api/providers/q/pause", Value::Null).await;
+    assert_eq!((status, body["paused"].clone()), (200, json!(true)));
+    post_json(
+        &app,
+        &format!("/admin/api/providers/{PROVIDER}/pause"),
+        Value::Null,
+    )
+    .await;
+
+    let queued = app
+        .post("/webhooks/q", &[("X-Idempotency-Key", "held")], "{}".into())
+        .await;
+    assert_eq!(queued.status, 202);
+    let sync = app.deliver("sync_held", "{}").await;
+    assert_eq!((sync.status, sync.path.as_str()), (503, "paused"));
+    assert!(sync.retry_after.is_some());
+    assert_eq!(app.scheduler.run_once().await.unwrap().taken, 0, "held");
+    assert_eq!(app.target.count("q:held"), 0);
+    let stats = get_json(&app, "/admin/api/stats").await;
+    let q = stats["providers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == "q")
+        .unwrap();
+    assert_eq!(q["paused"], true);
+    let metrics = app.get("/metrics").await.body;
+    assert!(
+        metrics.contains(r#"hookgate_provider_paused{provider="q"} 1"#),
+        "{metrics}"
+    );
+
+    // Another node learns of the pause from the store at its next poll.
+    let other = app
+        .second_node(|c| {
+            let mut queued = c.providers[0].clone();
+            queued.name = "q".into();
+            queued.mode = Some(Mode::Queue);
+            c.providers.push(queued);
+        })
+        .await;
+    other.upkeep.refresh_pauses().await.unwrap();
+    assert_eq!(other.scheduler.run_once().await.unwrap().taken, 0);
+    assert_eq!(other.deliver("sync_other", "{}").await.path, "paused");
+
+    post_json(&app, "/admin/api/providers/q/resume", Value::Null).await;
+    post_json(
+        &app,
+        &format!("/admin/api/providers/{PROVIDER}/resume"),
+        Value::Null,
+    )
+    .await;
+    other.upkeep.refresh_pauses().await.unwrap();
+    app.scheduler.run_once().await.unwrap();
+    eventually("the held event to arrive", || async {
+        app.target.count("q:held") == 1
+    })
+    .await;
+    assert_eq!(app.deliver("sync_held", "{}").await.status, 201);
+}
+
+/// Three dead letters replayed by one job, planned first; two nodes run their upkeep at
+/// once and each event reaches the target once more, not twice; a cancelled job replays
+/// nothing.
+async fn a_bulk_replay_replays_each_dead_letter_once_across_nodes(backend: Backend) {
+    let app = admin_app(backend, |_| {}).await;
+    app.target.set(Behaviour::Status(400));
+    for n in 0..3 {
+        app.deliver(&format!("bulk_{n}"), "{}").await;
+    }
+    app.target.set(Behaviour::Accept);
+    let filter = json!({ "filter": { "provider": PROVIDER, "reason": "non_retryable" } });
+    let (_, plan) = post_json(&app, "/admin/api/replays/plan", filter.clone()).await;
+    assert_eq!(plan["count"], 3);
+    let mut request = filter.clone();
+    request["rate"] = json!(1000);
+    let (status, job) = post_json(&app, "/admin/api/replays", request).await;
+    assert_eq!(status, 201, "{job}");
+    let id = job["id"].as_i64().unwrap();
+
+    let other = app
+        .second_node(|c| c.admin.token = Some(Secret::new(TOKEN)))
+        .await;
+    let (a, b) = futures_util::join!(app.upkeep.run_once(), other.upkeep.run_once());
+    assert!(a.unwrap() ^ b.unwrap(), "exactly one node ran the job");
+    let job = get_json(&app, &format!("/admin/api/replays/{id}")).await;
+    assert_eq!(job["status"], "done", "{job}");
+    assert_eq!(job["replayed"], 3);
+    assert_eq!(job["items"].as_array().unwrap().len(), 3);
+    for n in 0..3 {
+        let key = TestApp::idem(&format!("bulk_{n}"));
+        assert_eq!(
+            app.target.count(&key),
+            2,
+            "{key}: once by the sender, once replayed"
+        );
+    }
+    assert!(!app.upkeep.run_once().await.unwrap(), "nothing left to run");
+
+    // A cancelled job does nothing.
+    app.target.set(Behaviour::Status(400));
+    app.deliver("bulk_late", "{}").await;
+    app.target.set(Behaviour::Accept);
+    let (_, job) = post_json(&app, "/admin/api/replays", filter).await;
+    let id = job["id"].as_i64().unwrap();
+    let (_, cancelled) = post_json(
+        &app,
+        &format!("/admin/api/replays/{id}/cancel"),
+        Value::Null,
+    )
+    .await;
+    assert_eq!(cancelled["status"], "cancelled");
+    app.upkeep.run_once().await.unwrap();
+    assert_eq!(app.target.count(&TestApp::idem("bulk_late")), 1);
+    let (status, _) = post_json(
+        &app,
+        "/admin/api/replays/plan",
+        json!({ "filter": { "status": "done" } }),
+    )
+    .await;
+    assert_eq!(status, 400, "only dead letters or failed queue rows");
+}
+
+on_both_stores!(
+    an_event_that_failed_twice_shows_three_attempts_and_a_plain_one_none,
+    a_crashed_attempt_is_replayable_when_the_payload_is_kept_always,
+    events_are_searched_by_filter_and_paged,
+    a_paused_provider_delivers_nothing_until_resumed,
+    a_bulk_replay_replays_each_dead_letter_once_across_nodes,
+);
+
+/// The command line: `events history` prints an event's timeline; `dead replay --all`
+/// runs a bulk replay job in its own process.
+#[actix_web::test]
+async fn the_command_line_prints_a_timeline_and_replays_dead_letters_in_bulk() {
+    let app = admin_app(Backend::Postgres, |_| {}).await;
+    app.target.set(Behaviour::Status(400));
+    for n in 0..2 {
+        app.deliver(&format!("cli_{n}"), "{}").await;
+    }
+    app.target.set(Behaviour::Accept);
+    let dir = std::env::temp_dir().join(format!("hookgate-history-{}", fastrand::u32(..)));
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = dir.join("c.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[store]\nurl = \"{}\"\nschema = \"{}\"\n[[providers]]\nname = \"{PROVIDER}\"\n\
+             preset = \"none\"\nkey = [{{ header = \"X-Idempotency-Key\" }}]\n\
+             target = {{ url = \"{}\" }}\n",
+            app.db.url, app.db.schema, app.target.url
+        ),
+    )
+    .unwrap();
+    let run = |args: Vec<String>| {
+        let config = config.clone();
+        actix_web::rt::task::spawn_blocking(move || {
+            std::process::Command::new(env!("CARGO_BIN_EXE_hookgate"))
+                .args(args)
+                .arg("--config")
+                .arg(config)
+                .output()
+                .unwrap()
+        })
+    };
+    let out = run([
+        "dead",
+        "replay",
+        "--all",
+        "--provider",
+        PROVIDER,
+        "--rate",
+        "100",
+    ]
+    .map(String::from)
+    .to_vec())
+    .await
+    .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("2 replayed, 0 failed of 2"), "{stdout}");
+    for n in 0..2 {
+        assert_eq!(app.target.count(&TestApp::idem(&format!("cli_{n}"))), 2);
+    }
+    let out = run(["events", "history", PROVIDER, "cli_0"]
+        .map(String::from)
+        .to_vec())
+    .await
+    .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}");
+    assert!(stdout.contains("#1 first_run dead"), "{stdout}");
+    assert!(stdout.contains("#2 replay done"), "{stdout}");
+    std::fs::remove_dir_all(dir).unwrap();
+}
