@@ -138,11 +138,13 @@ async function api(method, path, body) {
   } catch (err) {
     throw new ApiError(0, 'unreachable', `the node did not answer (${err.message})`);
   }
+  // Errors raised before a handler runs (a query the API cannot read) come as plain text.
+  const text = await response.text().catch(() => '');
   let data = null;
   try {
-    data = await response.json();
+    data = JSON.parse(text);
   } catch {
-    data = null;
+    data = { message: text.slice(0, 300) };
   }
   if (response.status === 401) {
     sessionStorage.removeItem(TOKEN_KEY);
@@ -212,6 +214,15 @@ function errorBox(err) {
   return el('p', { class: 'error-box', role: 'alert' }, String(err));
 }
 
+/** A percent-encoded part of the address, or the part itself when it is not valid. */
+function decoded(part) {
+  try {
+    return decodeURIComponent(part);
+  } catch {
+    return part;
+  }
+}
+
 function route() {
   generation += 1;
   stopTimers();
@@ -233,7 +244,7 @@ function route() {
   else if (section === 'events') page = events(mine, params);
   else if (section === 'event' && parts.length === 3) {
     section = 'events';
-    page = eventPage(mine, decodeURIComponent(parts[1]), decodeURIComponent(parts[2]));
+    page = eventPage(mine, decoded(parts[1]), decoded(parts[2]));
   } else if (section === 'dead') page = dead(mine, params);
   else if (section === 'jobs' && parts.length === 2) {
     section = 'dead';
