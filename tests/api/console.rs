@@ -59,6 +59,10 @@ async fn an_operator_works_through_the_console_in_a_real_browser() {
     browser.type_into("#token", TOKEN).await;
     browser.click("#login-button").await;
     browser.wait_text("#overview h1", "Overview").await;
+    let mode = browser
+        .script("return document.compatMode", json!([]))
+        .await;
+    assert_eq!(mode, "CSS1Compat", "the page renders in standards mode");
     let dead_cell = format!("[data-provider={PROVIDER}] td[data-status=dead]");
     browser.wait_text(&dead_cell, "3").await;
     browser.screenshot(&shots.join("overview.png")).await;
