@@ -38,6 +38,7 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
     cfg.service(
         web::scope("/admin")
             .guard(enabled)
+            .configure(super::console::routes)
             .route("/events/{provider}/{key}", web::get().to(show_event))
             .route("/dead", web::get().to(list_dead))
             .route("/dead/{provider}/{key}/replay", web::post().to(replay))

@@ -8,6 +8,7 @@
 mod admin;
 mod admin_api;
 mod budget;
+mod console;
 mod error;
 mod event_json;
 mod health;

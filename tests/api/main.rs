@@ -25,6 +25,7 @@ macro_rules! on_both_stores {
 
 mod bad_input;
 mod concurrency;
+mod console;
 mod edges;
 mod failures;
 mod helpers;

@@ -10,6 +10,7 @@ mod faults;
 mod log;
 mod proxy;
 mod target;
+pub mod webdriver;
 
 use std::future::Future;
 use std::sync::Arc;

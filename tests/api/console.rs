@@ -1,0 +1,364 @@
+//! The operator console in a real browser: headless Debian Chromium through chromedriver
+//! against a node on Postgres. An operator logs in with the token, filters and pages events,
+//! reads an event's attempts timeline (its hostile payload shown as text), bulk-replays
+//! dead letters, and pauses and resumes a queue provider — each checked at the target.
+//! Screenshots of each page go to `target/console-screenshots/`.
+
+use std::path::{Path, PathBuf};
+
+use hookgate::config::{Mode, Secret};
+use serde_json::json;
+
+use crate::helpers::webdriver::{self, Browser};
+use crate::helpers::{eventually, spawn_app_on, Backend, Behaviour, TestApp, PROVIDER};
+
+const TOKEN: &str = "t0ken";
+
+/// A second provider, in queue mode, for pause and resume.
+const QUEUED: &str = "github";
+
+/// A payload and a kept header that would run script if the page ever made markup of them.
+const HOSTILE: &str = "<script>alert(1)</script><img src=x onerror=alert(1)>";
+const HOSTILE_AGENT: &str = "<img src=x onerror=alert(2)>";
+
+#[actix_web::test]
+async fn an_operator_works_through_the_console_in_a_real_browser() {
+    if let Some(missing) = webdriver::missing() {
+        // Only a developer's own machine, where nothing could install it, may skip.
+        let ci = std::env::var("CI").is_ok_and(|v| v == "true");
+        assert!(
+            !ci && !is_root(),
+            "{missing} is missing: scripts/test.sh installs chromium and chromium-driver as root"
+        );
+        eprintln!(
+            "console test skipped: {missing} is missing (apt-get install chromium chromium-driver)"
+        );
+        return;
+    }
+    let app = spawn_app_on(Backend::Postgres, |c| {
+        c.admin.token = Some(Secret::new(TOKEN));
+        // Payloads kept once done too, so the event page shows the done event's payload.
+        c.providers[0].keep_payload = serde_json::from_value(json!("always")).expect("always");
+        let mut queued = c.providers[0].clone();
+        queued.name = QUEUED.into();
+        queued.mode = Some(Mode::Queue);
+        c.providers.push(queued);
+    })
+    .await;
+    let shots = screenshots();
+    seed(&app).await;
+
+    let browser = Browser::start(Path::new(env!("CARGO_TARGET_TMPDIR"))).await;
+    let console = format!("{}/admin/", app.address);
+
+    // Log in: a wrong token is refused, the right one opens the overview.
+    browser.goto(&console).await;
+    browser.type_into("#token", "wrong").await;
+    browser.click("#login-button").await;
+    browser.wait_text("#login-error", "refused").await;
+    browser.type_into("#token", TOKEN).await;
+    browser.click("#login-button").await;
+    browser.wait_text("#overview h1", "Overview").await;
+    let mode = browser
+        .script("return document.compatMode", json!([]))
+        .await;
+    assert_eq!(mode, "CSS1Compat", "the page renders in standards mode");
+    let dead_cell = format!("[data-provider={PROVIDER}] td[data-status=dead]");
+    browser.wait_text(&dead_cell, "3").await;
+    browser.screenshot(&shots.join("overview.png")).await;
+
+    // Events, filtered by status, then paged two at a time.
+    browser.click("#nav-events").await;
+    browser.wait_count("#events-table .event-row", 6).await;
+    browser.click("#f-status option[value=dead]").await;
+    browser.click("#apply").await;
+    browser.wait_count("#events-table .event-row", 3).await;
+    assert_eq!(
+        shown_keys(&browser).await,
+        ["evt_dead1", "evt_dead2", "evt_dead3"]
+    );
+    browser.screenshot(&shots.join("events.png")).await;
+    browser
+        .goto(&format!("{console}#/events?status=dead&limit=2"))
+        .await;
+    browser.wait_count("#events-table .event-row", 2).await;
+    let first = shown_keys(&browser).await;
+    browser.click("#next-page").await;
+    browser.wait_count("#events-table .event-row", 1).await;
+    let mut all = [first, shown_keys(&browser).await].concat();
+    all.sort();
+    assert_eq!(all, ["evt_dead1", "evt_dead2", "evt_dead3"]);
+    browser.click("#prev-page").await;
+    browser.wait_count("#events-table .event-row", 2).await;
+
+    // The event with three attempts: its timeline, and its payload and headers as text.
+    browser
+        .goto(&format!("{console}#/events?key_prefix=evt_timeline"))
+        .await;
+    browser.click("a[href='#/event/stripe/evt_timeline']").await;
+    browser.wait_count("#timeline li.attempt", 3).await;
+    let outcomes = browser
+        .script(
+            "return [...document.querySelectorAll('#timeline li')].map(li => li.dataset.outcome)",
+            json!([]),
+        )
+        .await;
+    assert_eq!(outcomes, json!(["failed", "failed", "done"]));
+    let payload = browser.wait_text("#payload", HOSTILE).await;
+    assert!(payload.contains("evt_timeline"), "{payload}");
+    assert_eq!(browser.count("#payload img, #payload script").await, 0);
+    browser.wait_text("#headers", HOSTILE_AGENT).await;
+    assert_eq!(browser.count("#headers img, main img").await, 0);
+    assert_eq!(browser.alert_text().await, None, "a dialog opened");
+    let event_png = shots.join("event.png");
+    browser.screenshot(&event_png).await;
+
+    // Bulk replay of the dead letters: plan (a count), confirm, progress until done.
+    app.target.set(Behaviour::Accept);
+    browser.click("#nav-dead").await;
+    browser.wait_count("#events-table .event-row", 3).await;
+    browser.click("#plan").await;
+    browser
+        .wait_text("#plan-count", "3 dead letters match")
+        .await;
+    browser.screenshot(&shots.join("dead.png")).await;
+    browser.click("#plan-confirm").await;
+    browser.wait_text("#job-state", "done").await;
+    browser
+        .wait_text("#job-counts", "3 replayed, 0 failed, of 3")
+        .await;
+    for key in ["evt_dead1", "evt_dead2", "evt_dead3"] {
+        app.target.wait_for(&TestApp::idem(key), 2).await;
+    }
+    assert!(cancel_hidden(&browser).await);
+    browser.screenshot(&shots.join("job.png")).await;
+
+    // A running job is cancelled: the target holds its first replay meanwhile, and the
+    // job replays nothing more once that one ends.
+    let cancelled = ["evt_cancel1", "evt_cancel2"].map(TestApp::idem);
+    app.target.set(Behaviour::Status(400));
+    for key in ["evt_cancel1", "evt_cancel2"] {
+        dead_letter(&app, key).await;
+    }
+    app.target.set(Behaviour::Hang);
+    browser.click("#nav-dead").await;
+    browser.wait_count("#events-table .event-row", 2).await;
+    browser.click("#plan").await;
+    browser
+        .wait_text("#plan-count", "2 dead letters match")
+        .await;
+    browser.click("#plan-confirm").await;
+    let replays = || cancelled.iter().map(|k| app.target.count(k)).sum::<usize>();
+    eventually("a replay held at the target", || async { replays() == 3 }).await;
+    browser.wait_text("#job-state", "running").await;
+    browser.click("#job-cancel").await;
+    browser.wait_text("#job-state", "cancelled").await;
+    assert!(cancel_hidden(&browser).await);
+    app.target.release();
+    eventually("the held replay to end", || async {
+        let mut statuses = Vec::new();
+        for key in ["evt_cancel1", "evt_cancel2"] {
+            statuses.push(app.db.status(PROVIDER, key).await);
+        }
+        statuses.iter().any(|s| s.as_deref() == Some("done"))
+    })
+    .await;
+
+    // Pause the queue provider: an event queued meanwhile waits; resume: it arrives.
+    let queued_key = format!("{QUEUED}:evt_q1");
+    browser.click("#nav-overview").await;
+    browser
+        .click(&format!("button.pause[data-provider={QUEUED}]"))
+        .await;
+    browser
+        .wait_text(&format!("[data-provider={QUEUED}] .state"), "paused")
+        .await;
+    let answer = app
+        .post(
+            &format!("/webhooks/{QUEUED}"),
+            &[("X-Idempotency-Key", "evt_q1")],
+            r#"{"id":"evt_q1"}"#.into(),
+        )
+        .await;
+    assert_eq!(answer.status, 202, "{answer:?}");
+    app.scheduler.run_once().await.expect("a scheduler pass");
+    assert_eq!(
+        app.db.status(QUEUED, "evt_q1").await.as_deref(),
+        Some("queued")
+    );
+    assert_eq!(app.target.count(&queued_key), 0, "delivered while paused");
+    browser.goto(&console).await;
+    browser
+        .wait_text(&format!("[data-provider={QUEUED}] .queue-rows"), "1")
+        .await;
+    browser.screenshot(&shots.join("paused.png")).await;
+    assert_eq!(app.target.count(&queued_key), 0, "delivered while paused");
+    browser
+        .click(&format!("button.resume[data-provider={QUEUED}]"))
+        .await;
+    browser
+        .wait_text(&format!("[data-provider={QUEUED}] .state"), "running")
+        .await;
+    app.target.wait_for(&queued_key, 1).await;
+    eventually("the queued event to be done", || async {
+        app.db.status(QUEUED, "evt_q1").await.as_deref() == Some("done")
+    })
+    .await;
+    assert_eq!(browser.alert_text().await, None, "a dialog opened");
+    // Seconds after the cancelled job's held replay ended, it has replayed nothing more.
+    assert_eq!(replays(), 3, "the cancelled job went on");
+
+    // The dead letter the cancelled job left is replayed from its own page.
+    let mut left = None;
+    for key in ["evt_cancel1", "evt_cancel2"] {
+        if app.db.status(PROVIDER, key).await.as_deref() == Some("dead") {
+            left = Some(key);
+        }
+    }
+    let left = left.expect("one dead letter left by the cancelled job");
+    browser
+        .goto(&format!("{console}#/event/{PROVIDER}/{left}"))
+        .await;
+    browser.wait_text("#event-row", "dead").await;
+    browser.click("#replay").await;
+    browser.wait_text("#flash", "now done").await;
+    browser.wait_text("#event-row", "replay").await;
+    assert_eq!(app.target.count(&TestApp::idem(left)), 2);
+    assert_eq!(browser.alert_text().await, None, "a dialog opened");
+}
+
+/// Whether the job page's Cancel button is hidden (the job no longer runs).
+async fn cancel_hidden(browser: &Browser) -> bool {
+    browser
+        .script(
+            "return document.getElementById('job-cancel').hidden",
+            json!([]),
+        )
+        .await
+        == json!(true)
+}
+
+/// Makes `key` a dead letter (the target must answer 400).
+async fn dead_letter(app: &TestApp, key: &str) {
+    let answer = app.deliver(key, r#"{"id":"dead"}"#).await;
+    assert_eq!(answer.body, r#"{"status":"dead_lettered"}"#, "{key}");
+}
+
+/// The page, its script and its style sheet come with the strict headers and need no token
+/// (the page asks for it); without an admin token configured they are not there at all.
+#[actix_web::test]
+async fn the_console_files_carry_a_strict_content_security_policy() {
+    let app = spawn_app_on(Backend::Postgres, |c| {
+        c.admin.token = Some(Secret::new(TOKEN))
+    })
+    .await;
+    let client = awc::Client::builder().disable_redirects().finish();
+    for (path, kind) in [
+        ("/admin/", "text/html"),
+        ("/admin/console.js", "text/javascript"),
+        ("/admin/console.css", "text/css"),
+    ] {
+        let response = client
+            .get(format!("{}{path}", app.address))
+            .send()
+            .await
+            .expect("request");
+        assert_eq!(response.status(), 200, "{path}");
+        let header = |name: &str| {
+            response
+                .headers()
+                .get(name)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or_default()
+                .to_owned()
+        };
+        assert!(header("content-type").starts_with(kind), "{path}");
+        assert_eq!(
+            header("content-security-policy"),
+            "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; \
+             connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'",
+            "{path}"
+        );
+        assert_eq!(header("x-content-type-options"), "nosniff", "{path}");
+        assert_eq!(header("referrer-policy"), "no-referrer", "{path}");
+        assert_eq!(header("cache-control"), "no-store", "{path}");
+        assert_eq!(header("set-cookie"), "", "{path}");
+    }
+    let bare = client
+        .get(format!("{}/admin", app.address))
+        .send()
+        .await
+        .expect("request");
+    assert_eq!(bare.status(), 308);
+    assert_eq!(bare.headers().get("location").unwrap(), "/admin/");
+
+    let closed = spawn_app_on(Backend::Postgres, |_| {}).await;
+    for path in [
+        "/admin/",
+        "/admin/console.js",
+        "/admin/console.css",
+        "/admin",
+    ] {
+        assert_eq!(closed.get(path).await.status, 404, "{path}");
+    }
+}
+
+/// Two done events, one that failed twice before it was done (with a hostile payload and
+/// header), and three dead letters.
+async fn seed(app: &TestApp) {
+    for key in ["evt_ok1", "evt_ok2"] {
+        assert_eq!(app.deliver(key, r#"{"id":"ok"}"#).await.status, 201);
+    }
+    let body = json!({ "id": "evt_timeline", "note": HOSTILE }).to_string();
+    let headers = [
+        ("X-Idempotency-Key", "evt_timeline"),
+        ("User-Agent", HOSTILE_AGENT),
+    ];
+    let path = format!("/webhooks/{PROVIDER}");
+    app.target.set(Behaviour::Status(503));
+    for _ in 0..2 {
+        let failed = app.post(&path, &headers, body.clone()).await;
+        assert_eq!(failed.status, 503, "{failed:?}");
+    }
+    app.target.set(Behaviour::Accept);
+    let done = app.post(&path, &headers, body).await;
+    assert_eq!(done.status, 201, "{done:?}");
+    assert_eq!(done.attempt, Some(3));
+
+    app.target.set(Behaviour::Status(400));
+    for key in ["evt_dead1", "evt_dead2", "evt_dead3"] {
+        dead_letter(app, key).await;
+    }
+    app.target.set(Behaviour::Accept);
+}
+
+/// The keys the events table shows, sorted.
+async fn shown_keys(browser: &Browser) -> Vec<String> {
+    let keys = browser
+        .script(
+            "return [...document.querySelectorAll('#events-table .event-row')]\
+             .map(r => r.dataset.key)",
+            json!([]),
+        )
+        .await;
+    let mut keys: Vec<String> = serde_json::from_value(keys).expect("keys");
+    keys.sort();
+    keys
+}
+
+/// `target/console-screenshots/`, created.
+fn screenshots() -> PathBuf {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .parent()
+        .expect("the target directory")
+        .join("console-screenshots");
+    std::fs::create_dir_all(&dir).expect("screenshot directory");
+    dir
+}
+
+fn is_root() -> bool {
+    std::process::Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|out| out.stdout.trim_ascii() == b"0")
+}
