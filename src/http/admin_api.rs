@@ -46,13 +46,47 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
         .route("/api/replays/{id}/cancel", web::post().to(cancel_job));
 }
 
-/// The search's query string.
+/// The search's query string, field by field (a flattened filter would read its numbers
+/// as strings: serde's `flatten` cannot parse a query string's values into numbers).
 #[derive(Deserialize)]
 struct SearchQuery {
-    #[serde(flatten)]
-    filter: SearchFilter,
+    provider: Option<String>,
+    status: Option<String>,
+    path: Option<String>,
+    key_prefix: Option<String>,
+    mode: Option<String>,
+    reason: Option<String>,
+    created_after: Option<f64>,
+    created_before: Option<f64>,
+    updated_after: Option<f64>,
+    updated_before: Option<f64>,
     limit: Option<u32>,
     cursor: Option<String>,
+}
+
+impl SearchQuery {
+    /// The filter it asks for; an unknown status is a 400.
+    fn filter(&self) -> Result<SearchFilter, ApiError> {
+        let status =
+            match &self.status {
+                Some(text) => Some(crate::claim::Status::parse(text).ok_or(
+                    ApiError::BadRequest("status: queued, in_progress, done, failed or dead"),
+                )?),
+                None => None,
+            };
+        Ok(SearchFilter {
+            provider: self.provider.clone(),
+            status,
+            path: self.path.clone(),
+            key_prefix: self.key_prefix.clone(),
+            mode: self.mode.clone(),
+            reason: self.reason.clone(),
+            created_after: self.created_after,
+            created_before: self.created_before,
+            updated_after: self.updated_after,
+            updated_before: self.updated_before,
+        })
+    }
 }
 
 async fn search(
@@ -62,6 +96,7 @@ async fn search(
 ) -> Result<HttpResponse, ApiError> {
     authorize(&req, &state)?;
     let query = query.into_inner();
+    let filter = query.filter()?;
     let limit = query.limit.unwrap_or(DEFAULT_LIMIT).clamp(1, MAX_LIMIT);
     let after = match &query.cursor {
         Some(text) => Some(PageCursor::decode(text).ok_or(ApiError::BadCursor)?),
@@ -70,7 +105,7 @@ async fn search(
     let rows = state
         .store
         .operator()
-        .search(&query.filter, after.as_ref(), limit + 1)
+        .search(&filter, after.as_ref(), limit + 1)
         .await?;
     let (events, truncated, next) = bounded(&rows, limit as usize, event_json);
     Ok(HttpResponse::Ok().json(json!({

@@ -91,6 +91,21 @@ async fn an_operator_works_through_the_console_in_a_real_browser() {
     browser.click("#prev-page").await;
     browser.wait_count("#events-table .event-row", 2).await;
 
+    // A time range (Unix seconds in the address): all of them changed within the hour.
+    let hour_ago = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("a clock after 1970")
+        .as_secs()
+        - 3600;
+    browser
+        .goto(&format!("{console}#/events?updated_after={hour_ago}"))
+        .await;
+    browser.wait_count("#events-table .event-row", 6).await;
+    browser
+        .goto(&format!("{console}#/events?updated_before={hour_ago}"))
+        .await;
+    browser.wait_text("#events-table", "No events match").await;
+
     // The event with three attempts: its timeline, and its payload and headers as text.
     browser
         .goto(&format!("{console}#/events?key_prefix=evt_timeline"))

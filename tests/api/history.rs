@@ -176,6 +176,23 @@ async fn events_are_searched_by_filter_and_paged(backend: Backend) {
     }
     seen.sort();
     assert_eq!(seen, ["ok_0", "ok_1", "ok_2", "ok_3", "ok_4"]);
+    // A time range: everything changed in the last hour, nothing in the future.
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64();
+    let recent = get_json(
+        &app,
+        &format!("/admin/api/events?updated_after={}&limit=100", now - 3600.0),
+    )
+    .await;
+    assert_eq!(recent["events"].as_array().unwrap().len(), 7);
+    let future = get_json(
+        &app,
+        &format!("/admin/api/events?created_after={}", now + 60.0),
+    )
+    .await;
+    assert_eq!(future["events"], json!([]));
     // `_` in a prefix is a character, not a wildcard.
     let none = get_json(&app, "/admin/api/events?key_prefix=ok%25").await;
     assert_eq!(none["events"], json!([]));
