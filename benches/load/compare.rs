@@ -120,6 +120,8 @@ pub struct Ingest {
     pub pauses: (u64, Duration),
     pub p50_ms: f64,
     pub p99_ms: f64,
+    /// The outcome-write p99's bucket bound (see [`crate::compare_hookgate::outcome_write_p99_ms`]).
+    pub write_p99_ms: Option<f64>,
     pub duplicates: u64,
     pub cost: Cost,
 }
@@ -206,7 +208,8 @@ fn print_ingest(label: &str, run: &Ingest) {
         "QC scenario=ingest label={label} system=hookgate accepted={} refused={} errors={} \
          accepted_rate={:.0} delivered_rate={:.0} backlog={} drained_s={:.2} never={} \
          pauses={} paused_s={:.2} \
-         p50_ms={:.2} p99_ms={:.2} duplicates={} pg_us={:.1} worker_us={:.1} commits={:.3}",
+         p50_ms={:.2} p99_ms={:.2} write_p99_ms={} duplicates={} pg_us={:.1} worker_us={:.1} \
+         commits={:.3}",
         run.accepted,
         run.refused,
         run.errors,
@@ -219,6 +222,7 @@ fn print_ingest(label: &str, run: &Ingest) {
         run.pauses.1.as_secs_f64(),
         run.p50_ms,
         run.p99_ms,
+        run.write_p99_ms.map_or("-".into(), |ms| format!("{ms:.1}")),
         run.duplicates,
         run.cost.postgres_us,
         run.cost.worker_us,

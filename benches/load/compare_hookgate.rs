@@ -136,8 +136,8 @@ pub fn run_dir(label: &str) -> PathBuf {
 }
 
 /// The p99 of `hookgate_outcome_write_seconds` (target's answer → outcome written), over
-/// every provider, from a running node's `/metrics`: the upper bound of the bucket that
-/// holds the 99th percentile, in milliseconds (`None` before any write).
+/// every provider, from a running node's `/metrics`, in milliseconds, interpolated within
+/// its bucket as Prometheus's `histogram_quantile` does (`None` before any write).
 pub async fn outcome_write_p99_ms(port: u16) -> Option<f64> {
     let text = awc::Client::new()
         .get(format!("http://127.0.0.1:{port}/metrics"))
@@ -171,8 +171,12 @@ pub async fn outcome_write_p99_ms(port: u16) -> Option<f64> {
     if total == 0.0 {
         return None;
     }
-    buckets
-        .iter()
-        .find(|(_, count)| *count >= total * 0.99)
-        .map(|(le, _)| le * 1e3)
+    let rank = total * 0.99;
+    let at = buckets.iter().position(|(_, count)| *count >= rank)?;
+    let (upper, count) = buckets[at];
+    let (lower, below) = if at == 0 { (0.0, 0.0) } else { buckets[at - 1] };
+    if upper.is_infinite() {
+        return Some(lower * 1e3);
+    }
+    Some((lower + (upper - lower) * (rank - below) / (count - below)) * 1e3)
 }

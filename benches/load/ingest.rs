@@ -78,6 +78,7 @@ pub async fn run(
         .collect();
     latencies.sort_unstable();
     let never = keys.len() - latencies.len();
+    let write_p99_ms = hookgate::outcome_write_p99_ms(node.port).await;
     node.terminate().await;
     meter.settle().await;
     let after = meter.sample().await;
@@ -100,6 +101,7 @@ pub async fn run(
         pauses: target.pauses(PAUSE),
         p50_ms: percentile(0.50),
         p99_ms: percentile(0.99),
+        write_p99_ms,
         duplicates,
         cost: after.cost_since(&before, keys.len() as u64),
     }
