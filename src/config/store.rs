@@ -247,6 +247,23 @@ mod tests {
     }
 
     #[test]
+    fn a_url_naming_several_hosts_loses_only_its_passwords() {
+        let url = "postgres://app:s3cr@t@db1:5432,db2:5433/hookgate?target_session_attrs=\
+                   read-write&password=other";
+        assert_eq!(
+            redact_url_password(url),
+            "postgres://app:***@db1:5432,db2:5433/hookgate?target_session_attrs=read-write\
+             &password=***"
+        );
+        assert_eq!(
+            redact_url_password(
+                "host=db1,db2 port=5432,5433 password='a b' target_session_attrs=read-write"
+            ),
+            "host=db1,db2 port=5432,5433 password=*** target_session_attrs=read-write"
+        );
+    }
+
+    #[test]
     fn a_target_url_loses_its_password_and_query_values() {
         assert_eq!(
             redact_target_url("https://hook:t0ken@app.example/in?key=abc&x=1"),
