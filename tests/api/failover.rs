@@ -186,7 +186,7 @@ async fn events_in_flight_in_both_modes_when_the_primary_dies_end_done_once_on_t
 #[actix_web::test]
 async fn a_primary_waiting_for_a_lost_standby_costs_at_most_the_pool_and_recovers_by_itself() {
     const NAME: &str = "hookgate-ghost";
-    const POOL: usize = 3;
+    const POOL: usize = 2;
     let pair = HaPair::start().await;
     let app = node_on(&pair, pair.url_named(NAME), |c| {
         c.store.pool_size = POOL;

@@ -7,18 +7,21 @@
 //! sees. `now()` is the only clock used for leases.
 //!
 //! Every operation runs under `store.statement_timeout` (`pool`): past it the
-//! caller gets `TimedOut` and the connection is taken out of the pool and dropped, since
-//! an unanswered statement may still be queued on it. The server gets the same
-//! `statement_timeout`, so it gives up on its side too.
+//! caller gets `TimedOut`, and the statement is cancelled on the server before its
+//! connection is closed (the server's own `statement_timeout`, also set, does not end a
+//! commit waiting for a synchronous standby). `store.url` may name several hosts, as libpq
+//! does; with `target_session_attrs=read-write` each new connection goes to the one that
+//! accepts writes.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use actix_web::web::Bytes;
-use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
+use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime, Timeouts};
 use tokio::sync::Semaphore;
 
 use super::batch::{self, ClaimCall, CompleteCall};
+use super::connection::Connector;
 use super::operator::PgOperator;
 use super::pool::Inner;
 use super::queue;
@@ -38,8 +41,15 @@ use crate::store::operator::OperatorStore;
 use crate::store::page::PageCursor;
 use crate::store::reconnect::Reconnect;
 
-/// How long a new connection may take before the store counts as unreachable.
+/// How long the TCP connection to one host may take before the next host is tried, and
+/// (per host named) how long opening a connection may take before the store counts as
+/// unreachable: a primary that died without a word (its packets dropped) costs each new
+/// connection this long before the standby's turn.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// The `application_name` of hookgate's sessions when `store.url` names none: operators
+/// find them in `pg_stat_activity` by it.
+const APPLICATION_NAME: &str = "hookgate";
 
 /// Claims or completions one batch carries at most.
 const MAX_BATCH: usize = 256;
@@ -90,17 +100,33 @@ impl PgStore {
             millis(config.deadline()).max(1)
         ));
         pg.connect_timeout(CONNECT_TIMEOUT);
-        let manager = Manager::from_config(
+        if pg.get_application_name().is_none() {
+            pg.application_name(APPLICATION_NAME);
+        }
+        let hosts = pg.get_hosts().len().max(pg.get_hostaddrs().len()).max(1);
+        let tls = tls::connector(&tls)?;
+        let unconfirmed = Arc::default();
+        let connector = Connector {
+            tls: tls.clone(),
+            unconfirmed: Arc::clone(&unconfirmed),
+        };
+        // Fast: a checked-out connection is not probed; one whose statement missed its
+        // deadline never comes back (`pool`).
+        let manager = Manager::from_connect(
             pg,
-            tls::connector(&tls)?,
+            connector,
             ManagerConfig {
                 recycling_method: RecyclingMethod::Fast,
             },
         );
         let pool = Pool::builder(manager)
             .max_size(config.pool_size)
-            .wait_timeout(Some(config.pool_timeout))
-            .create_timeout(Some(CONNECT_TIMEOUT))
+            .timeouts(Timeouts {
+                wait: Some(config.pool_timeout),
+                // Every host gets its turn (tokio-postgres tries them in order).
+                create: Some(CONNECT_TIMEOUT * u32::try_from(hosts).unwrap_or(u32::MAX)),
+                recycle: None,
+            })
             .runtime(Runtime::Tokio1)
             .build()
             .map_err(|e| StoreError::Query(format!("building the pool: {e}").into()))?;
@@ -109,6 +135,9 @@ impl PgStore {
             schema,
             deadline: config.deadline(),
             reconnect: Reconnect::default(),
+            tls,
+            ending: Arc::default(),
+            unconfirmed,
         });
         let slots = Arc::new(Semaphore::new(BATCHES_IN_FLIGHT));
         // A claim waiting for its batch is bounded like one waiting for a pooled connection:
