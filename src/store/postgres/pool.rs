@@ -1,12 +1,13 @@
 //! The Postgres pool as both the store and its group-commit batches use it: every
 //! operation under the statement deadline ([`Inner::run`]: past it the statement is
 //! cancelled on the server and its connection closed once the backend has let go, the
-//! pool opening no replacement before), the reconnect backoff, the single-row claim and
-//! completion that a batch falls back to, and the migrations.
+//! pool opening no replacement before), the reconnect backoff, connections retired when a
+//! server turns read-only, the single-row claim and completion that a batch falls back to,
+//! and the migrations.
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::Arc;
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use deadpool_postgres::{Client, Object, Pool, PoolError, TimeoutType};
 use tokio_postgres::CancelToken;
@@ -14,7 +15,7 @@ use tokio_postgres_rustls::MakeRustlsConnect;
 
 use super::batch::{ClaimCall, CompleteCall};
 use super::connection::end_cancelled;
-use super::rows::{claim_result, db_error, get, pool_error};
+use super::rows::{claim_result, db_error, get, is_read_only, pool_error};
 use super::sql::{CLAIM, COMPLETE, COMPLETE_PLAIN};
 use crate::claim::ClaimResult;
 use crate::store::api::millis;
@@ -45,6 +46,28 @@ pub(crate) struct Inner {
     /// Commits any connection saw committed without a synchronous standby's confirmation
     /// (the pool's `Connector` counts them).
     pub(crate) unconfirmed: Arc<AtomicU64>,
+    /// Connections opened before this are not reused (the pool's pre-recycle hook).
+    pub(crate) retired: Arc<Retired>,
+}
+
+/// The instant before which no pooled connection is reused: set when a statement met a
+/// read-only server (SQLSTATE 25006). Its connection, and likely its neighbours, are on a
+/// server that is, or has just become, a standby or a fenced old primary; new connections
+/// look for a read-write server again (`target_session_attrs=read-write`, or whatever the
+/// host name now points at). A plain mutex: held for an instant, never across an `.await`.
+#[derive(Debug, Default)]
+pub(crate) struct Retired(Mutex<Option<Instant>>);
+
+impl Retired {
+    /// Whether a connection opened at `created` may be reused.
+    pub(crate) fn fit(&self, created: Instant) -> bool {
+        let before = *self.0.lock().unwrap_or_else(|e| e.into_inner());
+        before.is_none_or(|before| created > before)
+    }
+
+    fn now(&self) {
+        *self.0.lock().unwrap_or_else(|e| e.into_inner()) = Some(Instant::now());
+    }
 }
 
 /// The answer of an operation that succeeded while a commit lost its standby's
@@ -81,6 +104,29 @@ impl Inner {
             PoolError::Timeout(TimeoutType::Wait) if ending() > 0 => held(ending()),
             e => pool_error(e),
         })
+    }
+
+    /// Records how an operation went: the reconnect backoff, and a read-only server
+    /// retires the connections opened so far.
+    pub(crate) fn observe<T>(&self, result: &Result<T, StoreError>) {
+        self.reconnect.observe(result);
+        if let Err(e) = result {
+            self.note_read_only(e);
+        }
+    }
+
+    /// A ping's answer from a server that takes no writes: its connections are retired,
+    /// and the store is unavailable until a read-write server answers.
+    pub(crate) fn read_only_server(&self) -> StoreError {
+        self.retired.now();
+        StoreError::Unavailable("the server accepts no writes (a standby, or read-only)".into())
+    }
+
+    /// Retires the connections opened so far if `e` came from a read-only server.
+    pub(crate) fn note_read_only(&self, e: &StoreError) {
+        if is_read_only(e) {
+            self.retired.now();
+        }
     }
 
     /// Applies the migrations not applied yet, in one transaction, one node at a time.

@@ -127,6 +127,16 @@ pub(crate) fn classify(code: Option<&SqlState>, cause: Cause) -> StoreError {
     }
 }
 
+/// Whether the server refused a write because it is read-only (SQLSTATE 25006): a
+/// standby, or a primary fenced read-only during a switchover. The connection that got it
+/// must not be reused: it stays on that server.
+pub(crate) fn is_read_only(e: &StoreError) -> bool {
+    e.cause()
+        .downcast_ref::<tokio_postgres::Error>()
+        .and_then(tokio_postgres::Error::code)
+        == Some(&SqlState::READ_ONLY_SQL_TRANSACTION)
+}
+
 /// Waiting for a pooled connection past `pool_timeout` is overload (`Busy`); failing to
 /// open one is an outage.
 pub(crate) fn pool_error(e: PoolError) -> StoreError {

@@ -17,13 +17,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use actix_web::web::Bytes;
-use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime, Timeouts};
+use deadpool_postgres::{
+    Hook, HookError, Manager, ManagerConfig, Pool, RecyclingMethod, Runtime, Timeouts,
+};
 use tokio::sync::Semaphore;
 
 use super::batch::{self, ClaimCall, CompleteCall};
 use super::connection::Connector;
 use super::operator::PgOperator;
-use super::pool::Inner;
+use super::pool::{Inner, Retired};
 use super::queue;
 use super::rows::{db_error, get, parse_mode, record};
 use super::sql::{DEAD_LETTERS, FAIL, LIST, LOOKUP, REPLAY, SWEEP};
@@ -110,8 +112,9 @@ impl PgStore {
             tls: tls.clone(),
             unconfirmed: Arc::clone(&unconfirmed),
         };
-        // Fast: a checked-out connection is not probed; one whose statement missed its
-        // deadline never comes back (`pool`).
+        // Fast: a checked-out connection is not probed. One that met a read-only server is
+        // retired by the hook below instead, and one whose statement missed its deadline
+        // never comes back (`pool`).
         let manager = Manager::from_connect(
             pg,
             connector,
@@ -119,6 +122,8 @@ impl PgStore {
                 recycling_method: RecyclingMethod::Fast,
             },
         );
+        let retired = Arc::new(Retired::default());
+        let fit = Arc::clone(&retired);
         let pool = Pool::builder(manager)
             .max_size(config.pool_size)
             .timeouts(Timeouts {
@@ -127,6 +132,15 @@ impl PgStore {
                 create: Some(CONNECT_TIMEOUT * u32::try_from(hosts).unwrap_or(u32::MAX)),
                 recycle: None,
             })
+            .pre_recycle(Hook::sync_fn(move |_, metrics| {
+                if fit.fit(metrics.created) {
+                    Ok(())
+                } else {
+                    Err(HookError::message(
+                        "opened before its server turned read-only",
+                    ))
+                }
+            }))
             .runtime(Runtime::Tokio1)
             .build()
             .map_err(|e| StoreError::Query(format!("building the pool: {e}").into()))?;
@@ -138,6 +152,7 @@ impl PgStore {
             tls,
             ending: Arc::default(),
             unconfirmed,
+            retired,
         });
         let slots = Arc::new(Semaphore::new(BATCHES_IN_FLIGHT));
         // A claim waiting for its batch is bounded like one waiting for a pooled connection:
@@ -176,14 +191,18 @@ impl PgStore {
     }
 
     /// A batched call's answer; a deadline that passed while the call waited for its batch
-    /// opens the reconnect backoff like any other (the batch itself records the rest).
+    /// opens the reconnect backoff like any other (the batch itself records the rest for
+    /// the backoff), and a read-only server retires the pool's connections.
     async fn guarded_batch<T>(
         &self,
         op: impl std::future::Future<Output = Result<T, StoreError>>,
     ) -> Result<T, StoreError> {
         let result = op.await;
-        if let Err(e @ StoreError::TimedOut(_)) = &result {
-            self.inner.reconnect.observe::<()>(&Err(e.clone()));
+        match &result {
+            Err(e @ StoreError::TimedOut(_)) => self.inner.observe::<()>(&Err(e.clone())),
+            // The batch told the backoff the rest; a read-only server is noted here.
+            Err(e) => self.inner.note_read_only(e),
+            Ok(_) => {}
         }
         result
     }
@@ -195,7 +214,7 @@ impl PgStore {
     ) -> Result<T, StoreError> {
         self.inner.reconnect.check()?;
         let result = op.await;
-        self.inner.reconnect.observe(&result);
+        self.inner.observe(&result);
         result
     }
 }
@@ -226,11 +245,19 @@ impl Store for PgStore {
             let result = self
                 .inner
                 .run(async |client| {
-                    client.simple_query("SELECT 1").await.map_err(db_error)?;
-                    Ok(())
+                    // Whether this server takes writes now (a standby, or an old primary
+                    // fenced read-only, answers "on"). Locks nothing.
+                    let row = client
+                        .query_one("SELECT current_setting('transaction_read_only')", &[])
+                        .await
+                        .map_err(db_error)?;
+                    match get::<String>(&row, "current_setting")?.as_str() {
+                        "off" => Ok(()),
+                        _ => Err(self.inner.read_only_server()),
+                    }
                 })
                 .await;
-            self.inner.reconnect.observe(&result);
+            self.inner.observe(&result);
             result
         })
     }
@@ -430,7 +457,7 @@ impl Store for PgStore {
         // still reports what it saw, so an outage opens the backoff for everything else.
         Box::pin(async move {
             let result = queue::renew(&self.inner, id, attempts, lease).await;
-            self.inner.reconnect.observe(&result);
+            self.inner.observe(&result);
             result
         })
     }
