@@ -105,7 +105,7 @@ impl PgStore {
         if pg.get_application_name().is_none() {
             pg.application_name(APPLICATION_NAME);
         }
-        let hosts = pg.get_hosts().len().max(pg.get_hostaddrs().len()).max(1);
+        let hosts = pg.get_hosts().len().max(pg.get_hostaddrs().len());
         let tls = tls::connector(&tls)?;
         let unconfirmed = Arc::default();
         let connector = Connector {
@@ -128,8 +128,7 @@ impl PgStore {
             .max_size(config.pool_size)
             .timeouts(Timeouts {
                 wait: Some(config.pool_timeout),
-                // Every host gets its turn (tokio-postgres tries them in order).
-                create: Some(CONNECT_TIMEOUT * u32::try_from(hosts).unwrap_or(u32::MAX)),
+                create: Some(opening_bound(hosts)),
                 recycle: None,
             })
             .pre_recycle(Hook::sync_fn(move |_, metrics| {
@@ -235,6 +234,46 @@ pub fn tls_warning(url: &str) -> Result<Option<String>, StoreError> {
     }))
 }
 
+/// How long opening one connection may take with `hosts` hosts named: each its
+/// [`CONNECT_TIMEOUT`], since tokio-postgres tries them in order — one bound for all would
+/// let a first host that drops packets use it up, and the standby would never be tried.
+fn opening_bound(hosts: usize) -> Duration {
+    CONNECT_TIMEOUT * u32::try_from(hosts.max(1)).unwrap_or(u32::MAX)
+}
+
+/// The settings under which a commit hookgate was told of may be lost, as `(name, value
+/// and why)`: a crash loses it (`fsync`, `synchronous_commit` off), or a failover to a
+/// standby that never had it (standbys stream, none synchronously, or the commit does not
+/// wait for them: `synchronous_commit = local`). A lost done row lets a redelivery run the
+/// target twice.
+fn risks(
+    synchronous_commit: &str,
+    fsync: &str,
+    standby_names: &str,
+    standbys: i64,
+) -> Vec<(String, String)> {
+    let mut risks = Vec::new();
+    if synchronous_commit == "off" || (synchronous_commit == "local" && standbys > 0) {
+        risks.push((
+            "synchronous_commit".to_owned(),
+            synchronous_commit.to_owned(),
+        ));
+    }
+    if fsync == "off" {
+        risks.push(("fsync".to_owned(), fsync.to_owned()));
+    }
+    if standbys > 0 && standby_names.trim().is_empty() {
+        risks.push((
+            "synchronous_standby_names".to_owned(),
+            format!(
+                "'' while {standbys} standby(s) stream asynchronously (a failover loses the \
+                 commits they had not received yet)"
+            ),
+        ));
+    }
+    risks
+}
+
 impl Store for PgStore {
     fn migrate(&self) -> StoreFuture<'_, ()> {
         Box::pin(self.inner.migrate())
@@ -264,25 +303,26 @@ impl Store for PgStore {
 
     fn durability_risks(&self) -> StoreFuture<'_, Vec<(String, String)>> {
         Box::pin(self.guarded(self.inner.run(async |client| {
+            // Settings and the standbys streaming from this server; locks nothing.
+            // pg_stat_replication lists every standby to any role (details need more).
             let row = client
                 .query_one(
-                    "SELECT current_setting('synchronous_commit'), current_setting('fsync')",
+                    "SELECT current_setting('synchronous_commit'), current_setting('fsync'),
+                            current_setting('synchronous_standby_names'),
+                            (SELECT count(*) FROM pg_stat_replication)",
                     &[],
                 )
                 .await
                 .map_err(db_error)?;
-            let mut risks = Vec::new();
-            let synchronous_commit: String = get(&row, "current_setting")?;
-            if synchronous_commit == "off" {
-                risks.push(("synchronous_commit".to_owned(), synchronous_commit));
-            }
-            let fsync: String = row
-                .try_get(1)
-                .map_err(|e| StoreError::Corrupt(format!("fsync: {e}").into()))?;
-            if fsync == "off" {
-                risks.push(("fsync".to_owned(), fsync));
-            }
-            Ok(risks)
+            let setting = |i: usize| -> Result<String, StoreError> {
+                row.try_get(i)
+                    .map_err(|e| StoreError::Corrupt(format!("setting {i}: {e}").into()))
+            };
+            let (synchronous_commit, fsync, names) = (setting(0)?, setting(1)?, setting(2)?);
+            let standbys: i64 = row
+                .try_get(3)
+                .map_err(|e| StoreError::Corrupt(format!("standbys: {e}").into()))?;
+            Ok(risks(&synchronous_commit, &fsync, &names, standbys))
         })))
     }
 
@@ -502,5 +542,44 @@ impl Store for PgStore {
 
     fn queue_depth(&self) -> StoreFuture<'_, Vec<QueueDepth>> {
         Box::pin(self.guarded(queue::queue_depth(&self.inner)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{opening_bound, risks, CONNECT_TIMEOUT};
+
+    #[test]
+    fn each_host_of_a_url_gets_its_connect_timeout_before_the_store_counts_as_unreachable() {
+        assert_eq!(opening_bound(0), CONNECT_TIMEOUT);
+        assert_eq!(opening_bound(1), CONNECT_TIMEOUT);
+        assert_eq!(opening_bound(2), 2 * CONNECT_TIMEOUT);
+    }
+
+    #[test]
+    fn standbys_that_no_commit_waits_for_are_a_risk_a_synchronous_one_is_not() {
+        let names = |r: Vec<(String, String)>| r.into_iter().map(|(k, _)| k).collect::<Vec<_>>();
+        assert!(
+            risks("on", "on", "", 0).is_empty(),
+            "no standby: nothing to lose"
+        );
+        assert!(risks("on", "on", "standby1", 1).is_empty());
+        assert!(risks("remote_apply", "on", "FIRST 1 (a, b)", 2).is_empty());
+        assert_eq!(
+            names(risks("on", "on", "", 1)),
+            ["synchronous_standby_names"]
+        );
+        assert_eq!(
+            names(risks("local", "on", "standby1", 1)),
+            ["synchronous_commit"]
+        );
+        assert!(
+            risks("local", "on", "", 0).is_empty(),
+            "local alone loses nothing"
+        );
+        assert_eq!(
+            names(risks("off", "off", "", 0)),
+            ["synchronous_commit", "fsync"]
+        );
     }
 }
