@@ -430,3 +430,41 @@ async fn a_commit_whose_standby_wait_was_cancelled_is_never_taken_for_a_confirme
     })
     .await;
 }
+
+#[actix_web::test]
+async fn an_outcome_write_whose_backend_ends_mid_commit_is_found_in_place_not_taken_for_lost() {
+    const NAME: &str = "hookgate-ended";
+    let pair = HaPair::start().await;
+    let app = node_on(&pair, pair.url_named(NAME), |c| {
+        c.store.statement_timeout = Some(Duration::from_secs(5));
+    })
+    .await;
+    let superuser = HaPair::connect(&pair.first_url).await;
+    app.target.set(Behaviour::Hang);
+    let delivery = app.deliver("evt_ended", "{}");
+    let end_it = async {
+        app.target.wait_for(&TestApp::idem("evt_ended"), 1).await;
+        pair.require_ghost().await;
+        app.target.release();
+        // The completion commits on the primary and waits for the standby; its backend is
+        // ended, as a primary's crash or an operator's pg_terminate_backend ends it: the
+        // connection closes, the commit has taken effect.
+        eventually("the completion to wait for the standby", || async {
+            let ended: i64 = superuser
+                .query_one(
+                    "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
+                     WHERE application_name = $1 AND wait_event = 'SyncRep'",
+                    &[&NAME],
+                )
+                .await
+                .expect("terminate")
+                .get(0);
+            ended > 0
+        })
+        .await;
+    };
+    let (answer, ()) = futures_util::join!(delivery, end_it);
+    assert_eq!((answer.status, answer.path.as_str()), (201, "first_run"));
+    assert!(app.log.events("webhook.stale", "evt_ended").is_empty());
+    assert_eq!(app.target.count(&TestApp::idem("evt_ended")), 1);
+}

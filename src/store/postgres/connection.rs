@@ -67,14 +67,16 @@ impl Connect for Connector {
     }
 }
 
-/// Whether a notice is PostgreSQL's "canceling wait for synchronous replication" warning:
-/// the transaction committed locally, and the server stopped waiting for a standby to
-/// confirm it. (Read from the message: the server sends it with no code of its own; a
-/// server whose `lc_messages` is not English goes unrecognised.)
+/// Whether a notice is one of PostgreSQL's two warnings that a commit stopped waiting for
+/// a standby's confirmation, having taken effect locally: "canceling wait for synchronous
+/// replication due to user request" (a cancel; the client is then told of success) and
+/// "canceling the wait for synchronous replication and terminating connection" (the
+/// backend ends; the client sees the connection close). Read from the message: the first
+/// has no code of its own; a server whose `lc_messages` is not English goes unrecognised.
 pub(crate) fn unconfirmed_commit(notice: &DbError) -> bool {
-    notice
-        .message()
-        .starts_with("canceling wait for synchronous replication")
+    let message = notice.message();
+    message.starts_with("canceling wait for synchronous replication")
+        || message.starts_with("canceling the wait for synchronous replication")
 }
 
 /// Ends the statement running on `client` past its deadline, then the connection.

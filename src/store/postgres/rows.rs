@@ -98,8 +98,22 @@ pub(crate) fn parse_path(text: &str) -> Result<Path, StoreError> {
 /// Connection trouble is `Unavailable` (retry later, the sender will); a refusal the same
 /// statement may get past soon is `Transient`; anything else the server refused is a
 /// `Query` error. The driver's error is kept whole (its SQLSTATE, its causes).
+///
+/// A connection that closed with a statement on it is `TimedOut`, not `Unavailable`: the
+/// statement may have committed (a primary killed after its standby had the commit, or a
+/// backend ended while it waited for the standby) — whether it took effect is unknown, so a
+/// retried outcome write that finds its row already written reads it back
+/// (`shard::record`) instead of taking it for another attempt's.
 pub(crate) fn db_error(e: tokio_postgres::Error) -> StoreError {
     let code = e.code().cloned();
+    if code.is_none() && e.is_closed() {
+        return StoreError::TimedOut(
+            format!(
+                "the connection closed with a statement on it, which may have taken effect ({e})"
+            )
+            .into(),
+        );
+    }
     classify(code.as_ref(), Cause::of(e))
 }
 
