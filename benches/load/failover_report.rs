@@ -42,8 +42,8 @@ pub struct Report<'a> {
     pub duration: Duration,
     pub events: u64,
     pub started: Instant,
-    /// When `pg-ha.sh promote` was started (it kills the primary first) and returned (the
-    /// standby accepts writes).
+    /// When the primary was killed, and when `pg-ha.sh promote` returned (it polls every
+    /// 50 ms for the standby to accept writes, so the node may write a little before).
     pub kill_at: Instant,
     pub promoted_at: Instant,
     pub took: Duration,
@@ -174,7 +174,7 @@ impl Report<'_> {
             "first done on the new primary ",
             match self.first_done_after_kill {
                 Some(s) => format!(
-                    "{s:.2}s after the kill ({:.2}s after the promotion)",
+                    "{s:.2}s after the kill ({:+.2}s from pg-ha.sh promote's return)",
                     s - (self.promoted_at - self.kill_at).as_secs_f64()
                 ),
                 None => "none".to_owned(),
