@@ -15,7 +15,14 @@ if { [ ! -x /usr/bin/chromium ] || [ ! -x /usr/bin/chromedriver ]; } && [ "$(id 
 fi
 
 dir=$(mktemp -d /tmp/hookgate-pg.XXXXXX)
-trap 'scripts/pg-throwaway.sh stop "$dir"' EXIT
+# The failover tests start a primary + standby pair each (scripts/pg-ha.sh) under this
+# directory; whatever an interrupted run left there is stopped on exit. The servers run as
+# `postgres` when root runs this, so the directory must be open to them.
+ha=$(mktemp -d /tmp/hookgate-ha.XXXXXX)
+chmod 755 "$ha"
+export HOOKGATE_HA_DIR=$ha
+trap 'for d in "$ha"/*/; do [ ! -d "$d" ] || scripts/pg-ha.sh stop "$d"; done; rm -rf "$ha"
+      scripts/pg-throwaway.sh stop "$dir"' EXIT
 eval "$(scripts/pg-throwaway.sh start "$dir")"
 echo "test database: $HOOKGATE_TEST_DATABASE_URL" >&2
 cargo test "$@"

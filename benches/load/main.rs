@@ -13,6 +13,10 @@
 //! injects faults while real-sender-like clients deliver; see `chaos.rs`. With
 //! `--mode queue` it runs two nodes with the provider in queue mode; see `chaos_queue.rs`.
 //!
+//! `--scenario failover [--mode sync|queue]` starts its own primary + synchronous standby
+//! pair (scripts/pg-ha.sh), runs the release binary on it through a multi-host URL, and
+//! kills the primary and promotes the standby mid-run; see `failover.rs`.
+//!
 //! `--scenario burndown` and `--scenario ingest` compare queue mode with graphile-worker
 //! on Postgres, with their own options; see `compare.rs` (scripts/queue-compare.sh).
 
@@ -32,6 +36,8 @@ mod compare_hookgate;
 mod compare_meter;
 mod compare_target;
 mod driver;
+mod failover;
+mod failover_report;
 mod ingest;
 mod node;
 mod scenario;
@@ -55,15 +61,15 @@ use target::{Behaviour, Target};
 
 #[derive(Debug, Parser)]
 struct Args {
-    /// unique, duplicate, mixed, hot, hot_fail, slow_target, bare, chaos, or all (chaos
-    /// is not part of all); burndown and ingest are `compare.rs`'s.
+    /// unique, duplicate, mixed, hot, hot_fail, slow_target, bare, chaos, failover, or all
+    /// (chaos and failover are not part of all); burndown and ingest are `compare.rs`'s.
     #[arg(long, default_value = "all")]
     scenario: String,
     /// Concurrent client connections.
     #[arg(long, default_value_t = 64)]
     connections: usize,
     /// How long each scenario runs (default 10s; the queue-mode chaos run, 45s, plus its
-    /// drain).
+    /// drain; the failover run, 20s of sending).
     #[arg(long, value_parser = humantime::parse_duration)]
     duration: Option<Duration>,
     /// Most requests per scenario.
@@ -89,11 +95,12 @@ struct Args {
     #[arg(long, value_parser = humantime::parse_duration)]
     window: Option<Duration>,
     /// New events a second in the chaos scenario (default 100; in queue mode 40, which two
-    /// nodes on two shared cores carry with room for the slow answers).
+    /// nodes on two shared cores carry with room for the slow answers) and the failover
+    /// scenario (default 50).
     #[arg(long)]
     rate: Option<u64>,
-    /// The chaos scenario's delivery mode: sync (one node, senders redeliver) or queue
-    /// (two nodes, hookgate redelivers).
+    /// The chaos and failover scenarios' delivery mode: sync (senders redeliver) or queue
+    /// (hookgate redelivers; the chaos run with two nodes).
     #[arg(long, default_value = "sync")]
     mode: String,
     /// cargo bench passes --bench; accepted and ignored.
@@ -113,6 +120,23 @@ fn main() {
         std::process::exit(code);
     }
     let args = Args::parse();
+    if args.scenario == "failover" {
+        let queue = match args.mode.as_str() {
+            "sync" => false,
+            "queue" => true,
+            other => panic!("--mode must be sync or queue, not {other}"),
+        };
+        let violations = actix_rt::System::new().block_on(failover::run(
+            queue,
+            args.duration.unwrap_or(Duration::from_secs(20)),
+            args.rate.unwrap_or(50),
+        ));
+        if violations > 0 {
+            eprintln!("FAILED: {violations} violation(s) across the failover");
+            std::process::exit(1);
+        }
+        return;
+    }
     if args.scenario == "chaos" {
         let url = std::env::var("HOOKGATE_BENCH_DATABASE_URL")
             .expect("--scenario chaos runs on Postgres: set HOOKGATE_BENCH_DATABASE_URL");

@@ -11,7 +11,9 @@ use serde::{Deserialize, Serialize};
 #[serde(deny_unknown_fields, default)]
 pub struct StoreConfig {
     /// `sqlite://PATH` (the default, `sqlite://data/hookgate.db`) or
-    /// `postgres://user:password@host:port/db`. Printed with its passwords redacted.
+    /// `postgres://user:password@host:port/db` — several hosts as libpq takes them
+    /// (`@h1:p1,h2:p2/db?target_session_attrs=read-write`), or libpq's key=value form.
+    /// Printed with its passwords redacted.
     #[serde(serialize_with = "serialize_redacted")]
     pub url: String,
     /// Postgres schema holding hookgate's tables (tests use one schema each).
@@ -22,8 +24,9 @@ pub struct StoreConfig {
     /// turn in the next claim batch — before it is answered 503 `overloaded`, unclaimed.
     #[serde(with = "humantime_serde")]
     pub pool_timeout: Duration,
-    /// Client-side deadline of every store operation; past it the connection is dropped
-    /// and the caller answers 503 `store_unavailable`. Unset: derived from the lease when
+    /// Client-side deadline of every store operation; past it the caller answers 503
+    /// `store_unavailable`, and the statement is cancelled on the server and its
+    /// connection closed. Unset: derived from the lease when
     /// the config is loaded (a third of it, at most 5 s); read it through
     /// [`deadline`](Self::deadline).
     #[serde(
@@ -243,6 +246,23 @@ mod tests {
         assert_eq!(
             redact_url_password("host=db password=s3cret"),
             "host=db password=***"
+        );
+    }
+
+    #[test]
+    fn a_url_naming_several_hosts_loses_only_its_passwords() {
+        let url = "postgres://app:s3cr@t@db1:5432,db2:5433/hookgate?target_session_attrs=\
+                   read-write&password=other";
+        assert_eq!(
+            redact_url_password(url),
+            "postgres://app:***@db1:5432,db2:5433/hookgate?target_session_attrs=read-write\
+             &password=***"
+        );
+        assert_eq!(
+            redact_url_password(
+                "host=db1,db2 port=5432,5433 password='a b' target_session_attrs=read-write"
+            ),
+            "host=db1,db2 port=5432,5433 password=*** target_session_attrs=read-write"
         );
     }
 

@@ -1,4 +1,5 @@
-//! Opening the store a URL names: `postgres://…` or `sqlite://PATH`.
+//! Opening the store a URL names: `postgres://…` (or libpq's `host=… dbname=…` form) or
+//! `sqlite://PATH`.
 
 use std::sync::Arc;
 
@@ -9,7 +10,11 @@ use crate::config::StoreConfig;
 
 /// Opens the store named by `config.url`.
 pub async fn open(config: &StoreConfig) -> Result<Arc<dyn Store>, StoreError> {
-    if config.url.starts_with("postgres://") || config.url.starts_with("postgresql://") {
+    let key_values = !config.url.contains("://") && config.url.contains('=');
+    if config.url.starts_with("postgres://")
+        || config.url.starts_with("postgresql://")
+        || key_values
+    {
         Ok(Arc::new(PgStore::connect(config)?))
     } else if let Some(path) = SqliteStore::path_of(&config.url) {
         Ok(Arc::new(SqliteStore::open(
@@ -19,7 +24,7 @@ pub async fn open(config: &StoreConfig) -> Result<Arc<dyn Store>, StoreError> {
     } else {
         Err(StoreError::Query(
             format!(
-                "unsupported store URL {} (expected postgres://… or sqlite://PATH)",
+                "unsupported store URL {} (expected postgres://…, host=… dbname=… or sqlite://PATH)",
                 config.redacted_url()
             )
             .into(),

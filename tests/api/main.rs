@@ -27,6 +27,7 @@ mod bad_input;
 mod concurrency;
 mod console;
 mod edges;
+mod failover;
 mod failures;
 mod helpers;
 mod history;

@@ -4,9 +4,11 @@
 //! migrations. This file only re-exports.
 //!
 //! The files import one another one way: `store` (the [`Store`](super::Store)
-//! implementation) → `batch`, `queue` → `pool` → `sql`, `queue_sql`, `rows`, `tls`.
+//! implementation) → `batch`, `queue` → `pool` → `connection`, `sql`, `queue_sql`, `rows`,
+//! `tls`.
 
 mod batch;
+mod connection;
 mod operator;
 mod pool;
 mod queue;

@@ -1,15 +1,21 @@
 //! The Postgres pool as both the store and its group-commit batches use it: every
-//! operation under the statement deadline ([`Inner::run`]: past it the connection is
-//! taken out of the pool and dropped, since an unanswered statement may still be queued on
-//! it), the reconnect backoff, the single-row claim and completion that a batch falls
-//! back to, and the migrations.
+//! operation under the statement deadline ([`Inner::run`]: past it the statement is
+//! cancelled on the server and its connection closed once the backend has let go, the
+//! pool opening no replacement before), the reconnect backoff, connections retired when a
+//! server turns read-only, the single-row claim and completion that a batch falls back to,
+//! and the migrations.
 
-use std::time::Duration;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
-use deadpool_postgres::{Client, Object, Pool};
+use deadpool_postgres::{Client, Object, Pool, PoolError, TimeoutType};
+use tokio_postgres::CancelToken;
+use tokio_postgres_rustls::MakeRustlsConnect;
 
 use super::batch::{ClaimCall, CompleteCall};
-use super::rows::{claim_result, db_error, get, pool_error};
+use super::connection::end_cancelled;
+use super::rows::{claim_result, db_error, get, is_read_only, pool_error};
 use super::sql::{CLAIM, COMPLETE, COMPLETE_PLAIN};
 use crate::claim::ClaimResult;
 use crate::store::api::millis;
@@ -32,12 +38,95 @@ pub(crate) struct Inner {
     /// `store.statement_timeout`: the client-side deadline of every operation.
     pub(crate) deadline: Duration,
     pub(crate) reconnect: Reconnect,
+    /// For cancel requests: they are made like connections, TLS included.
+    pub(crate) tls: MakeRustlsConnect,
+    /// Connections checked out while their cancelled statement ends (`end_cancelled`):
+    /// still counted by the pool, so it opens no replacement for them.
+    pub(crate) ending: Arc<AtomicUsize>,
+    /// Commits any connection saw committed without a synchronous standby's confirmation
+    /// (the pool's `Connector` counts them).
+    pub(crate) unconfirmed: Arc<AtomicU64>,
+    /// Connections opened before this are not reused (the pool's pre-recycle hook).
+    pub(crate) retired: Arc<Retired>,
 }
+
+/// The instant before which no pooled connection is reused: set when a statement met a
+/// read-only server (SQLSTATE 25006). Its connection, and likely its neighbours, are on a
+/// server that is, or has just become, a standby or a fenced old primary; new connections
+/// look for a read-write server again (`target_session_attrs=read-write`, or whatever the
+/// host name now points at). A plain mutex: held for an instant, never across an `.await`.
+#[derive(Debug, Default)]
+pub(crate) struct Retired(Mutex<Option<Instant>>);
+
+impl Retired {
+    /// Whether a connection opened at `created` may be reused.
+    pub(crate) fn fit(&self, created: Instant) -> bool {
+        let before = *self.0.lock().unwrap_or_else(|e| e.into_inner());
+        before.is_none_or(|before| created > before)
+    }
+
+    fn now(&self) {
+        *self.0.lock().unwrap_or_else(|e| e.into_inner()) = Some(Instant::now());
+    }
+}
+
+/// The answer of an operation that succeeded while a commit lost its standby's
+/// confirmation. Reported as a missed deadline: it may or may not be the operation's own,
+/// and either way it took effect but may not survive a failover.
+const UNCONFIRMED: &str = "a commit took effect on the primary without a synchronous \
+    standby's confirmation (its wait was cancelled); a failover may lose it";
 
 impl Inner {
     /// A pooled connection for work outside the statement deadline (migrations).
     pub(crate) async fn client(&self) -> Result<Object, StoreError> {
-        self.pool.get().await.map_err(pool_error)
+        self.checkout().await
+    }
+
+    /// A pooled connection. Waiting past `pool_timeout` is `Busy` (overload) — unless
+    /// connections are held by cancelled statements: then the database is at fault, and
+    /// with every one of them held the answer is immediate.
+    async fn checkout(&self) -> Result<Object, StoreError> {
+        let size = self.pool.status().max_size;
+        let ending = || self.ending.load(Ordering::SeqCst);
+        let held = |n: usize| {
+            StoreError::Unavailable(
+                format!(
+                    "{n} of {size} connections wait for the server to end a statement \
+                     cancelled at its deadline"
+                )
+                .into(),
+            )
+        };
+        if ending() >= size {
+            return Err(held(ending()));
+        }
+        self.pool.get().await.map_err(|e| match e {
+            PoolError::Timeout(TimeoutType::Wait) if ending() > 0 => held(ending()),
+            e => pool_error(e),
+        })
+    }
+
+    /// Records how an operation went: the reconnect backoff, and a read-only server
+    /// retires the connections opened so far.
+    pub(crate) fn observe<T>(&self, result: &Result<T, StoreError>) {
+        self.reconnect.observe(result);
+        if let Err(e) = result {
+            self.note_read_only(e);
+        }
+    }
+
+    /// A ping's answer from a server that takes no writes: its connections are retired,
+    /// and the store is unavailable until a read-write server answers.
+    pub(crate) fn read_only_server(&self) -> StoreError {
+        self.retired.now();
+        StoreError::Unavailable("the server accepts no writes (a standby, or read-only)".into())
+    }
+
+    /// Retires the connections opened so far if `e` came from a read-only server.
+    pub(crate) fn note_read_only(&self, e: &StoreError) {
+        if is_read_only(e) {
+            self.retired.now();
+        }
     }
 
     /// Applies the migrations not applied yet, in one transaction, one node at a time.
@@ -85,25 +174,40 @@ impl Inner {
 
     /// Runs `op` on a pooled connection within the statement deadline. Waiting for the
     /// connection is bounded by `pool_timeout` (`Busy`); past the deadline the caller gets
-    /// `TimedOut` and the connection is discarded instead of going back to the pool.
+    /// `TimedOut` at once, and the statement is cancelled on the server and its connection
+    /// closed in the background (`end_cancelled`), as it is if the caller drops this
+    /// future while the statement runs. A success while some commit lost its standby's
+    /// confirmation is answered `TimedOut` too ([`UNCONFIRMED`]).
     pub(crate) async fn run<T>(
         &self,
         op: impl AsyncFnOnce(&Client) -> Result<T, StoreError>,
     ) -> Result<T, StoreError> {
         let until = tokio::time::Instant::from_std(crate::deadline::from_now(self.deadline));
-        let client = self.client().await?;
-        match tokio::time::timeout_at(until, op(&client)).await {
-            Ok(result) => result,
-            Err(_) => {
-                drop(Object::take(client));
-                Err(StoreError::TimedOut(
-                    format!(
-                        "no answer within the {} ms deadline; connection dropped",
-                        millis(self.deadline)
-                    )
-                    .into(),
-                ))
+        let client = self.checkout().await?;
+        let unconfirmed = self.unconfirmed.load(Ordering::SeqCst);
+        let held = Held {
+            token: client.cancel_token(),
+            client: Some(client),
+            inner: self,
+        };
+        let Some(result) = held.answer(until, op).await else {
+            drop(held);
+            return Err(StoreError::TimedOut(
+                format!(
+                    "no answer within the {} ms deadline; the statement is being cancelled \
+                     (a commit waiting for a synchronous standby then takes effect \
+                     unconfirmed) and its connection closed",
+                    millis(self.deadline)
+                )
+                .into(),
+            ));
+        };
+        held.give_back();
+        match result {
+            Ok(_) if self.unconfirmed.load(Ordering::SeqCst) != unconfirmed => {
+                Err(StoreError::TimedOut(UNCONFIRMED.into()))
             }
+            result => result,
         }
     }
 
@@ -223,5 +327,48 @@ impl Inner {
             })
         })
         .await
+    }
+}
+
+/// A connection with a statement on it: back to the pool once answered
+/// ([`Held::give_back`]); dropped before that, the statement is cancelled and the
+/// connection ended in the background, still counted by the pool.
+struct Held<'a> {
+    client: Option<Object>,
+    token: CancelToken,
+    inner: &'a Inner,
+}
+
+impl Held<'_> {
+    /// `op`'s answer on the held connection, or `None` past `until`.
+    async fn answer<T>(
+        &self,
+        until: tokio::time::Instant,
+        op: impl AsyncFnOnce(&Client) -> Result<T, StoreError>,
+    ) -> Option<Result<T, StoreError>> {
+        let client = self.client.as_ref()?;
+        tokio::time::timeout_at(until, op(client)).await.ok()
+    }
+
+    fn give_back(mut self) {
+        self.client = None;
+    }
+}
+
+impl Drop for Held<'_> {
+    fn drop(&mut self) {
+        let Some(client) = self.client.take() else {
+            return;
+        };
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => {
+                let ending = Arc::clone(&self.inner.ending);
+                ending.fetch_add(1, Ordering::SeqCst);
+                let (token, tls) = (self.token.clone(), self.inner.tls.clone());
+                runtime.spawn(end_cancelled(client, token, tls, ending));
+            }
+            // No runtime left to cancel on (the process is ending): close it.
+            Err(_) => drop(Object::take(client)),
+        }
     }
 }

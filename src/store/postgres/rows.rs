@@ -98,8 +98,22 @@ pub(crate) fn parse_path(text: &str) -> Result<Path, StoreError> {
 /// Connection trouble is `Unavailable` (retry later, the sender will); a refusal the same
 /// statement may get past soon is `Transient`; anything else the server refused is a
 /// `Query` error. The driver's error is kept whole (its SQLSTATE, its causes).
+///
+/// A connection that closed with a statement on it is `TimedOut`, not `Unavailable`: the
+/// statement may have committed (a primary killed after its standby had the commit, or a
+/// backend ended while it waited for the standby) — whether it took effect is unknown, so a
+/// retried outcome write that finds its row already written reads it back
+/// (`shard::record`) instead of taking it for another attempt's.
 pub(crate) fn db_error(e: tokio_postgres::Error) -> StoreError {
     let code = e.code().cloned();
+    if code.is_none() && e.is_closed() {
+        return StoreError::TimedOut(
+            format!(
+                "the connection closed with a statement on it, which may have taken effect ({e})"
+            )
+            .into(),
+        );
+    }
     classify(code.as_ref(), Cause::of(e))
 }
 
@@ -125,6 +139,16 @@ pub(crate) fn classify(code: Option<&SqlState>, cause: Cause) -> StoreError {
     } else {
         StoreError::Query(cause)
     }
+}
+
+/// Whether the server refused a write because it is read-only (SQLSTATE 25006): a
+/// standby, or a primary fenced read-only during a switchover. The connection that got it
+/// must not be reused: it stays on that server.
+pub(crate) fn is_read_only(e: &StoreError) -> bool {
+    e.cause()
+        .downcast_ref::<tokio_postgres::Error>()
+        .and_then(tokio_postgres::Error::code)
+        == Some(&SqlState::READ_ONLY_SQL_TRANSACTION)
 }
 
 /// Waiting for a pooled connection past `pool_timeout` is overload (`Busy`); failing to

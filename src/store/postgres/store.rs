@@ -7,20 +7,25 @@
 //! sees. `now()` is the only clock used for leases.
 //!
 //! Every operation runs under `store.statement_timeout` (`pool`): past it the
-//! caller gets `TimedOut` and the connection is taken out of the pool and dropped, since
-//! an unanswered statement may still be queued on it. The server gets the same
-//! `statement_timeout`, so it gives up on its side too.
+//! caller gets `TimedOut`, and the statement is cancelled on the server before its
+//! connection is closed (the server's own `statement_timeout`, also set, does not end a
+//! commit waiting for a synchronous standby). `store.url` may name several hosts, as libpq
+//! does; with `target_session_attrs=read-write` each new connection goes to the one that
+//! accepts writes.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use actix_web::web::Bytes;
-use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
+use deadpool_postgres::{
+    Hook, HookError, Manager, ManagerConfig, Pool, RecyclingMethod, Runtime, Timeouts,
+};
 use tokio::sync::Semaphore;
 
 use super::batch::{self, ClaimCall, CompleteCall};
+use super::connection::Connector;
 use super::operator::PgOperator;
-use super::pool::Inner;
+use super::pool::{Inner, Retired};
 use super::queue;
 use super::rows::{db_error, get, parse_mode, record};
 use super::sql::{DEAD_LETTERS, FAIL, LIST, LOOKUP, REPLAY, SWEEP};
@@ -38,8 +43,15 @@ use crate::store::operator::OperatorStore;
 use crate::store::page::PageCursor;
 use crate::store::reconnect::Reconnect;
 
-/// How long a new connection may take before the store counts as unreachable.
+/// How long the TCP connection to one host may take before the next host is tried, and
+/// (per host named) how long opening a connection may take before the store counts as
+/// unreachable: a primary that died without a word (its packets dropped) costs each new
+/// connection this long before the standby's turn.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// The `application_name` of hookgate's sessions when `store.url` names none: operators
+/// find them in `pg_stat_activity` by it.
+const APPLICATION_NAME: &str = "hookgate";
 
 /// Claims or completions one batch carries at most.
 const MAX_BATCH: usize = 256;
@@ -90,17 +102,44 @@ impl PgStore {
             millis(config.deadline()).max(1)
         ));
         pg.connect_timeout(CONNECT_TIMEOUT);
-        let manager = Manager::from_config(
+        if pg.get_application_name().is_none() {
+            pg.application_name(APPLICATION_NAME);
+        }
+        let hosts = pg.get_hosts().len().max(pg.get_hostaddrs().len());
+        let tls = tls::connector(&tls)?;
+        let unconfirmed = Arc::default();
+        let connector = Connector {
+            tls: tls.clone(),
+            unconfirmed: Arc::clone(&unconfirmed),
+        };
+        // Fast: a checked-out connection is not probed. One that met a read-only server is
+        // retired by the hook below instead, and one whose statement missed its deadline
+        // never comes back (`pool`).
+        let manager = Manager::from_connect(
             pg,
-            tls::connector(&tls)?,
+            connector,
             ManagerConfig {
                 recycling_method: RecyclingMethod::Fast,
             },
         );
+        let retired = Arc::new(Retired::default());
+        let fit = Arc::clone(&retired);
         let pool = Pool::builder(manager)
             .max_size(config.pool_size)
-            .wait_timeout(Some(config.pool_timeout))
-            .create_timeout(Some(CONNECT_TIMEOUT))
+            .timeouts(Timeouts {
+                wait: Some(config.pool_timeout),
+                create: Some(opening_bound(hosts)),
+                recycle: None,
+            })
+            .pre_recycle(Hook::sync_fn(move |_, metrics| {
+                if fit.fit(metrics.created) {
+                    Ok(())
+                } else {
+                    Err(HookError::message(
+                        "opened before its server turned read-only",
+                    ))
+                }
+            }))
             .runtime(Runtime::Tokio1)
             .build()
             .map_err(|e| StoreError::Query(format!("building the pool: {e}").into()))?;
@@ -109,6 +148,10 @@ impl PgStore {
             schema,
             deadline: config.deadline(),
             reconnect: Reconnect::default(),
+            tls,
+            ending: Arc::default(),
+            unconfirmed,
+            retired,
         });
         let slots = Arc::new(Semaphore::new(BATCHES_IN_FLIGHT));
         // A claim waiting for its batch is bounded like one waiting for a pooled connection:
@@ -147,14 +190,18 @@ impl PgStore {
     }
 
     /// A batched call's answer; a deadline that passed while the call waited for its batch
-    /// opens the reconnect backoff like any other (the batch itself records the rest).
+    /// opens the reconnect backoff like any other (the batch itself records the rest for
+    /// the backoff), and a read-only server retires the pool's connections.
     async fn guarded_batch<T>(
         &self,
         op: impl std::future::Future<Output = Result<T, StoreError>>,
     ) -> Result<T, StoreError> {
         let result = op.await;
-        if let Err(e @ StoreError::TimedOut(_)) = &result {
-            self.inner.reconnect.observe::<()>(&Err(e.clone()));
+        match &result {
+            Err(e @ StoreError::TimedOut(_)) => self.inner.observe::<()>(&Err(e.clone())),
+            // The batch told the backoff the rest; a read-only server is noted here.
+            Err(e) => self.inner.note_read_only(e),
+            Ok(_) => {}
         }
         result
     }
@@ -166,7 +213,7 @@ impl PgStore {
     ) -> Result<T, StoreError> {
         self.inner.reconnect.check()?;
         let result = op.await;
-        self.inner.reconnect.observe(&result);
+        self.inner.observe(&result);
         result
     }
 }
@@ -187,6 +234,46 @@ pub fn tls_warning(url: &str) -> Result<Option<String>, StoreError> {
     }))
 }
 
+/// How long opening one connection may take with `hosts` hosts named: each its
+/// [`CONNECT_TIMEOUT`], since tokio-postgres tries them in order — one bound for all would
+/// let a first host that drops packets use it up, and the standby would never be tried.
+fn opening_bound(hosts: usize) -> Duration {
+    CONNECT_TIMEOUT * u32::try_from(hosts.max(1)).unwrap_or(u32::MAX)
+}
+
+/// The settings under which a commit hookgate was told of may be lost, as `(name, value
+/// and why)`: a crash loses it (`fsync`, `synchronous_commit` off), or a failover to a
+/// standby that never had it (standbys stream, none synchronously, or the commit does not
+/// wait for them: `synchronous_commit = local`). A lost done row lets a redelivery run the
+/// target twice.
+fn risks(
+    synchronous_commit: &str,
+    fsync: &str,
+    standby_names: &str,
+    standbys: i64,
+) -> Vec<(String, String)> {
+    let mut risks = Vec::new();
+    if synchronous_commit == "off" || (synchronous_commit == "local" && standbys > 0) {
+        risks.push((
+            "synchronous_commit".to_owned(),
+            synchronous_commit.to_owned(),
+        ));
+    }
+    if fsync == "off" {
+        risks.push(("fsync".to_owned(), fsync.to_owned()));
+    }
+    if standbys > 0 && standby_names.trim().is_empty() {
+        risks.push((
+            "synchronous_standby_names".to_owned(),
+            format!(
+                "'' while {standbys} standby(s) stream asynchronously (a failover loses the \
+                 commits they had not received yet)"
+            ),
+        ));
+    }
+    risks
+}
+
 impl Store for PgStore {
     fn migrate(&self) -> StoreFuture<'_, ()> {
         Box::pin(self.inner.migrate())
@@ -197,36 +284,45 @@ impl Store for PgStore {
             let result = self
                 .inner
                 .run(async |client| {
-                    client.simple_query("SELECT 1").await.map_err(db_error)?;
-                    Ok(())
+                    // Whether this server takes writes now (a standby, or an old primary
+                    // fenced read-only, answers "on"). Locks nothing.
+                    let row = client
+                        .query_one("SELECT current_setting('transaction_read_only')", &[])
+                        .await
+                        .map_err(db_error)?;
+                    match get::<String>(&row, "current_setting")?.as_str() {
+                        "off" => Ok(()),
+                        _ => Err(self.inner.read_only_server()),
+                    }
                 })
                 .await;
-            self.inner.reconnect.observe(&result);
+            self.inner.observe(&result);
             result
         })
     }
 
     fn durability_risks(&self) -> StoreFuture<'_, Vec<(String, String)>> {
         Box::pin(self.guarded(self.inner.run(async |client| {
+            // Settings and the standbys streaming from this server; locks nothing.
+            // pg_stat_replication lists every standby to any role (details need more).
             let row = client
                 .query_one(
-                    "SELECT current_setting('synchronous_commit'), current_setting('fsync')",
+                    "SELECT current_setting('synchronous_commit'), current_setting('fsync'),
+                            current_setting('synchronous_standby_names'),
+                            (SELECT count(*) FROM pg_stat_replication)",
                     &[],
                 )
                 .await
                 .map_err(db_error)?;
-            let mut risks = Vec::new();
-            let synchronous_commit: String = get(&row, "current_setting")?;
-            if synchronous_commit == "off" {
-                risks.push(("synchronous_commit".to_owned(), synchronous_commit));
-            }
-            let fsync: String = row
-                .try_get(1)
-                .map_err(|e| StoreError::Corrupt(format!("fsync: {e}").into()))?;
-            if fsync == "off" {
-                risks.push(("fsync".to_owned(), fsync));
-            }
-            Ok(risks)
+            let setting = |i: usize| -> Result<String, StoreError> {
+                row.try_get(i)
+                    .map_err(|e| StoreError::Corrupt(format!("setting {i}: {e}").into()))
+            };
+            let (synchronous_commit, fsync, names) = (setting(0)?, setting(1)?, setting(2)?);
+            let standbys: i64 = row
+                .try_get(3)
+                .map_err(|e| StoreError::Corrupt(format!("standbys: {e}").into()))?;
+            Ok(risks(&synchronous_commit, &fsync, &names, standbys))
         })))
     }
 
@@ -401,7 +497,7 @@ impl Store for PgStore {
         // still reports what it saw, so an outage opens the backoff for everything else.
         Box::pin(async move {
             let result = queue::renew(&self.inner, id, attempts, lease).await;
-            self.inner.reconnect.observe(&result);
+            self.inner.observe(&result);
             result
         })
     }
@@ -446,5 +542,44 @@ impl Store for PgStore {
 
     fn queue_depth(&self) -> StoreFuture<'_, Vec<QueueDepth>> {
         Box::pin(self.guarded(queue::queue_depth(&self.inner)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{opening_bound, risks, CONNECT_TIMEOUT};
+
+    #[test]
+    fn each_host_of_a_url_gets_its_connect_timeout_before_the_store_counts_as_unreachable() {
+        assert_eq!(opening_bound(0), CONNECT_TIMEOUT);
+        assert_eq!(opening_bound(1), CONNECT_TIMEOUT);
+        assert_eq!(opening_bound(2), 2 * CONNECT_TIMEOUT);
+    }
+
+    #[test]
+    fn standbys_that_no_commit_waits_for_are_a_risk_a_synchronous_one_is_not() {
+        let names = |r: Vec<(String, String)>| r.into_iter().map(|(k, _)| k).collect::<Vec<_>>();
+        assert!(
+            risks("on", "on", "", 0).is_empty(),
+            "no standby: nothing to lose"
+        );
+        assert!(risks("on", "on", "standby1", 1).is_empty());
+        assert!(risks("remote_apply", "on", "FIRST 1 (a, b)", 2).is_empty());
+        assert_eq!(
+            names(risks("on", "on", "", 1)),
+            ["synchronous_standby_names"]
+        );
+        assert_eq!(
+            names(risks("local", "on", "standby1", 1)),
+            ["synchronous_commit"]
+        );
+        assert!(
+            risks("local", "on", "", 0).is_empty(),
+            "local alone loses nothing"
+        );
+        assert_eq!(
+            names(risks("off", "off", "", 0)),
+            ["synchronous_commit", "fsync"]
+        );
     }
 }

@@ -240,6 +240,45 @@ mod tests {
     }
 
     #[test]
+    fn a_url_naming_several_hosts_keeps_them_all_and_their_order() {
+        let url = "postgres://app:pw@db1:5432,db2:5433/app?target_session_attrs=read-write\
+                   &sslmode=verify-full&sslrootcert=/ca.pem&application_name=x";
+        let (rest, tls) = read(url).unwrap();
+        assert_eq!(
+            rest,
+            "postgres://app:pw@db1:5432,db2:5433/app?target_session_attrs=read-write\
+             &application_name=x"
+        );
+        assert_eq!(tls.verify, Verify::Full);
+        let config: tokio_postgres::Config = rest.parse().unwrap();
+        assert_eq!(config.get_ports(), [5432, 5433]);
+        assert_eq!(
+            config.get_target_session_attrs(),
+            tokio_postgres::config::TargetSessionAttrs::ReadWrite
+        );
+        let (authenticated, hosts) = authenticated_hosts(url).unwrap();
+        assert!(authenticated);
+        assert_eq!(hosts, ["db1", "db2"]);
+
+        let kv = "host=db1,db2 port=5432,5433 dbname=app target_session_attrs=read-write \
+                  sslmode=require";
+        let (rest, tls) = read(kv).unwrap();
+        assert_eq!(
+            rest,
+            "host=db1,db2 port=5432,5433 dbname=app target_session_attrs=read-write"
+        );
+        assert_eq!(tls.verify, Verify::Encrypt);
+        let config: tokio_postgres::Config = rest.parse().unwrap();
+        assert_eq!(config.get_hosts().len(), 2);
+        let warned = crate::store::postgres::tls_warning(kv).unwrap().unwrap();
+        assert!(warned.starts_with("db1,db2 reached"), "{warned}");
+        let local = "postgres://u@127.0.0.1:5432,localhost:5433/x?target_session_attrs=read-write";
+        assert!(crate::store::postgres::tls_warning(local)
+            .unwrap()
+            .is_none());
+    }
+
+    #[test]
     fn the_key_value_form_is_read_the_same_way() {
         let (rest, tls) =
             read("host=db dbname=app sslmode=verify-full sslrootcert=/ca.pem").unwrap();

@@ -73,6 +73,13 @@ impl TestDb {
         }
     }
 
+    /// A fresh schema on the Postgres server (or servers: a failover pair) `url` names.
+    pub async fn on_url(url: &str) -> Self {
+        let n = DATABASES.fetch_add(1, Ordering::SeqCst);
+        let schema = format!("t{}_{n}_{}", std::process::id(), fastrand::u32(..));
+        Self::attach_pg(url.to_owned(), schema).await
+    }
+
     async fn attach_pg(url: String, schema: String) -> Self {
         let mut config: tokio_postgres::Config = url.parse().expect("test database URL");
         config.options(format!("-c search_path={schema}"));

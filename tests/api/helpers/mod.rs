@@ -1,5 +1,6 @@
 //! Test harness: a real database per test ([`db`]), a real HTTP target that counts
-//! deliveries ([`target`]), a TCP proxy that can cut the store's network ([`proxy`]),
+//! deliveries ([`target`]), a TCP proxy that can cut the store's network ([`proxy`]), a
+//! primary + standby pair to fail over ([`ha`]),
 //! captured JSON logs ([`log`]), and `spawn_app`, which starts a whole hookgate node on
 //! port 0.
 
@@ -7,6 +8,7 @@ mod binary;
 mod chaos;
 mod db;
 mod faults;
+mod ha;
 mod log;
 mod proxy;
 mod target;
@@ -27,6 +29,7 @@ pub use binary::BinaryNode;
 pub use chaos::{AttemptNote, Call, ChaosStore, Journal, Op, Outage, Span, Weather};
 pub use db::{failure, Backend, TestDb};
 pub use faults::FaultyStore;
+pub use ha::HaPair;
 pub use log::CapturedLog;
 pub use proxy::StoreProxy;
 pub use target::{Behaviour, TestTarget};

@@ -1,0 +1,366 @@
+//! `--scenario failover [--mode sync|queue]`: the release binary on a primary + synchronous
+//! standby pair (`scripts/pg-ha.sh`, started and stopped here, fsync on) through a
+//! multi-host URL with `target_session_attrs=read-write`, while senders deliver and
+//! redeliver as real ones do; mid-run the primary is SIGKILLed and the standby promoted.
+//! What the senders, the target and the new primary saw goes to `failover_report.rs`,
+//! which answers the violations. Loopback only, bounded in time.
+
+use std::cell::RefCell;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::rc::Rc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant, SystemTime};
+
+use crate::chaos_target::ChaosTarget;
+use crate::failover_report::{Answer, Report};
+use crate::node::{free_port, Node};
+
+/// The provider's name in the config and in every key's `Idempotency-Key`.
+const PROVIDER: &str = "failover";
+
+/// When the primary is killed, as a share of the sending time.
+const KILL_AT: f64 = 0.4;
+
+/// Senders keep retrying an event this long after the last one was due: the store's 503s
+/// ask for 5 s, a sync lease is 10 s.
+const SENDER_TAIL: Duration = Duration::from_secs(30);
+
+/// Queue mode: longest wait after the senders for every accepted row to be done or dead.
+const DRAIN: Duration = Duration::from_secs(60);
+
+/// The pair, stopped (and its directory removed) when dropped.
+struct Pair {
+    dir: PathBuf,
+    url: String,
+    /// The server that is the standby at first, primary after the promotion.
+    second_url: String,
+}
+
+fn script(args: &[&str]) -> String {
+    let out = Command::new(concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/pg-ha.sh"))
+        .args(args)
+        .output()
+        .expect("run scripts/pg-ha.sh");
+    assert!(
+        out.status.success(),
+        "pg-ha.sh {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+impl Pair {
+    fn start(dir: &Path) -> Self {
+        let shown = dir.display().to_string();
+        let exports = script(&["start", &shown, "durable"]);
+        let var = |name: &str| {
+            exports
+                .lines()
+                .find_map(|l| l.strip_prefix(&format!("export {name}=")))
+                .map(|v| v.trim_matches('\'').to_owned())
+                .unwrap_or_else(|| panic!("pg-ha.sh printed no {name}"))
+        };
+        Self {
+            dir: dir.to_owned(),
+            url: var("HOOKGATE_HA_URL"),
+            second_url: var("HOOKGATE_HA_STANDBY_URL"),
+        }
+    }
+}
+
+/// kill -9 of the postmaster of the server in `data`, then waits (at most 10 s) until every
+/// process of it has exited: no commit can land on it after that.
+fn kill_server(data: &Path) {
+    let pid = std::fs::read_to_string(data.join("postmaster.pid")).expect("postmaster.pid");
+    let pid = pid.lines().next().unwrap_or_default().trim().to_owned();
+    let _ = Command::new("kill").args(["-9", &pid]).status();
+    // Every PostgreSQL process works in its data directory; a zombie has exited.
+    let running = || {
+        std::fs::read_dir("/proc").is_ok_and(|procs| {
+            procs.flatten().any(|p| {
+                std::fs::read_link(p.path().join("cwd")).is_ok_and(|cwd| cwd == data)
+                    && std::fs::read_to_string(p.path().join("stat"))
+                        .is_ok_and(|stat| !stat.contains(") Z "))
+            })
+        })
+    };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while running() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+impl Drop for Pair {
+    fn drop(&mut self) {
+        let _ = Command::new(concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/pg-ha.sh"))
+            .arg("stop")
+            .arg(&self.dir)
+            .output();
+    }
+}
+
+/// The node's config. Sync mode: target timeout 2 s < lease 10 s < first backoff 12 s, so
+/// an outcome write held up by the promotion is retried well inside its lease. Queue mode:
+/// lease 5 s (renewed every third), first backoff 6 s.
+fn config(port: u16, url: &str, schema: &str, target_port: u16, queue: bool) -> String {
+    let (lease, base, mode) = match queue {
+        true => ("5s", "6s", "queue"),
+        false => ("10s", "12s", "sync"),
+    };
+    format!(
+        r#"
+[server]
+listen = "127.0.0.1:{port}"
+[store]
+url = "{url}&application_name=hookgate-failover"
+schema = "{schema}"
+pool_size = 8
+pool_timeout = "1s"
+statement_timeout = "1s"
+[lease]
+duration = "{lease}"
+[retry]
+base = "{base}"
+cap = "30s"
+max_attempts = 20
+[queue]
+poll_interval = "100ms"
+[[providers]]
+name = "{PROVIDER}"
+preset = "none"
+mode = "{mode}"
+key = [{{ header = "X-Idempotency-Key" }}]
+target = {{ url = "http://127.0.0.1:{target_port}/effects", timeout = "2s" }}
+"#
+    )
+}
+
+/// Runs the scenario: `duration` of sending at `rate` new events a second, the primary
+/// killed and the standby promoted at [`KILL_AT`] of it; answers the violations.
+pub async fn run(queue: bool, duration: Duration, rate: u64) -> u64 {
+    let dir = std::env::temp_dir().join(format!("hookgate-failover-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("failover dir");
+    let pg_dir = dir.join("pg");
+    let pair = actix_rt::task::spawn_blocking(move || Pair::start(&pg_dir))
+        .await
+        .expect("start the pair");
+    let schema = format!("failover_{}", std::process::id());
+    let target = ChaosTarget::default();
+    target.healthy.store(true, Ordering::SeqCst);
+    let target_port = target.start();
+    let port = free_port();
+    let file = dir.join("hookgate.toml");
+    std::fs::write(&file, config(port, &pair.url, &schema, target_port, queue)).expect("config");
+    let mut node = Node::new("A", file, dir.join("node.log"), port);
+    node.stderr = Some(dir.join("node.stderr"));
+    node.start().await;
+    println!("# failover: node log {}", node.log.display());
+
+    let started = Instant::now();
+    let events = rate * duration.as_secs().max(1);
+    let url = format!("http://127.0.0.1:{port}/webhooks/{PROVIDER}");
+    let answers: Rc<RefCell<Vec<Answer>>> = Rc::default();
+    let spawner = {
+        let answers = Rc::clone(&answers);
+        let interval = Duration::from_secs_f64(1.0 / rate.max(1) as f64);
+        let deadline = started + duration + SENDER_TAIL;
+        let client = awc::Client::builder()
+            .connector(awc::Connector::new().limit(512))
+            .timeout(Duration::from_secs(30))
+            .finish();
+        actix_rt::spawn(async move {
+            let mut tasks = Vec::with_capacity(events as usize);
+            for n in 0..events {
+                actix_rt::time::sleep_until((started + interval.mul_f64(n as f64)).into()).await;
+                let (client, url, answers) = (client.clone(), url.clone(), Rc::clone(&answers));
+                tasks.push(actix_rt::spawn(async move {
+                    send(&client, &url, &format!("evt-{n}"), deadline, &answers).await;
+                }));
+            }
+            for task in tasks {
+                let _ = task.await;
+            }
+        })
+    };
+
+    actix_rt::time::sleep_until((started + duration.mul_f64(KILL_AT)).into()).await;
+    let done_before = done_keys(&pair.url, &schema, None).await;
+    // The primary (the first server: the pair is fresh) killed, its processes gone, then
+    // the standby promoted (`pg-ha.sh promote` takes a primary already dead); off the
+    // senders' thread.
+    let (kill_at, kill_wall) = (Instant::now(), SystemTime::now());
+    let pg = pair.dir.clone();
+    let dead_wall = actix_rt::task::spawn_blocking(move || {
+        kill_server(&pg.join("n1"));
+        let dead = SystemTime::now();
+        script(&["promote", &pg.display().to_string()]);
+        dead
+    })
+    .await
+    .expect("kill and promote");
+    let promoted_at = Instant::now();
+    let _ = spawner.await;
+
+    // Queue mode: every accepted row done or dead on the new primary (or the drain gives up).
+    let accepted: Vec<String> = {
+        let answers = answers.borrow();
+        let mut keys: Vec<String> = answers
+            .iter()
+            .filter(|a| (200..300).contains(&a.status))
+            .map(|a| format!("{PROVIDER}:{}", a.key))
+            .collect();
+        keys.sort();
+        keys.dedup();
+        keys
+    };
+    let drain_from = Instant::now();
+    let mut finished = done_keys(&pair.second_url, &schema, Some("dead")).await;
+    while queue
+        && drain_from.elapsed() < DRAIN
+        && accepted.iter().any(|k| !finished.contains_key(k))
+    {
+        actix_rt::time::sleep(Duration::from_millis(500)).await;
+        finished = done_keys(&pair.second_url, &schema, Some("dead")).await;
+    }
+    let took = started.elapsed();
+    node.terminate().await;
+
+    // Rows changed after the old primary's processes were all gone were written on the
+    // new one.
+    let first_done_after_kill = first_done_after(&pair.second_url, &schema, dead_wall)
+        .await
+        .and_then(|at| at.duration_since(kill_wall).ok())
+        .map(|d| d.as_secs_f64());
+    let answers = answers.borrow();
+    let report = Report {
+        provider: PROVIDER,
+        queue,
+        rate,
+        duration,
+        events,
+        started,
+        kill_at,
+        promoted_at,
+        took,
+        answers: &answers,
+        done_before: &done_before,
+        finished: &finished,
+        seen: &target.seen(),
+        first_done_after_kill,
+    };
+    let violations = report.print();
+    drop(pair);
+    if violations == 0 {
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+    violations
+}
+
+/// One event, POSTed until a 2xx (a done or dead-lettered event in sync mode, an accepted
+/// one in queue mode) or the deadline, the way a real sender retries: after `Retry-After`
+/// (at most 5 s) on 409/429/503, after 300 ms on a refused connection. Every answer is
+/// recorded with its instant.
+async fn send(
+    client: &awc::Client,
+    url: &str,
+    key: &str,
+    deadline: Instant,
+    answers: &RefCell<Vec<Answer>>,
+) {
+    let body = format!(r#"{{"id":"{key}","type":"failover.event"}}"#);
+    while Instant::now() < deadline {
+        let sent = client
+            .post(url)
+            .insert_header(("Content-Type", "application/json"))
+            .insert_header(("X-Idempotency-Key", key))
+            .send_body(body.clone())
+            .await;
+        let mut response = match sent {
+            Ok(response) => response,
+            Err(_) => {
+                answers.borrow_mut().push(Answer::new(key, 0, "-"));
+                actix_rt::time::sleep(Duration::from_millis(300)).await;
+                continue;
+            }
+        };
+        let status = response.status().as_u16();
+        let header = |name: &str| {
+            response
+                .headers()
+                .get(name)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_owned)
+        };
+        let mut path = header("Hookgate-Path").unwrap_or_else(|| "-".into());
+        let retry_after = header("Retry-After").and_then(|v| v.parse::<u64>().ok());
+        let body = response.body().await.unwrap_or_default();
+        // A 503's reason where it differs from the path (`first_run` answered 503).
+        if let Some(reason) = serde_json::from_slice::<serde_json::Value>(&body)
+            .ok()
+            .and_then(|b| b["reason"].as_str().map(str::to_owned))
+            .filter(|r| *r != path)
+        {
+            path = format!("{path}/{reason}");
+        }
+        answers.borrow_mut().push(Answer::new(key, status, &path));
+        match status {
+            200..=299 => return,
+            409 | 429 | 503 => {
+                let secs = retry_after.unwrap_or(1).clamp(1, 5);
+                actix_rt::time::sleep(Duration::from_secs(secs)).await;
+            }
+            _ => return,
+        }
+    }
+}
+
+/// Keys (`provider:key`) of rows done — and of `also` if given — on the server(s) `url`
+/// names, with their status: a plain read, no lock. Empty when the schema does not exist
+/// yet or the server does not answer.
+async fn done_keys(
+    url: &str,
+    schema: &str,
+    also: Option<&str>,
+) -> std::collections::HashMap<String, String> {
+    let Ok((client, connection)) = tokio_postgres::connect(url, tokio_postgres::NoTls).await else {
+        return Default::default();
+    };
+    actix_rt::spawn(connection);
+    let rows = client
+        .query(
+            &format!(
+                "SELECT provider || ':' || event_key, status FROM {schema}.webhook_events \
+                 WHERE status = 'done' OR status = $1"
+            ),
+            &[&also.unwrap_or("done")],
+        )
+        .await
+        .unwrap_or_default();
+    rows.iter().map(|r| (r.get(0), r.get(1))).collect()
+}
+
+/// When the first row done after `since` was changed (its `updated_at`: the servers share
+/// this machine's clock). A plain read, no lock.
+async fn first_done_after(url: &str, schema: &str, since: SystemTime) -> Option<SystemTime> {
+    let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+        .await
+        .ok()?;
+    actix_rt::spawn(connection);
+    let since = since
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .ok()?
+        .as_secs_f64();
+    let row = client
+        .query_one(
+            &format!(
+                "SELECT extract(epoch FROM min(updated_at))::float8 FROM {schema}.webhook_events
+                 WHERE status = 'done' AND updated_at > to_timestamp($1)"
+            ),
+            &[&since],
+        )
+        .await
+        .ok()?;
+    let at: Option<f64> = row.get(0);
+    Some(SystemTime::UNIX_EPOCH + Duration::from_secs_f64(at?))
+}
