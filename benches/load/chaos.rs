@@ -19,6 +19,7 @@ use actix_web::{web, App, HttpRequest, HttpResponse, HttpServer};
 
 use crate::node::{free_port, Node};
 use crate::proxy::StoreProxy;
+use crate::sender::post_event;
 
 /// Deliveries a target reception may be "in flight" for at a SIGKILL: received before the
 /// kill and answered less than this long before it (the node records an outcome within
@@ -289,28 +290,13 @@ target = {{ url = "http://127.0.0.1:{target_port}/effects", timeout = "2s" }}
 async fn send(client: &awc::Client, url: &str, key: &str, hard_deadline: Instant) -> End {
     let body = format!(r#"{{"id":"{key}","type":"chaos.event"}}"#);
     while Instant::now() < hard_deadline {
-        let sent = client
-            .post(url)
-            .insert_header(("Content-Type", "application/json"))
-            .insert_header(("X-Idempotency-Key", key))
-            .send_body(body.clone())
-            .await;
-        let mut response = match sent {
-            Ok(response) => response,
-            Err(_) => {
-                // The node is down or restarting: a real sender retries later.
-                actix_rt::time::sleep(Duration::from_millis(300)).await;
-                continue;
-            }
+        let Ok(reply) = post_event(client, url, key, &body).await else {
+            // The node is down or restarting: a real sender retries later.
+            actix_rt::time::sleep(Duration::from_millis(300)).await;
+            continue;
         };
-        let status = response.status().as_u16();
-        let retry_after = response
-            .headers()
-            .get("Retry-After")
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.parse::<u64>().ok())
-            .unwrap_or(1);
-        let answer = response.body().await.unwrap_or_default();
+        let (status, answer) = (reply.status, reply.body);
+        let retry_after = reply.retry_after.unwrap_or(1);
         match status {
             200..=299 if answer.as_ref() == br#"{"status":"dead_lettered"}"# => return End::Dead,
             200..=299 => return End::Done,

@@ -1,14 +1,28 @@
 //! Judging what the queue-mode chaos target saw: attempts of one key open at once, and keys
-//! answered 2xx more than once — apart from those a SIGKILL excuses. Pure: no I/O.
+//! answered 2xx more than once — apart from those whose first 2xx reached a node that
+//! could not record it (SIGKILLed, or cut off from its database for longer than a lease),
+//! which the promise excuses (docs/design.md). Pure: no I/O.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use crate::chaos_target::Seen;
 
-/// A 2xx answered this little before a SIGKILL may not have been recorded by the node
-/// (it records an outcome within milliseconds of the answer, so anything older was).
+/// A 2xx answered this little before a SIGKILL or a cut-off may not have been recorded by
+/// the node (it records an outcome within milliseconds of the answer, so anything older
+/// was).
 pub const RECORD_MARGIN: Duration = Duration::from_millis(500);
+
+/// A time one node could not record what its target answered: from a SIGKILL to itself
+/// (`from == to`), or while its database was cut off for longer than a lease.
+pub struct Unrecordable {
+    /// What happened, for the report ("SIGKILL A").
+    pub what: &'static str,
+    /// The node's name, as the target sees it (`Seen::node`).
+    pub node: &'static str,
+    pub from: Instant,
+    pub to: Instant,
+}
 
 /// Two attempts of one key that were open at the target at the same time.
 #[derive(Debug, Clone)]
@@ -30,14 +44,15 @@ pub struct Judged {
     /// Keys whose attempts overlapped, one entry per overlapping pair (later attempt
     /// against the one still open when it started).
     pub overlaps: Vec<Overlap>,
-    /// Keys answered 2xx twice where the first answer met a SIGKILL.
-    pub doubles_in_kill_window: Vec<String>,
+    /// Keys answered 2xx twice where the first answer reached a node that could not
+    /// record it, with what kept it from recording.
+    pub doubles_unrecordable: Vec<(String, &'static str)>,
     /// Keys answered 2xx more than once otherwise.
     pub doubles_outside: Vec<String>,
 }
 
-/// Judges every attempt against the instants the bench SIGKILLed a node.
-pub fn judge(seen: &[Seen], kills: &[Instant]) -> Judged {
+/// Judges every attempt against the times a node could not record its answers.
+pub fn judge(seen: &[Seen], unrecordable: &[Unrecordable]) -> Judged {
     let mut by_key: HashMap<&str, Vec<&Seen>> = HashMap::new();
     for s in seen {
         by_key.entry(&s.key).or_default().push(s);
@@ -70,12 +85,17 @@ pub fn judge(seen: &[Seen], kills: &[Instant]) -> Judged {
         if oks.len() < 2 {
             continue;
         }
-        let excused = oks.len() == 2
-            && kills.iter().any(|kill| {
-                oks[0].start <= *kill && oks[0].end + RECORD_MARGIN >= *kill && oks[1].start > *kill
-            });
-        if excused {
-            judged.doubles_in_kill_window.push(key.to_owned());
+        let (first, second) = (oks[0], oks[1]);
+        let excuse = unrecordable.iter().find(|u| {
+            oks.len() == 2
+                && first.node == u.node
+                && first.start <= u.to
+                && first.end + RECORD_MARGIN >= u.from
+                && first.end <= u.to + RECORD_MARGIN
+                && second.start > first.end
+        });
+        if let Some(u) = excuse {
+            judged.doubles_unrecordable.push((key.to_owned(), u.what));
         } else {
             judged.doubles_outside.push(key.to_owned());
         }

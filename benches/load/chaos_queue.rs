@@ -10,7 +10,7 @@ use std::rc::Rc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant, SystemTime};
 
-use crate::chaos_attempts::judge;
+use crate::chaos_attempts::{judge, Unrecordable};
 use crate::chaos_logs::{summarise, LogSummary};
 use crate::chaos_operator::{Operator, ADMIN_TOKEN};
 use crate::chaos_report::{print_nodes, Run};
@@ -47,7 +47,7 @@ const REPLAY_EVERY: Duration = Duration::from_secs(3);
 /// One node's config. Lease 3 s with an 8 s target timeout is queue mode's rule (renewal
 /// every second); `retry.base` must exceed the lease, so 4 s, capped at 6 s, 4 attempts:
 /// dead letters within ~20 s.
-fn config(port: u16, url: &str, schema: &str, target_port: u16) -> String {
+fn config(node: &str, port: u16, url: &str, schema: &str, target_port: u16) -> String {
     format!(
         r#"
 [server]
@@ -76,7 +76,7 @@ name = "{PROVIDER}"
 preset = "none"
 mode = "queue"
 key = [{{ header = "X-Idempotency-Key" }}]
-target = {{ url = "http://127.0.0.1:{target_port}/effects", timeout = "8s" }}
+target = {{ url = "http://127.0.0.1:{target_port}/effects/{node}", timeout = "8s" }}
 "#
     )
 }
@@ -94,7 +94,7 @@ pub async fn run(database_url: String, duration: Duration, rate: u64) -> u64 {
     let mut nodes = [("A", 0usize), ("B", 1)].map(|(name, i)| {
         let port = free_port();
         let file = dir.join(format!("node-{name}.toml"));
-        std::fs::write(&file, config(port, &urls[i], &schema, target_port)).expect("config");
+        std::fs::write(&file, config(name, port, &urls[i], &schema, target_port)).expect("config");
         let mut node = Node::new(name, file, dir.join(format!("node-{name}.log")), port);
         node.stderr = Some(dir.join(format!("node-{name}.stderr")));
         node.env = vec![("HOOKGATE_ADMIN_TOKEN".into(), ADMIN_TOKEN.into())];
@@ -144,6 +144,7 @@ pub async fn run(database_url: String, duration: Duration, rate: u64) -> u64 {
     let mut faults = Vec::new();
     let mut windows = Vec::new();
     let mut kills = Vec::new();
+    let mut unrecordable = Vec::new();
     let t = |i: Instant| (i - started).as_secs_f64();
     let aftermath = Duration::from_secs(5);
     let freeze_at = at(0.12);
@@ -154,6 +155,12 @@ pub async fn run(database_url: String, duration: Duration, rate: u64) -> u64 {
     db_proxy.freeze();
     watch_until(freeze_at + FREEZE, &mut nodes).await;
     db_proxy.thaw();
+    unrecordable.push(Unrecordable {
+        what: "B's database frozen",
+        node: "B",
+        from: freeze_at,
+        to: Instant::now(),
+    });
     windows.push((
         "B's database frozen".to_owned(),
         freeze_at,
@@ -167,6 +174,12 @@ pub async fn run(database_url: String, duration: Duration, rate: u64) -> u64 {
     watch_until(at(0.40), &mut nodes).await;
     kills.push(Instant::now());
     nodes[0].kill();
+    unrecordable.push(Unrecordable {
+        what: "SIGKILL A",
+        node: "A",
+        from: kills[0],
+        to: kills[0],
+    });
     nodes[0].start().await;
     windows.push(("SIGKILL A".to_owned(), kills[0], Instant::now() + aftermath));
     faults.push(format!("SIGKILL A at {:.1}s", t(kills[0])));
@@ -231,7 +244,7 @@ pub async fn run(database_url: String, duration: Duration, rate: u64) -> u64 {
         }
     }
     let seen = target.seen();
-    let judged = judge(&seen, &kills);
+    let judged = judge(&seen, &unrecordable);
     let sent = senders.sent.borrow();
     let run = Run {
         started,

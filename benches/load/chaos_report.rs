@@ -116,8 +116,19 @@ impl Run<'_> {
             format!("{}   (must be 0) {}", overlaps.len(), by_cause(&overlaps)),
         );
         line(
-            "keys 2xx twice across a SIGKILL ",
-            format!("{}   (excused)", judged.doubles_in_kill_window.len()),
+            "keys 2xx twice, unrecordable ",
+            format!(
+                "{}   (excused: the first 2xx reached a node SIGKILLed or cut off from its \
+                 database for longer than a lease) {}",
+                judged.doubles_unrecordable.len(),
+                by_cause(
+                    &judged
+                        .doubles_unrecordable
+                        .iter()
+                        .map(|(key, what)| (what.to_string(), key))
+                        .collect::<Vec<_>>()
+                )
+            ),
         );
         let doubles: Vec<(String, &String)> = judged
             .doubles_outside

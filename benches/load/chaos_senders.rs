@@ -9,6 +9,8 @@ use std::collections::{BTreeMap, HashSet};
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
+use crate::sender::post_event;
+
 /// Events a sender redelivers once after its first 2xx, in percent (as a sender does whose
 /// acknowledgement got lost).
 const REDELIVER_PERCENT: u32 = 10;
@@ -65,16 +67,10 @@ impl Senders {
     /// POSTs until a 2xx (answers true) or the deadline.
     async fn deliver(&self, key: &str, body: &str, mut node: usize, deadline: Instant) -> bool {
         while Instant::now() < deadline {
-            let sent = self
-                .client
-                .post(&self.urls[node])
-                .insert_header(("Content-Type", "application/json"))
-                .insert_header(("X-Idempotency-Key", key))
-                .send_body(body.to_owned())
-                .await;
+            let sent = post_event(&self.client, &self.urls[node], key, body).await;
             node = 1 - node;
-            let mut response = match sent {
-                Ok(response) => response,
+            let reply = match sent {
+                Ok(reply) => reply,
                 Err(e) => {
                     let kind = match e {
                         awc::error::SendRequestError::Connect(_) => "connect error",
@@ -86,17 +82,7 @@ impl Senders {
                     continue;
                 }
             };
-            let status = response.status().as_u16();
-            let header = |name: &str| {
-                response
-                    .headers()
-                    .get(name)
-                    .and_then(|v| v.to_str().ok())
-                    .map(str::to_owned)
-            };
-            let path = header("Hookgate-Path").unwrap_or_else(|| "-".into());
-            let retry_after = header("Retry-After").and_then(|v| v.parse::<u64>().ok());
-            let _ = response.body().await;
+            let (status, path, retry_after) = (reply.status, reply.path, reply.retry_after);
             self.note(format!("{status} {path}"));
             match status {
                 200..=299 => return true,

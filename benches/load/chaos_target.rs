@@ -18,6 +18,9 @@ pub struct Seen {
     pub key: String,
     /// `Hookgate-Attempt`.
     pub attempt: String,
+    /// The node that made the attempt: the path's last segment when a node's config names
+    /// the target as `/effects/NODE`, empty for plain `/effects`.
+    pub node: String,
     pub start: Instant,
     /// When the handler returned, or was dropped because the client went away.
     pub end: Instant,
@@ -69,9 +72,6 @@ impl ChaosTarget {
         // future (and so recording the attempt's end); actix's default waits for it.
         .h1_allow_half_closed(false)
         .backlog(4096)
-        // A client that hangs up ends the connection at once, dropping the handler's
-        // future (and so recording the attempt's end); actix's default waits for it.
-        .h1_allow_half_closed(false)
         .disable_signals()
         .bind("127.0.0.1:0")
         .expect("bind the chaos target");
@@ -97,6 +97,7 @@ struct Open {
     state: web::Data<ChaosTarget>,
     key: String,
     attempt: String,
+    node: String,
     start: Instant,
     status: Option<u16>,
 }
@@ -106,6 +107,7 @@ impl Drop for Open {
         let seen = Seen {
             key: std::mem::take(&mut self.key),
             attempt: std::mem::take(&mut self.attempt),
+            node: std::mem::take(&mut self.node),
             start: self.start,
             end: Instant::now(),
             status: self.status,
@@ -168,6 +170,11 @@ async fn receive(
         state: state.clone(),
         key: header("Idempotency-Key"),
         attempt: header("Hookgate-Attempt"),
+        node: req
+            .path()
+            .strip_prefix("/effects/")
+            .unwrap_or_default()
+            .to_owned(),
         start: Instant::now(),
         status: None,
     };

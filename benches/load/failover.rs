@@ -15,6 +15,7 @@ use std::time::{Duration, Instant, SystemTime};
 use crate::chaos_target::ChaosTarget;
 use crate::failover_report::{Answer, Report};
 use crate::node::{free_port, Node};
+use crate::sender::post_event;
 
 /// The provider's name in the config and in every key's `Idempotency-Key`.
 const PROVIDER: &str = "failover";
@@ -270,33 +271,14 @@ async fn send(
 ) {
     let body = format!(r#"{{"id":"{key}","type":"failover.event"}}"#);
     while Instant::now() < deadline {
-        let sent = client
-            .post(url)
-            .insert_header(("Content-Type", "application/json"))
-            .insert_header(("X-Idempotency-Key", key))
-            .send_body(body.clone())
-            .await;
-        let mut response = match sent {
-            Ok(response) => response,
-            Err(_) => {
-                answers.borrow_mut().push(Answer::new(key, 0, "-"));
-                actix_rt::time::sleep(Duration::from_millis(300)).await;
-                continue;
-            }
+        let Ok(reply) = post_event(client, url, key, &body).await else {
+            answers.borrow_mut().push(Answer::new(key, 0, "-"));
+            actix_rt::time::sleep(Duration::from_millis(300)).await;
+            continue;
         };
-        let status = response.status().as_u16();
-        let header = |name: &str| {
-            response
-                .headers()
-                .get(name)
-                .and_then(|v| v.to_str().ok())
-                .map(str::to_owned)
-        };
-        let mut path = header("Hookgate-Path").unwrap_or_else(|| "-".into());
-        let retry_after = header("Retry-After").and_then(|v| v.parse::<u64>().ok());
-        let body = response.body().await.unwrap_or_default();
+        let (status, mut path) = (reply.status, reply.path);
         // A 503's reason where it differs from the path (`first_run` answered 503).
-        if let Some(reason) = serde_json::from_slice::<serde_json::Value>(&body)
+        if let Some(reason) = serde_json::from_slice::<serde_json::Value>(&reply.body)
             .ok()
             .and_then(|b| b["reason"].as_str().map(str::to_owned))
             .filter(|r| *r != path)
@@ -307,7 +289,7 @@ async fn send(
         match status {
             200..=299 => return,
             409 | 429 | 503 => {
-                let secs = retry_after.unwrap_or(1).clamp(1, 5);
+                let secs = reply.retry_after.unwrap_or(1).clamp(1, 5);
                 actix_rt::time::sleep(Duration::from_secs(secs)).await;
             }
             _ => return,

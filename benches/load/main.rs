@@ -41,6 +41,7 @@ mod failover_report;
 mod ingest;
 mod node;
 mod scenario;
+mod sender;
 mod target;
 
 #[path = "../../tests/api/helpers/proxy.rs"]

@@ -372,21 +372,7 @@ async fn a_commit_whose_standby_wait_was_cancelled_is_never_taken_for_a_confirme
     let superuser = HaPair::connect(&pair.first_url).await;
     // Cancels the commit of this node that waits for a synchronous standby, as an
     // operator's pg_cancel_backend would.
-    let cancel_the_wait = || async {
-        eventually("a commit to wait for the standby", || async {
-            let cancelled: i64 = superuser
-                .query_one(
-                    "SELECT count(pg_cancel_backend(pid)) FROM pg_stat_activity
-                     WHERE application_name = $1 AND wait_event = 'SyncRep'",
-                    &[&NAME],
-                )
-                .await
-                .expect("cancel")
-                .get(0);
-            cancelled > 0
-        })
-        .await;
-    };
+    let cancel_the_wait = || end_standby_waits(&superuser, NAME, "pg_cancel_backend");
 
     // An outcome write: done on the primary, unconfirmed; the write is retried, finds the
     // row done, and says so in the log.
@@ -449,22 +435,31 @@ async fn an_outcome_write_whose_backend_ends_mid_commit_is_found_in_place_not_ta
         // The completion commits on the primary and waits for the standby; its backend is
         // ended, as a primary's crash or an operator's pg_terminate_backend ends it: the
         // connection closes, the commit has taken effect.
-        eventually("the completion to wait for the standby", || async {
-            let ended: i64 = superuser
-                .query_one(
-                    "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
-                     WHERE application_name = $1 AND wait_event = 'SyncRep'",
-                    &[&NAME],
-                )
-                .await
-                .expect("terminate")
-                .get(0);
-            ended > 0
-        })
-        .await;
+        end_standby_waits(&superuser, NAME, "pg_terminate_backend").await;
     };
     let (answer, ()) = futures_util::join!(delivery, end_it);
     assert_eq!((answer.status, answer.path.as_str()), (201, "first_run"));
     assert!(app.log.events("webhook.stale", "evt_ended").is_empty());
     assert_eq!(app.target.count(&TestApp::idem("evt_ended")), 1);
+}
+
+/// Calls `function` (`pg_cancel_backend` or `pg_terminate_backend`) on every backend of
+/// the node named `name` whose commit waits for the synchronous standby, once there is one.
+async fn end_standby_waits(superuser: &tokio_postgres::Client, name: &str, function: &str) {
+    let sql = format!(
+        "SELECT count({function}(pid)) FROM pg_stat_activity
+         WHERE application_name = $1 AND wait_event = 'SyncRep'"
+    );
+    eventually(
+        &format!("a commit of {name} to wait for the standby"),
+        || async {
+            let ended: i64 = superuser
+                .query_one(&sql, &[&name])
+                .await
+                .unwrap_or_else(|e| panic!("{function}: {e}"))
+                .get(0);
+            ended > 0
+        },
+    )
+    .await;
 }
