@@ -10,12 +10,41 @@
 use std::process::Child;
 use std::time::{Duration, Instant};
 
-use crate::compare::{Burndown, System, PAUSE};
 use crate::compare_graphile as graphile;
 use crate::compare_hookgate as hookgate;
+use crate::compare_meter::Cost;
 use crate::compare_meter::Meter;
-use crate::compare_target::CompareTarget;
+use crate::compare_target::{CompareTarget, PAUSE};
 use crate::node::Node;
+
+/// Which worker a burn-down runs, and how.
+#[derive(Debug, Clone, Copy)]
+pub enum System {
+    Hookgate(hookgate::Sizing),
+    Graphile(graphile::Sizing),
+}
+
+/// What a burn-down measured.
+#[derive(Debug)]
+pub struct Burndown {
+    /// hookgate: the p99 of the target's answer → the outcome written, ms.
+    pub write_p99_ms: Option<f64>,
+    pub events: u64,
+    /// Distinct keys the target had at the end.
+    pub delivered: u64,
+    pub deliveries: u64,
+    /// Keys the target received more than once.
+    pub duplicates: u64,
+    /// Rows (hookgate) or jobs (graphile-worker) not finished after the worker stopped.
+    pub unfinished: i64,
+    /// From starting the worker to the target's last new key.
+    pub seconds: f64,
+    /// From starting the worker to the target's first key (its start-up).
+    pub first_s: f64,
+    /// Pauses of the target's new keys longer than [`PAUSE`](crate::compare_target::PAUSE), and their total length.
+    pub pauses: (u64, Duration),
+    pub cost: Cost,
+}
 
 /// Longest wait for the target to have every key.
 const BOUND: Duration = Duration::from_secs(600);

@@ -14,13 +14,10 @@ use std::time::Duration;
 
 use clap::Parser;
 
+use crate::burndown::{Burndown, System};
 use crate::compare_graphile::Sizing as GraphileSizing;
 use crate::compare_hookgate::Sizing as HookgateSizing;
-use crate::compare_meter::Cost;
-
-/// A gap between two new keys at the target longer than this is reported as a pause: at
-/// a thousand deliveries a second and more, a quarter second without one is no accident.
-pub const PAUSE: Duration = Duration::from_millis(250);
+use crate::ingest::Ingest;
 
 /// The scenarios this module answers for.
 const SCENARIOS: [&str; 2] = ["burndown", "ingest"];
@@ -70,60 +67,6 @@ struct Args {
     /// cargo bench passes --bench; accepted and ignored.
     #[arg(long, hide = true)]
     bench: bool,
-}
-
-/// Which worker a burn-down runs, and how.
-#[derive(Debug, Clone, Copy)]
-pub enum System {
-    Hookgate(HookgateSizing),
-    Graphile(GraphileSizing),
-}
-
-/// What a burn-down measured.
-#[derive(Debug)]
-pub struct Burndown {
-    /// hookgate: the p99 of the target's answer → the outcome written, ms.
-    pub write_p99_ms: Option<f64>,
-    pub events: u64,
-    /// Distinct keys the target had at the end.
-    pub delivered: u64,
-    pub deliveries: u64,
-    /// Keys the target received more than once.
-    pub duplicates: u64,
-    /// Rows (hookgate) or jobs (graphile-worker) not finished after the worker stopped.
-    pub unfinished: i64,
-    /// From starting the worker to the target's last new key.
-    pub seconds: f64,
-    /// From starting the worker to the target's first key (its start-up).
-    pub first_s: f64,
-    /// Pauses of the target's new keys longer than [`PAUSE`], and their total length.
-    pub pauses: (u64, Duration),
-    pub cost: Cost,
-}
-
-/// What an ingest run measured.
-#[derive(Debug)]
-pub struct Ingest {
-    pub accepted: u64,
-    pub refused: u64,
-    pub errors: u64,
-    pub accepted_per_s: f64,
-    /// Keys first delivered while the senders ran, a second.
-    pub delivered_per_s: f64,
-    /// Accepted keys not at the target when the senders stopped.
-    pub backlog: u64,
-    /// From the senders' stop to the target's last new key.
-    pub drained_s: f64,
-    /// Accepted keys the target never had within the drain.
-    pub never_delivered: u64,
-    /// Pauses of the target's new keys longer than [`PAUSE`], and their total length.
-    pub pauses: (u64, Duration),
-    pub p50_ms: f64,
-    pub p99_ms: f64,
-    /// The outcome-write p99's bucket bound (see [`crate::compare_hookgate::outcome_write_p99_ms`]).
-    pub write_p99_ms: Option<f64>,
-    pub duplicates: u64,
-    pub cost: Cost,
 }
 
 /// Runs the comparison if the command line asks for one of its scenarios; answers the

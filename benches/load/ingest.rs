@@ -7,10 +7,36 @@
 
 use std::time::{Duration, Instant};
 
-use crate::compare::{Ingest, PAUSE};
 use crate::compare_hookgate::{self as hookgate, Sizing, PROVIDER};
+use crate::compare_meter::Cost;
 use crate::compare_meter::Meter;
-use crate::compare_target::CompareTarget;
+use crate::compare_target::{CompareTarget, PAUSE};
+
+/// What an ingest run measured.
+#[derive(Debug)]
+pub struct Ingest {
+    pub accepted: u64,
+    pub refused: u64,
+    pub errors: u64,
+    pub accepted_per_s: f64,
+    /// Keys first delivered while the senders ran, a second.
+    pub delivered_per_s: f64,
+    /// Accepted keys not at the target when the senders stopped.
+    pub backlog: u64,
+    /// From the senders' stop to the target's last new key.
+    pub drained_s: f64,
+    /// Accepted keys the target never had within the drain.
+    pub never_delivered: u64,
+    /// Pauses of the target's new keys longer than [`PAUSE`](crate::compare_target::PAUSE), and their total length.
+    pub pauses: (u64, Duration),
+    pub p50_ms: f64,
+    pub p99_ms: f64,
+    /// The outcome-write p99, interpolated within its bucket (see
+    /// [`crate::compare_hookgate::outcome_write_p99_ms`]).
+    pub write_p99_ms: Option<f64>,
+    pub duplicates: u64,
+    pub cost: Cost,
+}
 
 /// Longest wait, after the senders stop, for the target to have every accepted key.
 const DRAIN: Duration = Duration::from_secs(300);

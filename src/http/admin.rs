@@ -28,22 +28,20 @@ const MAX_LIMIT: u32 = 1000;
 /// megabytes is enough to read, and bounds what one request can make the node build.
 const MAX_ANSWER_BYTES: usize = 4 << 20;
 
-/// Registers the admin routes. With the API disabled no `/admin/` route matches at all: the
-/// request meets the node's 404 before any extractor reads it, so nothing shows the API.
-pub fn routes(cfg: &mut web::ServiceConfig) {
-    let enabled = guard::fn_guard(|ctx| {
+/// Matches only while the admin API is on (a token is configured): the guard of the whole
+/// `/admin/` scope (`routes.rs`).
+pub fn enabled() -> impl guard::Guard {
+    guard::fn_guard(|ctx| {
         ctx.app_data::<web::Data<AppState>>()
             .is_some_and(|state| state.admin_token.is_some())
-    });
-    cfg.service(
-        web::scope("/admin")
-            .guard(enabled)
-            .configure(super::console::routes)
-            .route("/events/{provider}/{key}", web::get().to(show_event))
-            .route("/dead", web::get().to(list_dead))
-            .route("/dead/{provider}/{key}/replay", web::post().to(replay))
-            .configure(super::admin_api::routes),
-    );
+    })
+}
+
+/// Registers the event and dead-letter routes inside the `/admin/` scope.
+pub fn routes(cfg: &mut web::ServiceConfig) {
+    cfg.route("/events/{provider}/{key}", web::get().to(show_event))
+        .route("/dead", web::get().to(list_dead))
+        .route("/dead/{provider}/{key}/replay", web::post().to(replay));
 }
 
 /// Refuses the request unless it carries the configured bearer token.

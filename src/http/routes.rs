@@ -3,7 +3,7 @@
 use actix_web::web;
 
 use super::error::ApiError;
-use super::{admin, health, ingest};
+use super::{admin, admin_api, console, health, ingest};
 
 /// Registers every route.
 pub fn routes(cfg: &mut web::ServiceConfig) {
@@ -15,7 +15,15 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
     .service(web::resource("/healthz").route(web::get().to(health::healthz)))
     .service(web::resource("/readyz").route(web::get().to(health::readyz)))
     .service(web::resource("/metrics").route(web::get().to(health::metrics)))
-    .configure(admin::routes)
+    // With the admin API disabled no `/admin/` route matches at all: the request meets
+    // the node's 404 before any extractor reads it, so nothing shows the API.
+    .service(
+        web::scope("/admin")
+            .guard(admin::enabled())
+            .configure(console::routes)
+            .configure(admin::routes)
+            .configure(admin_api::routes),
+    )
     .default_service(web::to(not_found));
 }
 

@@ -10,31 +10,13 @@ use std::sync::Arc;
 
 use tokio_postgres::error::SqlState;
 
-use super::pool::Inner;
+use super::pool::{ClaimCall, CompleteCall, Inner};
 use super::queue_sql::pg_queue_values;
 use super::rows::{claim_result, db_error, get, row_state};
 use super::sql::pg_claim_conflict;
-use crate::claim::{ClaimResult, StoredResult};
+use crate::claim::ClaimResult;
 use crate::key::EventId;
 use crate::store::api::{millis, Enqueued, Fenced, History, Kept, QueueRow, StoreError};
-
-/// One queued claim.
-pub(crate) struct ClaimCall {
-    pub(crate) id: EventId,
-    pub(crate) fingerprint: Option<String>,
-    pub(crate) lease_ms: i64,
-    /// The payload to write with a new row (its provider keeps payloads always).
-    pub(crate) keep: Option<Kept>,
-}
-
-/// One queued completion.
-pub(crate) struct CompleteCall {
-    pub(crate) id: EventId,
-    pub(crate) attempts: i32,
-    pub(crate) result: StoredResult,
-    /// Its history row, written in the same statement.
-    pub(crate) history: Option<History>,
-}
 
 /// Claims for many keys: the single-row `CLAIM` over `unnest`ed input.
 ///

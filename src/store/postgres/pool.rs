@@ -13,14 +13,31 @@ use deadpool_postgres::{Client, Object, Pool, PoolError, TimeoutType};
 use tokio_postgres::CancelToken;
 use tokio_postgres_rustls::MakeRustlsConnect;
 
-use super::batch::{ClaimCall, CompleteCall};
 use super::connection::end_cancelled;
 use super::rows::{claim_result, db_error, get, is_read_only, pool_error};
 use super::sql::{CLAIM, COMPLETE, COMPLETE_PLAIN};
-use crate::claim::ClaimResult;
-use crate::store::api::millis;
-use crate::store::api::{Fenced, StoreError};
+use crate::claim::{ClaimResult, StoredResult};
+use crate::key::EventId;
+use crate::store::api::{millis, Fenced, History, Kept, StoreError};
 use crate::store::reconnect::Reconnect;
+
+/// One claim: run alone here, or in a batch (`batch.rs`).
+pub(crate) struct ClaimCall {
+    pub(crate) id: EventId,
+    pub(crate) fingerprint: Option<String>,
+    pub(crate) lease_ms: i64,
+    /// The payload to write with a new row (its provider keeps payloads always).
+    pub(crate) keep: Option<Kept>,
+}
+
+/// One completion: run alone here, or in a batch (`batch.rs`).
+pub(crate) struct CompleteCall {
+    pub(crate) id: EventId,
+    pub(crate) attempts: i32,
+    pub(crate) result: StoredResult,
+    /// Its history row, written in the same statement.
+    pub(crate) history: Option<History>,
+}
 
 /// The migrations, applied in order, each once.
 const MIGRATIONS: &[(i32, &str)] = &[

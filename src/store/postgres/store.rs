@@ -22,10 +22,10 @@ use deadpool_postgres::{
 };
 use tokio::sync::Semaphore;
 
-use super::batch::{self, ClaimCall, CompleteCall};
+use super::batch;
 use super::connection::Connector;
 use super::operator::PgOperator;
-use super::pool::{Inner, Retired};
+use super::pool::{ClaimCall, CompleteCall, Inner, Retired};
 use super::queue;
 use super::rows::{db_error, get, parse_mode, record};
 use super::sql::{DEAD_LETTERS, FAIL, LIST, LOOKUP, REPLAY, SWEEP};
