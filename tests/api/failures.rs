@@ -3,13 +3,15 @@
 //! `pressure.rs`.)
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use hookgate::key::EventId;
 use hookgate::shard::dispatcher::shard_for;
 
 use crate::helpers::{
-    base_config, eventually, spawn_app, spawn_app_behind_proxy, spawn_app_with, start_node,
-    Behaviour, PanickingDelivery, TestApp, TestDb, TestTarget, PROVIDER,
+    base_config, eventually, spawn_app, spawn_app_behind_proxy, spawn_app_behind_proxy_with,
+    spawn_app_with, start_node, Behaviour, PanickingDelivery, TestApp, TestDb, TestTarget,
+    PROVIDER,
 };
 
 #[actix_web::test]
@@ -167,4 +169,56 @@ async fn a_full_shard_mailbox_is_answered_503_overloaded() {
     }
     let delivered = answers.iter().filter(|a| a.status == 201).count();
     assert_eq!(app.target.total(), delivered);
+}
+
+#[actix_web::test]
+async fn connections_slower_to_open_than_the_deadline_are_kept_and_serve_the_next_request() {
+    let (app, proxy) = spawn_app_behind_proxy_with(|c| {
+        c.store.statement_timeout = Some(Duration::from_millis(500));
+    })
+    .await;
+    assert_eq!(app.deliver("evt_before", "{}").await.status, 201);
+    // Every connection closes, and a new one takes longer to open than a deadline: a
+    // failover's standby behind a slow network. An operation whose connection was not
+    // open in time is refused without sending its statement, and the connection, once
+    // open, serves the next one (it was closed unused, so no request ever got through).
+    proxy.cut();
+    assert_eq!(app.deliver("evt_cut", "{}").await.status, 503);
+    proxy.delay_connects(Duration::from_millis(800));
+    proxy.restore();
+    eventually(
+        "a request to be served on a slowly opened connection",
+        || async {
+            let answer = app.deliver("evt_slow_open", "{}").await;
+            assert!(matches!(answer.status, 201 | 503), "{answer:?}");
+            answer.status == 201
+        },
+    )
+    .await;
+    assert_eq!(app.target.count(&TestApp::idem("evt_slow_open")), 1);
+}
+
+#[actix_web::test]
+async fn a_connection_whose_network_went_silent_is_let_go_and_service_resumes() {
+    let (app, proxy) = spawn_app_behind_proxy_with(|c| {
+        c.store.statement_timeout = Some(Duration::from_millis(500));
+        c.store.pool_size = 2;
+    })
+    .await;
+    assert_eq!(app.deliver("evt_before", "{}").await.status, 201);
+    // The open connections' path drops everything (an address moved to another server, a
+    // firewall forgot them) while new connections, cancel requests included, get through.
+    // A statement past its deadline is cancelled, but its connection never hears back:
+    // it is let go after a bound instead of holding a pool slot for good.
+    proxy.silence_open();
+    let down = app.deliver("evt_silent", "{}").await;
+    assert_eq!(
+        (down.status, down.path.as_str()),
+        (503, "store_unavailable")
+    );
+    eventually("service to resume on new connections", || async {
+        app.deliver("evt_silent", "{}").await.status == 201
+    })
+    .await;
+    assert_eq!(app.target.count(&TestApp::idem("evt_silent")), 1);
 }

@@ -27,6 +27,14 @@ const CANCEL_CONNECT: Duration = Duration::from_secs(3);
 /// and short enough that a lost cancel request costs little.
 const ANSWER_AFTER_CANCEL: Duration = Duration::from_secs(1);
 
+/// How long a connection whose backend has said nothing since the first cancel request is
+/// kept before it is let go unproven: its network has gone silent (an address moved to
+/// another server, a firewall forgot the connection) while cancel requests, which open
+/// connections of their own, still get through. Held longer, such connections would keep
+/// the pool's slots until the kernel gave up on them, minutes later, with the database
+/// reachable all along.
+const SILENT_LIMIT: Duration = Duration::from_secs(5);
+
 /// Ends this connection's own backend (a role may always end its own); the server logs it
 /// as `FATAL: terminating connection due to administrator command`. Locks nothing.
 const END_BACKEND: &str = "SELECT pg_terminate_backend(pg_backend_pid())";
@@ -89,14 +97,16 @@ pub(crate) fn unconfirmed_commit(notice: &DbError) -> bool {
 /// its backend is gone then. `client` stays checked out of the pool until that moment, so
 /// the pool opens no replacement meanwhile. The cancel is sent again each
 /// [`ANSWER_AFTER_CANCEL`] while the backend stays silent; the connection is let go
-/// without that proof only when a cancel request cannot reach the server at all (nor could
-/// a replacement). `ending` counts the connections in here.
+/// without that proof when a cancel request cannot reach the server at all (nor could a
+/// replacement), or after [`SILENT_LIMIT`] of silence. `ending` counts the connections in
+/// here.
 pub(crate) async fn end_cancelled(
     client: Object,
     token: CancelToken,
     tls: MakeRustlsConnect,
     ending: Arc<AtomicUsize>,
 ) {
+    let silent_until = tokio::time::Instant::now() + SILENT_LIMIT;
     loop {
         let sent = tokio::time::timeout(CANCEL_CONNECT, token.cancel_query(tls.clone()))
             .await
@@ -111,7 +121,7 @@ pub(crate) async fn end_cancelled(
             let _ = tokio::time::timeout(ANSWER_AFTER_CANCEL, client.simple_query("")).await;
             break;
         }
-        if client.is_closed() || !sent {
+        if client.is_closed() || !sent || tokio::time::Instant::now() >= silent_until {
             break;
         }
     }

@@ -190,7 +190,9 @@ impl Inner {
     }
 
     /// Runs `op` on a pooled connection within the statement deadline. Waiting for the
-    /// connection is bounded by `pool_timeout` (`Busy`); past the deadline the caller gets
+    /// connection is bounded by `pool_timeout` (`Busy`); a connection that comes only once
+    /// the deadline has passed is given back unused (`Unavailable`); past the deadline the
+    /// caller gets
     /// `TimedOut` at once, and the statement is cancelled on the server and its connection
     /// closed in the background (`end_cancelled`), as it is if the caller drops this
     /// future while the statement runs. A success while some commit lost its standby's
@@ -201,6 +203,20 @@ impl Inner {
     ) -> Result<T, StoreError> {
         let until = tokio::time::Instant::from_std(crate::deadline::from_now(self.deadline));
         let client = self.checkout().await?;
+        if tokio::time::Instant::now() >= until {
+            // Opening the connection took the whole deadline (a slow network, a standby
+            // just promoted): it goes back to the pool unused and serves the next
+            // operation, instead of carrying a statement that is cancelled at once and
+            // then being closed, which would leave every later operation opening one.
+            drop(client);
+            return Err(StoreError::Unavailable(
+                format!(
+                    "no connection within the {} ms deadline; nothing was sent",
+                    millis(self.deadline)
+                )
+                .into(),
+            ));
+        }
         let unconfirmed = self.unconfirmed.load(Ordering::SeqCst);
         let held = Held {
             token: client.cancel_token(),

@@ -1,7 +1,13 @@
 //! A TCP proxy in front of Postgres (or any TCP peer) whose network can be cut and
 //! restored, or frozen and thawed: the store goes away (or stops answering with its sockets
 //! open, as when a network drops packets) for real, without stopping the shared test
-//! cluster. The load bench's chaos scenario uses this same file.
+//! cluster. It can also slow down every new connection, or silence only the connections
+//! open now (a moved address or a firewall that dropped them) while new ones flow. The
+//! load bench's chaos scenario uses this same file.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -12,13 +18,21 @@ pub struct StoreProxy {
     pub port: u16,
     down: watch::Sender<bool>,
     frozen: watch::Sender<bool>,
+    /// Connections numbered below this one are silent for good.
+    silenced_below: watch::Sender<u64>,
+    /// Connections accepted so far (the next one's number).
+    accepted: Arc<AtomicU64>,
+    /// How long each new connection waits before it reaches the upstream.
+    connect_delay: watch::Sender<Duration>,
 }
 
-/// Copies `from` to `to`, holding every byte while the proxy is frozen.
+/// Copies `from` to `to`, holding every byte while the proxy is frozen, and for good once
+/// connection `id` is silenced.
 async fn pump(
     mut from: tokio::net::tcp::OwnedReadHalf,
     mut to: tokio::net::tcp::OwnedWriteHalf,
     mut frozen: watch::Receiver<bool>,
+    (id, mut silenced_below): (u64, watch::Receiver<u64>),
 ) {
     let mut buf = vec![0u8; 16 * 1024];
     loop {
@@ -26,7 +40,9 @@ async fn pump(
             Ok(0) | Err(_) => return,
             Ok(n) => n,
         };
-        if frozen.wait_for(|f| !*f).await.is_err() {
+        if frozen.wait_for(|f| !*f).await.is_err()
+            || silenced_below.wait_for(|below| id >= *below).await.is_err()
+        {
             return;
         }
         if to.write_all(&buf[..n]).await.is_err() {
@@ -53,8 +69,14 @@ impl StoreProxy {
         let port = listener.local_addr().unwrap().port();
         let (down, _) = watch::channel(false);
         let (frozen, _) = watch::channel(false);
+        let (silenced_below, _) = watch::channel(0);
+        let (connect_delay, _) = watch::channel(Duration::ZERO);
+        let accepted = Arc::new(AtomicU64::new(0));
         let down_rx = down.subscribe();
         let frozen_rx = frozen.subscribe();
+        let silenced_rx = silenced_below.subscribe();
+        let delay_rx = connect_delay.subscribe();
+        let counter = Arc::clone(&accepted);
         actix_rt::spawn(async move {
             loop {
                 let Ok((inbound, _)) = listener.accept().await else {
@@ -64,24 +86,46 @@ impl StoreProxy {
                     drop(inbound);
                     continue;
                 }
+                let id = counter.fetch_add(1, Ordering::SeqCst);
+                let delay = *delay_rx.borrow();
                 let upstream = upstream.clone();
                 let mut cut = down_rx.clone();
                 let frozen = frozen_rx.clone();
+                let silenced = silenced_rx.clone();
                 actix_rt::spawn(async move {
+                    tokio::time::sleep(delay).await;
                     let Ok(outbound) = TcpStream::connect(&upstream).await else {
                         return;
                     };
                     let (a_read, a_write) = inbound.into_split();
                     let (b_read, b_write) = outbound.into_split();
                     tokio::select! {
-                        _ = pump(a_read, b_write, frozen.clone()) => {}
-                        _ = pump(b_read, a_write, frozen) => {}
+                        _ = pump(a_read, b_write, frozen.clone(), (id, silenced.clone())) => {}
+                        _ = pump(b_read, a_write, frozen, (id, silenced)) => {}
                         _ = cut.wait_for(|d| *d) => {}
                     }
                 });
             }
         });
-        Self { port, down, frozen }
+        Self {
+            port,
+            down,
+            frozen,
+            silenced_below,
+            accepted,
+            connect_delay,
+        }
+    }
+
+    /// Silences, for good, every connection open now; new ones flow.
+    pub fn silence_open(&self) {
+        self.silenced_below
+            .send_replace(self.accepted.load(Ordering::SeqCst));
+    }
+
+    /// Makes every new connection wait `delay` before it reaches the upstream.
+    pub fn delay_connects(&self, delay: Duration) {
+        self.connect_delay.send_replace(delay);
     }
 
     /// Stops forwarding bytes either way; every socket stays open.
