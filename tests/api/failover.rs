@@ -343,6 +343,15 @@ async fn check_config_warns_when_a_server_has_standbys_but_no_commit_waits_for_o
     .expect("the key=value form opens the Postgres store");
     store.migrate().await.expect("migrate on the primary");
 
+    // A synchronous standby named that is not there: every commit waits for it.
+    pair.require_ghost().await;
+    let (waits, _) = check(pair.url.clone()).await;
+    assert!(
+        waits.starts_with("WARN ") && waits.contains("none of them is connected"),
+        "{waits}"
+    );
+    pair.release_ghost().await;
+
     for sql in [
         "ALTER SYSTEM SET synchronous_standby_names = ''",
         "SELECT pg_reload_conf()",

@@ -102,6 +102,7 @@ impl PgStore {
             millis(config.deadline()).max(1)
         ));
         pg.connect_timeout(CONNECT_TIMEOUT);
+        read_write_by_default(&mut pg, &url);
         if pg.get_application_name().is_none() {
             pg.application_name(APPLICATION_NAME);
         }
@@ -234,6 +235,17 @@ pub fn tls_warning(url: &str) -> Result<Option<String>, StoreError> {
     }))
 }
 
+/// A URL naming several hosts and no `target_session_attrs` asks for `read-write`: each new
+/// connection then skips a host that takes no writes (a standby, an old primary rejoined
+/// as one) for the next. libpq's default, `any`, would keep the first host that answers,
+/// and a standby listed first would refuse every write for good. An explicit value stays.
+fn read_write_by_default(pg: &mut tokio_postgres::Config, url: &str) {
+    let hosts = pg.get_hosts().len().max(pg.get_hostaddrs().len());
+    if hosts > 1 && !url.contains("target_session_attrs") {
+        pg.target_session_attrs(tokio_postgres::config::TargetSessionAttrs::ReadWrite);
+    }
+}
+
 /// How long opening one connection may take with `hosts` hosts named: each its
 /// [`CONNECT_TIMEOUT`], since tokio-postgres tries them in order — one bound for all would
 /// let a first host that drops packets use it up, and the standby would never be tried.
@@ -241,19 +253,29 @@ fn opening_bound(hosts: usize) -> Duration {
     CONNECT_TIMEOUT * u32::try_from(hosts.max(1)).unwrap_or(u32::MAX)
 }
 
+/// The physical standbys streaming from a server.
+struct Standbys {
+    streaming: i64,
+    /// Those whose `sync_state` this role may read.
+    with_state: i64,
+    /// Those confirming commits (`sync` or `quorum`).
+    synchronous: i64,
+}
+
 /// The settings under which a commit hookgate was told of may be lost, as `(name, value
 /// and why)`: a crash loses it (`fsync`, `synchronous_commit` off), or a failover to a
 /// standby that never had it (standbys stream, none synchronously, or the commit does not
 /// wait for them: `synchronous_commit = local`). A lost done row lets a redelivery run the
-/// target twice.
+/// target twice. Also a synchronous standby named but not connected: every commit waits.
 fn risks(
     synchronous_commit: &str,
     fsync: &str,
     standby_names: &str,
-    standbys: i64,
+    standbys: &Standbys,
 ) -> Vec<(String, String)> {
     let mut risks = Vec::new();
-    if synchronous_commit == "off" || (synchronous_commit == "local" && standbys > 0) {
+    let streaming = standbys.streaming;
+    if synchronous_commit == "off" || (synchronous_commit == "local" && streaming > 0) {
         risks.push((
             "synchronous_commit".to_owned(),
             synchronous_commit.to_owned(),
@@ -262,12 +284,25 @@ fn risks(
     if fsync == "off" {
         risks.push(("fsync".to_owned(), fsync.to_owned()));
     }
-    if standbys > 0 && standby_names.trim().is_empty() {
+    let named = !standby_names.trim().is_empty();
+    if streaming > 0 && !named {
         risks.push((
             "synchronous_standby_names".to_owned(),
             format!(
-                "'' while {standbys} standby(s) stream asynchronously (a failover loses the \
+                "'' while {streaming} standby(s) stream asynchronously (a failover loses the \
                  commits they had not received yet)"
+            ),
+        ));
+    }
+    let commits_wait = !matches!(synchronous_commit, "off" | "local");
+    let none_confirms =
+        streaming == 0 || (standbys.with_state == streaming && standbys.synchronous == 0);
+    if named && commits_wait && none_confirms {
+        risks.push((
+            "synchronous_standby_names".to_owned(),
+            format!(
+                "'{standby_names}' while none of them is connected: every commit waits for \
+                 one (hookgate answers 503 store_unavailable meanwhile)"
             ),
         ));
     }
@@ -303,13 +338,20 @@ impl Store for PgStore {
 
     fn durability_risks(&self) -> StoreFuture<'_, Vec<(String, String)>> {
         Box::pin(self.guarded(self.inner.run(async |client| {
-            // Settings and the standbys streaming from this server; locks nothing.
-            // pg_stat_replication lists every standby to any role (details need more).
+            // Settings and the standbys streaming from this server (logical-replication
+            // consumers are not standbys); locks nothing. pg_stat_replication lists every
+            // walsender to any role, its sync_state only to a privileged one. Aggregates
+            // without GROUP BY: one row, none streaming or several.
             let row = client
                 .query_one(
                     "SELECT current_setting('synchronous_commit'), current_setting('fsync'),
                             current_setting('synchronous_standby_names'),
-                            (SELECT count(*) FROM pg_stat_replication)",
+                            count(r.pid), count(r.sync_state),
+                            count(*) FILTER (WHERE r.sync_state IN ('sync', 'quorum'))
+                     FROM (SELECT pid, sync_state FROM pg_stat_replication
+                           WHERE pid NOT IN (SELECT active_pid FROM pg_replication_slots
+                                             WHERE slot_type = 'logical'
+                                               AND active_pid IS NOT NULL)) AS r",
                     &[],
                 )
                 .await
@@ -318,11 +360,17 @@ impl Store for PgStore {
                 row.try_get(i)
                     .map_err(|e| StoreError::Corrupt(format!("setting {i}: {e}").into()))
             };
+            let count = |i: usize| -> Result<i64, StoreError> {
+                row.try_get(i)
+                    .map_err(|e| StoreError::Corrupt(format!("standbys {i}: {e}").into()))
+            };
             let (synchronous_commit, fsync, names) = (setting(0)?, setting(1)?, setting(2)?);
-            let standbys: i64 = row
-                .try_get(3)
-                .map_err(|e| StoreError::Corrupt(format!("standbys: {e}").into()))?;
-            Ok(risks(&synchronous_commit, &fsync, &names, standbys))
+            let standbys = Standbys {
+                streaming: count(3)?,
+                with_state: count(4)?,
+                synchronous: count(5)?,
+            };
+            Ok(risks(&synchronous_commit, &fsync, &names, &standbys))
         })))
     }
 
@@ -547,7 +595,25 @@ impl Store for PgStore {
 
 #[cfg(test)]
 mod tests {
-    use super::{opening_bound, risks, CONNECT_TIMEOUT};
+    use super::{opening_bound, read_write_by_default, risks, Standbys, CONNECT_TIMEOUT};
+    use tokio_postgres::config::TargetSessionAttrs;
+
+    #[test]
+    fn several_hosts_without_target_session_attrs_ask_for_a_read_write_server() {
+        let attrs = |url: &str| {
+            let mut pg: tokio_postgres::Config = url.parse().unwrap();
+            read_write_by_default(&mut pg, url);
+            pg.get_target_session_attrs()
+        };
+        use TargetSessionAttrs::{Any, ReadWrite};
+        assert_eq!(attrs("postgres://u@db1:5432,db2:5432/app"), ReadWrite);
+        assert_eq!(attrs("host=db1,db2 port=5432,5432 dbname=app"), ReadWrite);
+        assert_eq!(
+            attrs("postgres://u@db1,db2/app?target_session_attrs=any"),
+            Any
+        );
+        assert_eq!(attrs("postgres://u@db1:5432/app"), Any);
+    }
 
     #[test]
     fn each_host_of_a_url_gets_its_connect_timeout_before_the_store_counts_as_unreachable() {
@@ -559,27 +625,59 @@ mod tests {
     #[test]
     fn standbys_that_no_commit_waits_for_are_a_risk_a_synchronous_one_is_not() {
         let names = |r: Vec<(String, String)>| r.into_iter().map(|(k, _)| k).collect::<Vec<_>>();
+        let none = Standbys {
+            streaming: 0,
+            with_state: 0,
+            synchronous: 0,
+        };
+        let one_sync = Standbys {
+            streaming: 1,
+            with_state: 1,
+            synchronous: 1,
+        };
+        let one_async = Standbys {
+            synchronous: 0,
+            ..one_sync
+        };
+        let one_unseen = Standbys {
+            with_state: 0,
+            ..one_async
+        };
         assert!(
-            risks("on", "on", "", 0).is_empty(),
+            risks("on", "on", "", &none).is_empty(),
             "no standby: nothing to lose"
         );
-        assert!(risks("on", "on", "standby1", 1).is_empty());
-        assert!(risks("remote_apply", "on", "FIRST 1 (a, b)", 2).is_empty());
+        assert!(risks("on", "on", "standby1", &one_sync).is_empty());
+        assert!(risks("remote_apply", "on", "FIRST 1 (a, b)", &one_sync).is_empty());
+        assert!(
+            risks("on", "on", "standby1", &one_unseen).is_empty(),
+            "whether it confirms is not visible to this role"
+        );
         assert_eq!(
-            names(risks("on", "on", "", 1)),
+            names(risks("on", "on", "", &one_async)),
             ["synchronous_standby_names"]
         );
         assert_eq!(
-            names(risks("local", "on", "standby1", 1)),
+            names(risks("local", "on", "standby1", &one_async)),
             ["synchronous_commit"]
         );
         assert!(
-            risks("local", "on", "", 0).is_empty(),
+            risks("local", "on", "", &none).is_empty(),
             "local alone loses nothing"
         );
         assert_eq!(
-            names(risks("off", "off", "", 0)),
+            names(risks("off", "off", "", &none)),
             ["synchronous_commit", "fsync"]
         );
+        // Named, but not there: every commit waits.
+        assert_eq!(
+            names(risks("on", "on", "ghost", &one_async)),
+            ["synchronous_standby_names"]
+        );
+        assert_eq!(
+            names(risks("remote_write", "on", "ghost", &none)),
+            ["synchronous_standby_names"]
+        );
+        assert!(risks("local", "on", "ghost", &none).is_empty());
     }
 }
