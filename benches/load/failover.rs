@@ -186,7 +186,11 @@ pub async fn run(queue: bool, duration: Duration, rate: u64) -> u64 {
     };
 
     actix_rt::time::sleep_until((started + duration.mul_f64(KILL_AT)).into()).await;
-    let done_before = done_keys(&pair.url, &schema, None).await;
+    // Read before the kill; without it "done before the kill, missing now" would judge
+    // nothing.
+    let done_before = done_keys(&pair.url, &schema, None)
+        .await
+        .expect("read the done rows before the kill");
     // The primary (the first server: the pair is fresh) killed, its processes gone, then
     // the standby promoted (`pg-ha.sh promote` takes a primary already dead); off the
     // senders' thread.
@@ -216,13 +220,18 @@ pub async fn run(queue: bool, duration: Duration, rate: u64) -> u64 {
         keys
     };
     let drain_from = Instant::now();
-    let mut finished = done_keys(&pair.second_url, &schema, Some("dead")).await;
+    // The new primary may still be starting: an unanswered read counts as nothing yet.
+    let mut finished = done_keys(&pair.second_url, &schema, Some("dead"))
+        .await
+        .unwrap_or_default();
     while queue
         && drain_from.elapsed() < DRAIN
         && accepted.iter().any(|k| !finished.contains_key(k))
     {
         actix_rt::time::sleep(Duration::from_millis(500)).await;
-        finished = done_keys(&pair.second_url, &schema, Some("dead")).await;
+        finished = done_keys(&pair.second_url, &schema, Some("dead"))
+            .await
+            .unwrap_or_default();
     }
     let took = started.elapsed();
     node.terminate().await;
@@ -298,16 +307,14 @@ async fn send(
 }
 
 /// Keys (`provider:key`) of rows done — and of `also` if given — on the server(s) `url`
-/// names, with their status: a plain read, no lock. Empty when the schema does not exist
-/// yet or the server does not answer.
+/// names, with their status: a plain read, no lock. An error when the server does not
+/// answer or the schema does not exist yet.
 async fn done_keys(
     url: &str,
     schema: &str,
     also: Option<&str>,
-) -> std::collections::HashMap<String, String> {
-    let Ok((client, connection)) = tokio_postgres::connect(url, tokio_postgres::NoTls).await else {
-        return Default::default();
-    };
+) -> Result<std::collections::HashMap<String, String>, tokio_postgres::Error> {
+    let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls).await?;
     actix_rt::spawn(connection);
     let rows = client
         .query(
@@ -317,9 +324,8 @@ async fn done_keys(
             ),
             &[&also.unwrap_or("done")],
         )
-        .await
-        .unwrap_or_default();
-    rows.iter().map(|r| (r.get(0), r.get(1))).collect()
+        .await?;
+    Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
 }
 
 /// When the first row done after `since` was changed (its `updated_at`: the servers share
