@@ -19,8 +19,10 @@ use crate::helpers::{
 const DEADLINE: Duration = Duration::from_millis(500);
 
 /// How much later than [`DEADLINE`] an answer may come: the HTTP round trip, admission,
-/// and a claim batch that started just before this one's call.
-const SLACK: Duration = Duration::from_millis(1500);
+/// a claim batch that started just before this one's call, and a busy machine. Generous on
+/// purpose: what it catches is a hang (a commit that waits for a lost standby never
+/// returns), not slowness.
+const SLACK: Duration = Duration::from_millis(4500);
 
 /// The queue-mode provider beside the sync one ([`PROVIDER`]).
 const QUEUED: &str = "queued";
@@ -201,15 +203,25 @@ async fn a_primary_waiting_for_a_lost_standby_costs_at_most_the_pool_and_recover
 
     pair.require_ghost().await;
     let primary = &pair.first_url;
-    let mut most = 0;
     let until = Instant::now() + Duration::from_secs(4);
-    let mut n = 0;
-    while Instant::now() < until {
-        let keys: Vec<String> = (n..n + 4).map(|i| format!("evt_ghost_{i}")).collect();
-        n += 4;
-        join_all(keys.iter().map(|k| refused_in_time(&app, k))).await;
-        most = most.max(HaPair::backends(primary, NAME).await);
-    }
+    let sending = async {
+        let mut n = 0;
+        while Instant::now() < until {
+            let keys: Vec<String> = (n..n + 4).map(|i| format!("evt_ghost_{i}")).collect();
+            n += 4;
+            join_all(keys.iter().map(|k| refused_in_time(&app, k))).await;
+        }
+    };
+    // The node's backends, counted all along (not only between rounds of requests).
+    let counting = async {
+        let mut most = 0;
+        while Instant::now() < until {
+            most = most.max(HaPair::backends(primary, NAME).await);
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        most
+    };
+    let ((), most) = futures_util::join!(sending, counting);
     assert!(
         most <= POOL as i64,
         "{most} backends of a node whose pool is {POOL}"
