@@ -10,9 +10,10 @@ use hookgate::shard::dispatcher::shard_for;
 
 use crate::helpers::{
     base_config, eventually, spawn_app, spawn_app_behind_proxy, spawn_app_behind_proxy_with,
-    spawn_app_with, start_node, Behaviour, PanickingDelivery, TestApp, TestDb, TestTarget,
-    PROVIDER,
+    spawn_app_with, start_node, Behaviour, PanickingDelivery, StoreProxy, TestApp, TestDb,
+    TestTarget, PROVIDER,
 };
+use hookgate::worker::HttpDelivery;
 
 #[actix_web::test]
 async fn a_worker_panic_leaves_the_node_serving_and_the_key_is_retaken_after_its_lease() {
@@ -221,4 +222,29 @@ async fn a_connection_whose_network_went_silent_is_let_go_and_service_resumes() 
     })
     .await;
     assert_eq!(app.target.count(&TestApp::idem("evt_silent")), 1);
+}
+
+#[actix_web::test]
+async fn a_first_host_that_accepts_and_then_stalls_is_left_for_the_next() {
+    // Two hosts: the first accepts TCP connections and then says nothing (a hung server,
+    // frozen storage), the second is the database. Each host gets its own bound for the
+    // whole opening of a connection, so the node reaches the second.
+    let db = TestDb::new().await;
+    let stalled = StoreProxy::start(&db.url).await;
+    stalled.freeze();
+    let real = StoreProxy::start(&db.url).await;
+    let target = TestTarget::start().await;
+    let mut config = base_config(&db, &target);
+    let two_hosts = real.url_for(&db.url).replace(
+        &format!("127.0.0.1:{}", real.port),
+        &format!("127.0.0.1:{},127.0.0.1:{}", stalled.port, real.port),
+    );
+    assert!(two_hosts.contains(','), "{two_hosts}");
+    config.store.url = two_hosts;
+    let app = start_node(db, target, config, Arc::new(HttpDelivery)).await;
+    eventually("a delivery through the second host", || async {
+        app.deliver("evt_second_host", "{}").await.status == 201
+    })
+    .await;
+    assert_eq!(app.target.count(&TestApp::idem("evt_second_host")), 1);
 }

@@ -1,7 +1,8 @@
-//! One Postgres connection's life outside a statement: opening it (the pool's [`Connector`],
-//! which also watches the server's notices for commits a synchronous standby did not
-//! confirm), and ending it after a statement that missed its deadline ([`end_cancelled`]:
-//! cancel on the server, wait until the backend has let go, only then close).
+//! One Postgres connection's life outside a statement: opening it (the pool's [`Connector`]:
+//! the hosts named tried one by one, each within its bound, and the server's notices
+//! watched for commits a synchronous standby did not confirm), and ending it after a
+//! statement that missed its deadline ([`end_cancelled`]: cancel on the server, wait until
+//! the backend has let go — or a bounded silence — only then close).
 //!
 //! It never decides what an operation answers; `pool` does.
 
@@ -13,6 +14,7 @@ use std::time::Duration;
 
 use deadpool_postgres::{Connect, Object};
 use tokio::task::JoinHandle;
+use tokio_postgres::config::{Host, LoadBalanceHosts};
 use tokio_postgres::error::DbError;
 use tokio_postgres::{AsyncMessage, CancelToken, Client, Config, Error};
 use tokio_postgres_rustls::MakeRustlsConnect;
@@ -47,16 +49,38 @@ pub(crate) struct Connector {
     pub(crate) tls: MakeRustlsConnect,
     /// Such commits seen on any of the pool's connections, ever.
     pub(crate) unconfirmed: Arc<AtomicU64>,
+    /// How long one host may take to give a usable connection (TCP, TLS, login, and the
+    /// read-write check) before the next host named is tried.
+    pub(crate) per_host: Duration,
 }
 
 type Connected = Result<(Client, JoinHandle<()>), Error>;
 
 impl Connect for Connector {
     fn connect(&self, config: &Config) -> Pin<Box<dyn Future<Output = Connected> + Send + '_>> {
-        let (tls, config) = (self.tls.clone(), config.clone());
-        let unconfirmed = Arc::clone(&self.unconfirmed);
+        let (tls, hosts) = (self.tls.clone(), per_host(config));
+        let (unconfirmed, per_host) = (Arc::clone(&self.unconfirmed), self.per_host);
         Box::pin(async move {
-            let (client, mut connection) = config.connect(tls).await?;
+            // tokio-postgres tries a multi-host config's hosts in order, but bounds only
+            // each TCP connect: a host that accepts and then stalls would hold up the rest.
+            // So each host is tried alone, the whole opening bounded.
+            let mut last = None;
+            let mut opened = None;
+            for host in hosts {
+                match tokio::time::timeout(per_host, host.connect(tls.clone())).await {
+                    Ok(Ok(pair)) => {
+                        opened = Some(pair);
+                        break;
+                    }
+                    Ok(Err(e)) => last = Some(e),
+                    // tokio-postgres's own timeout error (its constructor is hidden from
+                    // the docs, there for connectors such as this one).
+                    Err(_) => last = Some(Error::__private_api_timeout()),
+                }
+            }
+            let Some((client, mut connection)) = opened else {
+                return Err(last.unwrap_or_else(Error::__private_api_timeout));
+            };
             // Ends when the server closes the connection, or is aborted when the pool
             // drops the client.
             let driver = tokio::spawn(async move {
@@ -72,6 +96,90 @@ impl Connect for Connector {
             });
             Ok((client, driver))
         })
+    }
+}
+
+/// `config` once for each host it names, in its order (shuffled with
+/// `load_balance_hosts=random`), each naming only that host, its address and its port;
+/// every other setting as in `config`. A config naming one host is itself.
+fn per_host(config: &Config) -> Vec<Config> {
+    let (hosts, addrs, ports) = (
+        config.get_hosts(),
+        config.get_hostaddrs(),
+        config.get_ports(),
+    );
+    let n = hosts.len().max(addrs.len());
+    if n <= 1 {
+        return vec![config.clone()];
+    }
+    let mut each: Vec<Config> = (0..n)
+        .map(|i| {
+            let mut one = Config::new();
+            match hosts.get(i) {
+                Some(Host::Tcp(name)) => {
+                    one.host(name);
+                }
+                #[cfg(unix)]
+                Some(Host::Unix(path)) => {
+                    one.host_path(path);
+                }
+                None => {}
+            }
+            if let Some(addr) = addrs.get(i) {
+                one.hostaddr(*addr);
+            }
+            // libpq's rule: one port serves every host.
+            if let Some(port) = if ports.len() == 1 {
+                ports.first()
+            } else {
+                ports.get(i)
+            } {
+                one.port(*port);
+            }
+            copy_settings(config, &mut one);
+            one
+        })
+        .collect();
+    if config.get_load_balance_hosts() == LoadBalanceHosts::Random {
+        fastrand::shuffle(&mut each);
+    }
+    each
+}
+
+/// Every setting of `from` but its hosts, addresses and ports, onto `to`.
+fn copy_settings(from: &Config, to: &mut Config) {
+    if let Some(user) = from.get_user() {
+        to.user(user);
+    }
+    if let Some(password) = from.get_password() {
+        to.password(password);
+    }
+    if let Some(dbname) = from.get_dbname() {
+        to.dbname(dbname);
+    }
+    if let Some(options) = from.get_options() {
+        to.options(options);
+    }
+    if let Some(name) = from.get_application_name() {
+        to.application_name(name);
+    }
+    if let Some(timeout) = from.get_connect_timeout() {
+        to.connect_timeout(*timeout);
+    }
+    if let Some(timeout) = from.get_tcp_user_timeout() {
+        to.tcp_user_timeout(*timeout);
+    }
+    to.ssl_mode(from.get_ssl_mode())
+        .ssl_negotiation(from.get_ssl_negotiation())
+        .keepalives(from.get_keepalives())
+        .keepalives_idle(from.get_keepalives_idle())
+        .target_session_attrs(from.get_target_session_attrs())
+        .channel_binding(from.get_channel_binding());
+    if let Some(interval) = from.get_keepalives_interval() {
+        to.keepalives_interval(interval);
+    }
+    if let Some(retries) = from.get_keepalives_retries() {
+        to.keepalives_retries(retries);
     }
 }
 
@@ -127,4 +235,52 @@ pub(crate) async fn end_cancelled(
     }
     drop(Object::take(client));
     ending.fetch_sub(1, Ordering::SeqCst);
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use tokio_postgres::config::{Host, SslMode, TargetSessionAttrs};
+    use tokio_postgres::Config;
+
+    use super::per_host;
+
+    #[test]
+    fn each_host_alone_keeps_every_other_setting() {
+        let mut config: Config = "postgres://app:pw@db1:5432,db2:5433/hookgate\
+                                  ?target_session_attrs=read-write&application_name=x\
+                                  &options=-c%20search_path%3Dhg&connect_timeout=3\
+                                  &keepalives_idle=40"
+            .parse()
+            .unwrap();
+        config.ssl_mode(SslMode::Require);
+        let each = per_host(&config);
+        assert_eq!(each.len(), 2);
+        for (one, (host, port)) in each.iter().zip([("db1", 5432), ("db2", 5433)]) {
+            assert_eq!(one.get_hosts(), [Host::Tcp(host.into())]);
+            assert_eq!(one.get_ports(), [port]);
+            assert_eq!(one.get_user(), Some("app"));
+            assert_eq!(one.get_password(), Some(&b"pw"[..]));
+            assert_eq!(one.get_dbname(), Some("hookgate"));
+            assert_eq!(one.get_options(), Some("-c search_path=hg"));
+            assert_eq!(one.get_application_name(), Some("x"));
+            assert_eq!(one.get_ssl_mode(), SslMode::Require);
+            assert_eq!(
+                one.get_target_session_attrs(),
+                TargetSessionAttrs::ReadWrite
+            );
+            assert_eq!(one.get_connect_timeout(), Some(&Duration::from_secs(3)));
+            assert_eq!(one.get_keepalives_idle(), Duration::from_secs(40));
+        }
+        // One port serves every host; one host is the config itself.
+        let one_port: Config = "host=a,b port=6000 user=u".parse().unwrap();
+        let ports: Vec<_> = per_host(&one_port)
+            .iter()
+            .map(|c| c.get_ports().to_vec())
+            .collect();
+        assert_eq!(ports, [[6000], [6000]]);
+        let single: Config = "host=a port=1 user=u".parse().unwrap();
+        assert_eq!(per_host(&single).len(), 1);
+    }
 }

@@ -43,10 +43,10 @@ use crate::store::operator::OperatorStore;
 use crate::store::page::PageCursor;
 use crate::store::reconnect::Reconnect;
 
-/// How long the TCP connection to one host may take before the next host is tried, and
-/// (per host named) how long opening a connection may take before the store counts as
-/// unreachable: a primary that died without a word (its packets dropped) costs each new
-/// connection this long before the standby's turn.
+/// How long opening a connection to one host may take — TCP, TLS, login and the
+/// read-write check — before the next host named is tried (TCP alone is also bounded by
+/// it): a primary that died without a word (its packets dropped), or one that accepts and
+/// then stalls, costs each new connection this long before the standby's turn.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 
 /// The `application_name` of hookgate's sessions when `store.url` names none: operators
@@ -112,6 +112,7 @@ impl PgStore {
         let connector = Connector {
             tls: tls.clone(),
             unconfirmed: Arc::clone(&unconfirmed),
+            per_host: CONNECT_TIMEOUT,
         };
         // Fast: a checked-out connection is not probed. One that met a read-only server is
         // retired by the hook below instead, and one whose statement missed its deadline
@@ -247,10 +248,10 @@ fn read_write_by_default(pg: &mut tokio_postgres::Config, url: &str) {
 }
 
 /// How long opening one connection may take with `hosts` hosts named: each its
-/// [`CONNECT_TIMEOUT`], since tokio-postgres tries them in order — one bound for all would
-/// let a first host that drops packets use it up, and the standby would never be tried.
+/// [`CONNECT_TIMEOUT`] (`connection.rs` tries them one by one), and a second more so the
+/// last host is not cut short by the pool.
 fn opening_bound(hosts: usize) -> Duration {
-    CONNECT_TIMEOUT * u32::try_from(hosts.max(1)).unwrap_or(u32::MAX)
+    CONNECT_TIMEOUT * u32::try_from(hosts.max(1)).unwrap_or(u32::MAX) + Duration::from_secs(1)
 }
 
 /// The physical standbys streaming from a server.
@@ -617,9 +618,10 @@ mod tests {
 
     #[test]
     fn each_host_of_a_url_gets_its_connect_timeout_before_the_store_counts_as_unreachable() {
-        assert_eq!(opening_bound(0), CONNECT_TIMEOUT);
-        assert_eq!(opening_bound(1), CONNECT_TIMEOUT);
-        assert_eq!(opening_bound(2), 2 * CONNECT_TIMEOUT);
+        let second = std::time::Duration::from_secs(1);
+        assert_eq!(opening_bound(0), CONNECT_TIMEOUT + second);
+        assert_eq!(opening_bound(1), CONNECT_TIMEOUT + second);
+        assert_eq!(opening_bound(2), 2 * CONNECT_TIMEOUT + second);
     }
 
     #[test]
