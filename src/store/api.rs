@@ -31,8 +31,10 @@ pub enum StoreError {
     /// The database could not be reached; nothing was changed.
     #[error("store unavailable: {0}")]
     Unavailable(Cause),
-    /// No answer within `store.statement_timeout`; the connection was dropped. Whether
-    /// the statement took effect is unknown.
+    /// No answer within `store.statement_timeout` (the statement is then cancelled on the
+    /// server), or the connection closed with a statement on it, or a commit whose
+    /// synchronous standby did not confirm it. Whether the statement took effect is
+    /// unknown.
     #[error("store deadline passed: {0}")]
     TimedOut(Cause),
     /// Every pooled connection stayed busy for `store.pool_timeout`: this node is
