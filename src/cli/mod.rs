@@ -8,6 +8,16 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
 
+/// `println!` for a command's answer, failing with the write's error instead of panicking
+/// when stdout has gone (`hookgate events list | head`); `main` ends quietly on a broken
+/// pipe.
+macro_rules! out {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        writeln!(std::io::stdout().lock(), $($arg)*)
+    }};
+}
+
 use anyhow::Context as _;
 use clap::{Parser, Subcommand};
 
@@ -163,7 +173,7 @@ pub async fn run() -> anyhow::Result<()> {
             command: EventsCommand::History { provider, key },
         } => {
             for line in history(&config, EventId::new(provider, key)).await? {
-                println!("{line}");
+                out!("{line}")?;
             }
             Ok(())
         }
@@ -176,7 +186,7 @@ pub async fn run() -> anyhow::Result<()> {
                 },
         } => {
             for line in list(&config, provider.as_deref(), status.as_deref(), limit).await? {
-                println!("{line}");
+                out!("{line}")?;
             }
             Ok(())
         }
@@ -189,7 +199,7 @@ async fn migrate(config: &Config) -> anyhow::Result<()> {
         .await
         .with_context(|| format!("opening {}", config.store.redacted_url()))?;
     store.migrate().await.context("migrating the store")?;
-    println!("migrated {}", config.store.redacted_url());
+    out!("migrated {}", config.store.redacted_url())?;
     Ok(())
 }
 
@@ -200,7 +210,7 @@ async fn show(config: &Config, id: EventId, dead_only: bool) -> anyhow::Result<(
             anyhow::bail!("{id} is {}, not a dead letter", record.status.as_str())
         }
         Some(record) => {
-            println!("{}", serde_json::to_string_pretty(&event_json(&record))?);
+            out!("{}", serde_json::to_string_pretty(&event_json(&record))?)?;
             Ok(())
         }
         None => anyhow::bail!("no event {id}"),
@@ -249,14 +259,14 @@ async fn dead(config: &Config, command: DeadCommand) -> anyhow::Result<()> {
             let store = store::open(&config.store).await?;
             let dead = store.dead_letters(provider.as_deref(), None, limit).await?;
             for r in &dead {
-                println!(
+                out!(
                     "{}\t{}\t{}\tattempts={}\t{}",
                     r.id.provider,
                     r.id.key,
                     r.dead_reason.as_deref().unwrap_or("-"),
                     r.attempts,
                     r.last_error.as_deref().unwrap_or("-"),
-                );
+                )?;
             }
             eprintln!("{} dead letter(s)", dead.len());
             Ok(())
@@ -270,7 +280,7 @@ async fn dead(config: &Config, command: DeadCommand) -> anyhow::Result<()> {
             ..
         } => {
             let line = replay(config, EventId::new(provider, key)).await?;
-            println!("{line}");
+            out!("{line}")?;
             Ok(())
         }
         DeadCommand::Replay {
@@ -380,10 +390,13 @@ pub async fn bulk_replay(
     })
     .await?;
     let job = operator.job(id).await?.context("the job is gone")?;
-    println!(
+    out!(
         "replay job {id}: {} replayed, {} failed of {} ({})",
-        job.replayed, job.failed, job.total, job.status
-    );
+        job.replayed,
+        job.failed,
+        job.total,
+        job.status
+    )?;
     Ok(())
 }
 
@@ -497,26 +510,26 @@ async fn check_config(config: &Config) -> anyhow::Result<()> {
     let mut settled = config.clone();
     settled.settle();
     let effective = toml::to_string(&settled).context("printing the config as TOML")?;
-    println!("# effective configuration (secrets redacted): TOML you can paste back\n{effective}");
-    println!("# rules checked");
+    out!("# effective configuration (secrets redacted): TOML you can paste back\n{effective}")?;
+    out!("# rules checked")?;
     let rules = config.rules();
     for rule in &rules {
-        println!("{rule}");
+        out!("{rule}")?;
     }
-    println!("{}", durability(config).await);
+    out!("{}", durability(config).await)?;
     if store::sqlite::SqliteStore::path_of(&config.store.url).is_none() {
         const RULE: &str = "store authenticates its server";
         match store::postgres::tls_warning(&config.store.url) {
-            Ok(None) => println!("ok   {RULE}"),
-            Ok(Some(why)) => println!("WARN {RULE}: {why}"),
-            Err(e) => println!("FAIL {RULE}: {e}"),
+            Ok(None) => out!("ok   {RULE}")?,
+            Ok(Some(why)) => out!("WARN {RULE}: {why}")?,
+            Err(e) => out!("FAIL {RULE}: {e}")?,
         }
     }
     let mut resolved = config.clone();
     let secrets = resolved.resolve_secrets();
     match &secrets {
-        Ok(()) => println!("ok   secrets: every named environment variable is set"),
-        Err(e) => println!("FAIL secrets: {e}"),
+        Ok(()) => out!("ok   secrets: every named environment variable is set")?,
+        Err(e) => out!("FAIL secrets: {e}")?,
     }
     let failed = rules
         .iter()

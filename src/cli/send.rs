@@ -76,14 +76,14 @@ pub async fn send(config: &Config, args: SendArgs) -> anyhow::Result<()> {
         .await
         .map_err(|e| anyhow::anyhow!("posting to {url}: {e}"))?;
     let status = answer.status();
-    println!("HTTP {status}");
+    out!("HTTP {status}")?;
     for name in ["hookgate-path", "hookgate-attempt", "retry-after"] {
         if let Some(value) = answer.headers().get(name).and_then(|v| v.to_str().ok()) {
-            println!("{name}: {value}");
+            out!("{name}: {value}")?;
         }
     }
     let text = answer.body().await.unwrap_or_default();
-    println!("\n{}", String::from_utf8_lossy(&text));
+    out!("\n{}", String::from_utf8_lossy(&text))?;
     anyhow::ensure!(status.is_success(), "{url} answered {status}");
     Ok(())
 }

@@ -242,3 +242,30 @@ async fn alerts_and_dashboard_use_only_metrics_hookgate_serves() {
         serde_json::from_str(&repo_file("deploy/grafana/hookgate.json")).unwrap();
     assert!(dashboard["panels"].as_array().is_some_and(|p| p.len() >= 5));
 }
+
+#[test]
+fn a_command_whose_reader_went_away_ends_quietly() {
+    // `hookgate check-config | head -1`, with the reader gone before the first line: the
+    // write fails with a broken pipe, and the command ends without a panic or a backtrace.
+    let dir = std::env::temp_dir().join(format!(
+        "hookgate-pipe-{}-{}",
+        std::process::id(),
+        fastrand::u32(..)
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = concat!(env!("CARGO_MANIFEST_DIR"), "/config/hookgate.toml");
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_hookgate"))
+        .args(["check-config", "--config", config])
+        .current_dir(&dir)
+        .env_remove("STRIPE_WEBHOOK_SECRET")
+        .stdout(writer)
+        .stderr(std::process::Stdio::piped())
+        .output()
+        .unwrap();
+    std::fs::remove_dir_all(&dir).unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert!(out.status.success(), "{:?}: {stderr}", out.status);
+}
