@@ -6,6 +6,7 @@
 //! key the batch could not report, those calls fall back to the single-row statements.
 
 use std::collections::HashMap;
+use std::future::Future;
 use std::sync::Arc;
 
 use tokio_postgres::error::SqlState;
@@ -188,44 +189,99 @@ pub(crate) async fn claims(
     inner: Arc<Inner>,
     calls: Vec<ClaimCall>,
 ) -> Vec<Result<ClaimResult, StoreError>> {
+    keyed(&inner, &calls).await
+}
+
+/// A call that names one event (a statement may name each event once), run in a batch
+/// statement or alone.
+trait Keyed: Sized + Sync {
+    type Answer: Send;
+    fn id(&self) -> &EventId;
+    fn batch(
+        inner: &Inner,
+        calls: &[&Self],
+    ) -> impl Future<Output = Result<Report<Self::Answer>, BatchError>> + Send;
+    fn alone(&self, inner: &Inner)
+        -> impl Future<Output = Result<Self::Answer, StoreError>> + Send;
+}
+
+impl Keyed for ClaimCall {
+    type Answer = ClaimResult;
+    fn id(&self) -> &EventId {
+        &self.id
+    }
+    fn batch(
+        inner: &Inner,
+        calls: &[&Self],
+    ) -> impl Future<Output = Result<Report<ClaimResult>, BatchError>> + Send {
+        claim_batch(inner, calls)
+    }
+    fn alone(&self, inner: &Inner) -> impl Future<Output = Result<ClaimResult, StoreError>> + Send {
+        inner.claim(self)
+    }
+}
+
+impl Keyed for QueueRow {
+    type Answer = Enqueued;
+    fn id(&self) -> &EventId {
+        &self.id
+    }
+    fn batch(
+        inner: &Inner,
+        calls: &[&Self],
+    ) -> impl Future<Output = Result<Report<Enqueued>, BatchError>> + Send {
+        enqueue_batch(inner, calls)
+    }
+    fn alone(&self, inner: &Inner) -> impl Future<Output = Result<Enqueued, StoreError>> + Send {
+        super::queue::enqueue(inner, self)
+    }
+}
+
+/// One answer per call, in order, for a group-commit batch of calls keyed by event: the
+/// first call of each key goes into one batch statement; the later copies of a key, every
+/// call the statement did not report, and all of them after a deadlock or serialization
+/// failure, run alone (so does a call with nobody to share a statement with). The
+/// reconnect backoff refuses them all at once, and sees the statement's outcome (or the
+/// lone call's).
+async fn keyed<C: Keyed>(inner: &Inner, calls: &[C]) -> Vec<Result<C::Answer, StoreError>> {
     if let Err(e) = inner.reconnect.check() {
         return calls.iter().map(|_| Err(e.clone())).collect();
     }
-    if calls.len() == 1 {
-        let c = &calls[0];
-        let result = inner.claim(c).await;
-        inner.reconnect.observe(&result);
-        return vec![result];
-    }
-    // A key may appear once per statement; later copies of a key go alone.
     let mut seen = std::collections::HashSet::new();
-    let first: Vec<bool> = calls.iter().map(|c| seen.insert(key(&c.id))).collect();
-    let batch: Vec<&ClaimCall> = calls
+    let first: Vec<bool> = calls.iter().map(|c| seen.insert(key(c.id()))).collect();
+    let together: Vec<&C> = calls
         .iter()
         .zip(&first)
         .filter(|(_, f)| **f)
         .map(|(c, _)| c)
         .collect();
-    let outcome = claim_batch(&inner, &batch).await;
-    inner
-        .reconnect
-        .observe(&outcome.as_ref().map(|_| ()).map_err(|(e, _)| e.clone()));
-    let mut reported = match outcome {
-        Ok(map) => map,
-        Err((_, code)) if retry_alone(code.as_ref()) => HashMap::new(),
-        Err((e, _)) => return calls.iter().map(|_| Err(e.clone())).collect(),
+    let mut reported = if together.len() > 1 {
+        let outcome = C::batch(inner, &together).await;
+        inner
+            .reconnect
+            .observe(&outcome.as_ref().map(|_| ()).map_err(|(e, _)| e.clone()));
+        match outcome {
+            Ok(map) => map,
+            Err((_, code)) if retry_alone(code.as_ref()) => HashMap::new(),
+            Err((e, _)) => return calls.iter().map(|_| Err(e.clone())).collect(),
+        }
+    } else {
+        HashMap::new()
     };
     let mut answers = Vec::with_capacity(calls.len());
     for (call, is_first) in calls.iter().zip(first) {
         let found = if is_first {
-            reported.remove(&key(&call.id))
+            reported.remove(&key(call.id()))
         } else {
             None
         };
         answers.push(match found {
             Some(result) => result,
-            None => inner.claim(call).await,
+            None => call.alone(inner).await,
         });
+    }
+    if let [only] = answers.as_slice() {
+        inner.reconnect.observe(only);
     }
     answers
 }
@@ -237,10 +293,14 @@ fn coded(e: tokio_postgres::Error) -> BatchError {
     (db_error(e), code)
 }
 
-type Reported = HashMap<(Arc<str>, Arc<str>), Result<ClaimResult, StoreError>>;
+/// A batch statement's answers by key; a key it did not report is run alone.
+type Report<T> = HashMap<(Arc<str>, Arc<str>), Result<T, StoreError>>;
 
 /// The batched claim on one pooled connection, within the statement deadline.
-async fn claim_batch(inner: &Inner, calls: &[&ClaimCall]) -> Result<Reported, BatchError> {
+async fn claim_batch(
+    inner: &Inner,
+    calls: &[&ClaimCall],
+) -> Result<Report<ClaimResult>, BatchError> {
     inner
         .run(async |client| Ok(claim_batch_on(client, calls).await))
         .await
@@ -250,7 +310,7 @@ async fn claim_batch(inner: &Inner, calls: &[&ClaimCall]) -> Result<Reported, Ba
 async fn claim_batch_on(
     client: &deadpool_postgres::Client,
     calls: &[&ClaimCall],
-) -> Result<Reported, BatchError> {
+) -> Result<Report<ClaimResult>, BatchError> {
     let plain = |e: StoreError| (e, None);
     let stmt = client.prepare_cached(CLAIM_BATCH).await.map_err(coded)?;
     let providers: Vec<&str> = calls.iter().map(|c| &*c.id.provider).collect();
@@ -295,49 +355,11 @@ pub(crate) async fn enqueues(
     inner: Arc<Inner>,
     calls: Vec<QueueRow>,
 ) -> Vec<Result<Enqueued, StoreError>> {
-    if let Err(e) = inner.reconnect.check() {
-        return calls.iter().map(|_| Err(e.clone())).collect();
-    }
-    let mut seen = std::collections::HashSet::new();
-    let first: Vec<bool> = calls.iter().map(|c| seen.insert(key(&c.id))).collect();
-    let batch: Vec<&QueueRow> = calls
-        .iter()
-        .zip(&first)
-        .filter(|(_, f)| **f)
-        .map(|(c, _)| c)
-        .collect();
-    let outcome = if batch.len() > 1 {
-        enqueue_batch(&inner, &batch).await
-    } else {
-        Ok(HashMap::new())
-    };
-    inner
-        .reconnect
-        .observe(&outcome.as_ref().map(|_| ()).map_err(|(e, _)| e.clone()));
-    let mut reported = match outcome {
-        Ok(map) => map,
-        Err((_, code)) if retry_alone(code.as_ref()) => HashMap::new(),
-        Err((e, _)) => return calls.iter().map(|_| Err(e.clone())).collect(),
-    };
-    let mut answers = Vec::with_capacity(calls.len());
-    for (call, is_first) in calls.iter().zip(first) {
-        let found = if is_first {
-            reported.remove(&key(&call.id))
-        } else {
-            None
-        };
-        answers.push(match found {
-            Some(result) => result,
-            None => super::queue::enqueue(&inner, call).await,
-        });
-    }
-    answers
+    keyed(&inner, &calls).await
 }
 
-type EnqueueReport = HashMap<(Arc<str>, Arc<str>), Result<Enqueued, StoreError>>;
-
 /// The batched enqueue on one pooled connection, within the statement deadline.
-async fn enqueue_batch(inner: &Inner, calls: &[&QueueRow]) -> Result<EnqueueReport, BatchError> {
+async fn enqueue_batch(inner: &Inner, calls: &[&QueueRow]) -> Result<Report<Enqueued>, BatchError> {
     inner
         .run(async |client| Ok(enqueue_batch_on(client, calls).await))
         .await
@@ -347,7 +369,7 @@ async fn enqueue_batch(inner: &Inner, calls: &[&QueueRow]) -> Result<EnqueueRepo
 async fn enqueue_batch_on(
     client: &deadpool_postgres::Client,
     calls: &[&QueueRow],
-) -> Result<EnqueueReport, BatchError> {
+) -> Result<Report<Enqueued>, BatchError> {
     let plain = |e: StoreError| (e, None);
     let stmt = client.prepare_cached(ENQUEUE_BATCH).await.map_err(coded)?;
     let providers: Vec<&str> = calls.iter().map(|c| &*c.id.provider).collect();
