@@ -140,7 +140,9 @@ pub(super) fn bounded(
     (items, truncated, next)
 }
 
-async fn replay(
+/// Replays one dead letter (`POST /admin/dead/…/replay`, and the operator API's
+/// `POST /admin/api/events/…/replay`): answers the row as the replay left it.
+pub(super) async fn replay(
     req: HttpRequest,
     path: web::Path<(String, String)>,
     state: web::Data<AppState>,

@@ -3,20 +3,16 @@
 //! provider, pause and resume a provider, and bulk replays (plan, start, follow, cancel).
 //! Answers are bounded in rows and bytes and paged by opaque cursors.
 
-use std::sync::Arc;
-
 use actix_web::{web, HttpRequest, HttpResponse};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::admin::{authorize, bounded};
+use super::admin::{authorize, bounded, replay};
 use super::error::ApiError;
 use super::event_json::{attempt_json, event_json};
 use super::state::AppState;
-use crate::claim::Path;
 use crate::key::EventId;
 use crate::replay_jobs;
-use crate::shard::Reply;
 use crate::store::operator::{ReplayJob, SearchFilter};
 use crate::store::PageCursor;
 
@@ -131,40 +127,6 @@ async fn event(
     let attempts = state.store.operator().history(&id).await?;
     let mut body = event_json(&record);
     body["attempts"] = attempts.iter().map(attempt_json).collect();
-    Ok(HttpResponse::Ok().json(body))
-}
-
-async fn replay(
-    req: HttpRequest,
-    path: web::Path<(String, String)>,
-    state: web::Data<AppState>,
-) -> Result<HttpResponse, ApiError> {
-    authorize(&req, &state)?;
-    let (provider, key) = path.into_inner();
-    let runtime = state
-        .providers
-        .get(&provider)
-        .ok_or_else(|| ApiError::UnknownProvider(provider.clone()))?;
-    let id = EventId::new(Arc::clone(&runtime.name), key);
-    let answer = state
-        .dispatcher
-        .replay(id.clone(), Arc::clone(&runtime.target))
-        .await;
-    if let Reply::RetryLater { reason, .. } = answer.reply {
-        if answer.path != Path::Replay {
-            return Err(ApiError::Unavailable(reason.as_str()));
-        }
-    }
-    let record = state
-        .store
-        .lookup(&id)
-        .await?
-        .ok_or_else(|| ApiError::NoSuchEvent(id.to_string()))?;
-    if let Reply::NotReplayable = answer.reply {
-        return Err(ApiError::NotDead(record.status.as_str()));
-    }
-    let mut body = event_json(&record);
-    body["path"] = Path::Replay.as_str().into();
     Ok(HttpResponse::Ok().json(body))
 }
 
