@@ -83,7 +83,12 @@ impl Scheduler {
             }
             let limit = u32::try_from(room).unwrap_or(u32::MAX);
             let sent = Instant::now();
-            let taken = self.store.take_due(provider, limit, self.lease).await?;
+            // This node's own keys in flight are not taken, even with their leases run out.
+            let busy = self.dispatcher.in_flight(provider);
+            let taken = self
+                .store
+                .take_due(provider, limit, self.lease, &busy)
+                .await?;
             pass.full |= taken.len() >= room;
             pass.taken += taken.len();
             for taken in taken {

@@ -26,7 +26,7 @@ use super::attempt::ceil_secs;
 use super::cache::{DoneCache, DoneWriter};
 use super::event::Event;
 use super::gate::Gate;
-use super::in_flight::InFlightSet;
+use super::in_flight::{InFlightSet, NodeKeys};
 use super::messages::Ingest;
 use super::queue::Pending;
 use super::signals::QueueSignals;
@@ -87,6 +87,8 @@ pub struct Shared {
     pub room: Arc<[AtomicUsize]>,
     /// What wakes the queue scheduler.
     pub signals: Arc<QueueSignals>,
+    /// The keys in flight on this node, which the scheduler leaves alone.
+    pub in_flight: NodeKeys,
 }
 
 /// A claim on its way to the store, with what is needed when the answer comes back.
@@ -162,7 +164,7 @@ impl Shard {
             pending: VecDeque::new(),
             signals: Arc::clone(&node.signals),
             expiry_set: false,
-            in_flight: InFlightSet::default(),
+            in_flight: InFlightSet::new(node.in_flight.clone()),
             done: node
                 .done
                 .writer(settings.cache_capacity, settings.cache_bytes),

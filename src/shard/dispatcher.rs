@@ -18,6 +18,7 @@ use super::answer::{cached_answer, log_refusal, Answer, RetryReason};
 use super::cache::DoneCache;
 use super::event::Event;
 use super::gate::Gate;
+use super::in_flight::NodeKeys;
 use super::messages::{Drain, Drained, Enqueue, Ingest, Replay, Start};
 use super::signals::QueueSignals;
 use crate::config::Mode;
@@ -46,6 +47,7 @@ pub struct Dispatcher {
     gate: Gate,
     room: Arc<[AtomicUsize]>,
     signals: Arc<QueueSignals>,
+    in_flight: NodeKeys,
     metrics: Arc<Metrics>,
     log: slog::Logger,
     arbiters: Arc<[ArbiterHandle]>,
@@ -75,6 +77,7 @@ impl Dispatcher {
             gate: Gate::default(),
             room: (0..shards).map(|_| AtomicUsize::new(0)).collect(),
             signals: Arc::default(),
+            in_flight: NodeKeys::default(),
         });
         let addrs = (0..shards)
             .map(|index| {
@@ -99,6 +102,7 @@ impl Dispatcher {
             gate: node.gate.clone(),
             room: Arc::clone(&node.room),
             signals: Arc::clone(&node.signals),
+            in_flight: node.in_flight.clone(),
             metrics,
             log: log.clone(),
             arbiters: arbiters.into(),
@@ -168,6 +172,12 @@ impl Dispatcher {
     /// no more.
     pub fn room(&self) -> usize {
         self.room.iter().map(|n| n.load(Ordering::Relaxed)).sum()
+    }
+
+    /// The keys of `provider` in flight on this node now: a scheduler pass takes none of
+    /// them (see [`NodeKeys`]).
+    pub fn in_flight(&self, provider: &str) -> Vec<Arc<str>> {
+        self.in_flight.of(provider)
     }
 
     /// The queue-mode providers' limits.

@@ -2,12 +2,15 @@
 //! from a later one for the same key by a token, so a late answer can only ever touch the
 //! entry of the request that asked.
 //!
-//! Owned by one shard actor and touched only by its handlers: no lock.
+//! Owned by one shard actor and touched only by its handlers: no lock. Each set also
+//! mirrors its keys into the node's [`NodeKeys`], which the queue scheduler reads: it never
+//! takes a row whose key is in flight here (see [`NodeKeys`]).
 
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Instant;
 
+use dashmap::DashSet;
 use tokio::sync::oneshot;
 
 use super::answer::Answer;
@@ -29,29 +32,58 @@ pub(super) struct Entry {
     pub(super) waiters: Vec<(Arc<Event>, oneshot::Sender<Answer>)>,
 }
 
+/// The keys in flight on this node, across its shards (each key is in one shard's set).
+///
+/// The queue scheduler skips them when it takes due rows. A key in flight here whose lease
+/// ran out (its renewals or its outcome write held up by a stalled database) is still this
+/// node's to finish: a take would bump the row's attempt number and so fence out the write
+/// of an answer the target already gave, and the event would be sent again.
+#[derive(Clone, Default)]
+pub struct NodeKeys(Arc<DashSet<EventId>>);
+
+impl NodeKeys {
+    /// The keys of `provider` in flight on this node now.
+    pub fn of(&self, provider: &str) -> Vec<Arc<str>> {
+        self.0
+            .iter()
+            .filter(|id| &*id.provider == provider)
+            .map(|id| Arc::clone(&id.key))
+            .collect()
+    }
+}
+
 /// The in-flight set of one shard.
 #[derive(Default)]
 pub(super) struct InFlightSet {
     entries: HashMap<EventId, Entry>,
     next_token: u64,
+    node: NodeKeys,
 }
 
 impl InFlightSet {
+    /// An empty set mirroring its keys into `node`.
+    pub(super) fn new(node: NodeKeys) -> Self {
+        Self {
+            node,
+            ..Self::default()
+        }
+    }
+
     /// Enters `event` (replacing any stale entry for its key) with `attempts`; answers the
     /// token that tells this entry from later ones.
     pub(super) fn begin(&mut self, event: &Arc<Event>, attempts: Option<i32>) -> u64 {
         self.next_token += 1;
         let token = self.next_token;
-        self.entries.insert(
-            event.id.clone(),
-            Entry {
-                token,
-                attempts,
-                since: Instant::now(),
-                event: Arc::clone(event),
-                waiters: Vec::new(),
-            },
-        );
+        let entry = Entry {
+            token,
+            attempts,
+            since: Instant::now(),
+            event: Arc::clone(event),
+            waiters: Vec::new(),
+        };
+        if self.entries.insert(event.id.clone(), entry).is_none() {
+            self.node.0.insert(event.id.clone());
+        }
         token
     }
 
@@ -94,6 +126,7 @@ impl InFlightSet {
         token: u64,
     ) -> Vec<(Arc<Event>, oneshot::Sender<Answer>)> {
         if self.entries.get(id).is_some_and(|e| e.token == token) {
+            self.node.0.remove(id);
             self.entries
                 .remove(id)
                 .map(|e| e.waiters)
@@ -150,5 +183,26 @@ mod tests {
         assert_eq!(set.get(&EventId::new("p", "k")).unwrap().attempts, Some(8));
         set.forget(&EventId::new("p", "k"), new);
         assert!(!set.contains(&EventId::new("p", "k")));
+    }
+
+    #[test]
+    fn the_node_sees_a_key_from_its_first_entry_until_its_last_is_forgotten() {
+        let node = NodeKeys::default();
+        let mut set = InFlightSet::new(node.clone());
+        let keys = |provider| {
+            let mut keys: Vec<String> = node.of(provider).iter().map(|k| k.to_string()).collect();
+            keys.sort();
+            keys
+        };
+        let old = set.begin(&event("k"), None);
+        let new = set.begin(&event("k"), None);
+        let other = set.begin(&event("j"), None);
+        assert_eq!(keys("p"), ["j", "k"]);
+        assert!(keys("q").is_empty(), "another provider's keys");
+        set.forget(&EventId::new("p", "k"), old);
+        assert_eq!(keys("p"), ["j", "k"], "a stale token forgot the key");
+        set.forget(&EventId::new("p", "k"), new);
+        set.forget(&EventId::new("p", "j"), other);
+        assert!(keys("p").is_empty());
     }
 }

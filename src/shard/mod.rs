@@ -31,6 +31,7 @@ pub use attempt::{Attempt, Recorded};
 pub use dispatcher::Dispatcher;
 pub use event::Event;
 pub use gate::Gate;
+pub use in_flight::NodeKeys;
 pub use messages::{Drain, Drained, Enqueue, Ingest, Replay, Start};
 pub use operator::replay_attempt;
 pub use queue::release_taken;

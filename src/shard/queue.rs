@@ -100,12 +100,14 @@ impl Handler<Start> for Shard {
         self.metrics.queue_taken(&event.id.provider);
         let attempt = self.queue_attempt(Arc::clone(&event), &taken, sent);
         if self.in_flight.contains(&event.id) {
-            // Another attempt of this key is still being recorded here: this one must not
-            // open a second at the target. Released, due again at once, not counted.
-            let token = self.in_flight.begin(&event, Some(taken.attempts));
+            // Another attempt of this key is still running or being recorded here: this one
+            // must not open a second at the target. Released, due again at once, not
+            // counted; the entry stays the running attempt's. (The scheduler skips this
+            // node's keys in flight, so only a key that entered the set after its pass
+            // began comes here.)
             self.release(
                 attempt,
-                token,
+                None,
                 gated,
                 "the key was in flight on this node",
                 ctx,
@@ -122,7 +124,8 @@ impl Handler<Start> for Shard {
         match self.take_idle() {
             Some(worker) => self.start_pending(pending, worker, ctx),
             None if self.draining => {
-                self.release(pending.attempt, token, gated, "released at shutdown", ctx);
+                let why = "released at shutdown";
+                self.release(pending.attempt, Some(token), gated, why, ctx);
             }
             // A worker of this shard frees up soon (see `free_worker`).
             None => {
@@ -299,17 +302,19 @@ impl Shard {
             } else {
                 "no worker of this node freed up before its lease ran short"
             };
-            self.release(pending.attempt, pending.token, pending.gated, why, ctx);
+            let token = Some(pending.token);
+            self.release(pending.attempt, token, pending.gated, why, ctx);
         }
         None
     }
 
     /// Gives a taken row back without delivering it: `failed`, due again at once, not
-    /// counted against the attempts (fenced, written however long the store takes).
+    /// counted against the attempts (fenced, written however long the store takes); then
+    /// forgets the in-flight entry `token` made, if it made one.
     fn release(
         &mut self,
         attempt: Attempt,
-        token: u64,
+        token: Option<u64>,
         gated: bool,
         why: &str,
         ctx: &mut Context<Self>,
@@ -337,7 +342,9 @@ impl Shard {
             if gated {
                 act.gate.release(&attempt.event.id.provider);
             }
-            act.in_flight.forget(&attempt.event.id, token);
+            if let Some(token) = token {
+                act.in_flight.forget(&attempt.event.id, token);
+            }
             act.metrics.released(&attempt.event.id.provider);
             act.notify_drained();
         }));

@@ -456,12 +456,15 @@ pub trait Store: Send + Sync + 'static {
 
     /// Queue mode: takes up to `limit` of `provider`'s due rows at once, longest due first,
     /// each for one attempt holding a lease of `lease` — [`take`](Self::take)'s rule and
-    /// answer for every row, in one statement. Rows another node is taking are skipped.
+    /// answer for every row, in one statement. Rows another node is taking are skipped, and
+    /// so are the keys in `busy` (the caller's own attempts, whose leases may have run out
+    /// while their outcome is still being written).
     fn take_due<'a>(
         &'a self,
         provider: &'a str,
         limit: u32,
         lease: Duration,
+        busy: &'a [Arc<str>],
     ) -> StoreFuture<'a, Vec<Taken>>;
 
     /// Queue mode: keys of `provider` due for an attempt, longest due first, at most

@@ -699,7 +699,7 @@ async fn run(store: &dyn Store, model: &Model, op: &Op) -> Result<Answer, String
         }
         Op::TakeDue => Answer::TakenMany(
             store
-                .take_due(PROVIDER, 100, lease)
+                .take_due(PROVIDER, 100, lease, &[])
                 .await
                 .map_err(e)?
                 .into_iter()

@@ -215,6 +215,44 @@ async fn an_outcome_write_held_up_past_the_lease_lands_and_the_event_is_not_sent
     assert_eq!(app.target.count(&idem), 1, "delivered once");
 }
 
+/// The target answered; the outcome write and the lease's renewals are held (before they
+/// reach the store) until the lease has run out by the database's clock and a scheduler
+/// pass has run. The node's own
+/// scheduler must not take the row while the key's write is pending here: the take would
+/// fence that write out, and the event would be sent again.
+async fn a_scheduler_pass_while_an_outcome_write_is_pending_does_not_fence_it_out(
+    backend: Backend,
+) {
+    let db = TestDb::on(backend).await;
+    let target = TestTarget::start().await;
+    let mut config = base_config(&db, &target);
+    long_deliveries(&mut config);
+    let store = Arc::new(FaultyStore::new(db.store_with(config.store.clone()).await));
+    let delivery = Arc::new(hookgate::worker::HttpDelivery);
+    let hold = store.hold_writes();
+    let app = start_node_on(db, target, config, delivery, Arc::clone(&store) as _).await;
+    let idem = TestApp::idem("evt_hw");
+    assert_eq!(app.deliver("evt_hw", "{}").await.status, 202);
+    app.target.wait_for(&idem, 1).await;
+    eventually("the outcome write to be held", || async {
+        store.held() == 1
+    })
+    .await;
+    eventually("the lease to run out by the database's clock", || async {
+        app.db.lease_state(PROVIDER, "evt_hw").await.3 <= 0.0
+    })
+    .await;
+    let pass = app.scheduler.run_once().await.unwrap();
+    drop(hold);
+    eventually("the event to be done", || async {
+        app.scheduler.run_once().await.unwrap();
+        app.db.status(PROVIDER, "evt_hw").await.as_deref() == Some("done")
+    })
+    .await;
+    assert_eq!(app.target.count(&idem), 1, "delivered once");
+    assert_eq!(pass.taken, 0, "the pending key was taken");
+}
+
 /// The target's `Retry-After` on a 503, read as RFC 9110 says (delay-seconds or an
 /// HTTP-date) and held within `[1 s, retry.cap]`: the row's next try is due within those
 /// bounds, the shard answers on, the node stays ready.
@@ -424,6 +462,7 @@ on_both_stores!(
     a_command_line_replay_of_a_queue_event_renews_its_lease_and_no_scheduler_takes_it,
     an_admin_replay_of_a_queue_event_reaches_a_target_slower_than_the_lease,
     an_outcome_write_held_up_past_the_lease_lands_and_the_event_is_not_sent_again,
+    a_scheduler_pass_while_an_outcome_write_is_pending_does_not_fence_it_out,
     a_targets_retry_after_is_bounded_and_can_never_take_a_shard_down,
     throttled_tries_do_not_use_up_the_attempts,
     an_event_throttled_past_its_horizon_is_a_dead_letter,

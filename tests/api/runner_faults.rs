@@ -336,7 +336,7 @@ impl Case {
         } else if r.rng.bool() {
             // As a node's scheduler takes rows: the due ones, in one statement.
             let sent = Instant::now();
-            let Ok(taken) = r.store.take_due(PROVIDER, 1, LEASE).await else {
+            let Ok(taken) = r.store.take_due(PROVIDER, 1, LEASE, &[]).await else {
                 return;
             };
             if let Some(taken) = taken.into_iter().next() {

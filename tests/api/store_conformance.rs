@@ -633,14 +633,41 @@ async fn parallel_enqueues_write_each_key_once_and_may_start_it(store: Arc<dyn S
         assert_eq!(row.mode, "queue");
     }
     // The started ones hold their lease; only the others are due, and all at once.
-    let taken = store.take_due("p", 100, LEASE).await.unwrap();
+    let taken = store.take_due("p", 100, LEASE, &[]).await.unwrap();
     let mut keys: Vec<String> = taken.iter().map(|t| t.id.key.to_string()).collect();
     keys.sort();
     assert_eq!(keys, vec!["e5", "e6", "e7", "e8", "e9"]);
     assert!(taken
         .iter()
         .all(|t| t.attempts == 1 && t.path == Path::FirstRun && !t.payload.is_empty()));
-    assert!(store.take_due("p", 100, LEASE).await.unwrap().is_empty());
+    assert!(store
+        .take_due("p", 100, LEASE, &[])
+        .await
+        .unwrap()
+        .is_empty());
+}
+
+/// A batch take leaves the keys it is told are busy (the node's own attempts in flight)
+/// untouched, whatever their characters; a later take without them takes them.
+async fn a_batch_take_skips_the_busy_keys(store: Arc<dyn Store>) {
+    let keys = ["plain", r#"q"uote,[]{}"#, "ünï cødé", "'; --"];
+    for key in keys {
+        store.enqueue(&queued(key)).await.unwrap();
+    }
+    let busy: Vec<Arc<str>> = keys[1..].iter().map(|k| Arc::from(*k)).collect();
+    let taken = store.take_due("p", 100, LEASE, &busy).await.unwrap();
+    let taken: Vec<&str> = taken.iter().map(|t| &*t.id.key).collect();
+    assert_eq!(taken, vec!["plain"]);
+    for key in &keys[1..] {
+        let row = store.lookup(&id(key)).await.unwrap().expect("row");
+        assert_eq!((row.status, row.attempts), (Status::Queued, 0), "{key}");
+    }
+    let rest = store.take_due("p", 100, LEASE, &[]).await.unwrap();
+    let mut rest: Vec<&str> = rest.iter().map(|t| &*t.id.key).collect();
+    rest.sort_unstable();
+    let mut expected = keys[1..].to_vec();
+    expected.sort_unstable();
+    assert_eq!(rest, expected);
 }
 
 /// Two takers of every due row at once, as two nodes' schedulers: each row goes to one.
@@ -650,7 +677,7 @@ async fn parallel_batch_takes_take_each_row_once(store: Arc<dyn Store>) {
     }
     let takes = (0..4).map(|_| {
         let store = Arc::clone(&store);
-        async move { store.take_due("p", 12, LEASE).await.unwrap() }
+        async move { store.take_due("p", 12, LEASE, &[]).await.unwrap() }
     });
     let mut keys: Vec<String> = join_all(takes)
         .await
@@ -782,6 +809,7 @@ conformance!(
     parallel_takes_of_one_row_have_one_winner,
     parallel_enqueues_write_each_key_once_and_may_start_it,
     parallel_batch_takes_take_each_row_once,
+    a_batch_take_skips_the_busy_keys,
     stale_sync_rows_become_sender_gave_up_dead_letters,
     rows_are_listed_oldest_first_and_queues_counted,
 );

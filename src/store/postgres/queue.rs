@@ -1,6 +1,7 @@
 //! The Postgres store's queue-mode operations and the abandoning of events no sender will
 //! retry, each one statement under the statement deadline (`queue_sql`).
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use actix_web::web::Bytes;
@@ -88,13 +89,15 @@ pub(crate) async fn take_due(
     provider: &str,
     limit: u32,
     lease: Duration,
+    busy: &[Arc<str>],
 ) -> Result<Vec<Taken>, StoreError> {
     let lease_ms = millis(lease);
+    let busy: Vec<&str> = busy.iter().map(|key| &**key).collect();
     let rows = inner
         .run(async |client| {
             let stmt = client.prepare_cached(TAKE_DUE).await.map_err(db_error)?;
             client
-                .query(&stmt, &[&provider, &i64::from(limit), &lease_ms])
+                .query(&stmt, &[&provider, &i64::from(limit), &lease_ms, &busy])
                 .await
                 .map_err(db_error)
         })

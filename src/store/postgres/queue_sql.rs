@@ -96,6 +96,7 @@ FROM (SELECT provider, event_key FROM webhook_events
       WHERE provider = $1 AND mode = 'queue' AND status IN ('queued', 'failed', 'in_progress')
         AND next_attempt_at <= now()
         AND (status <> 'in_progress' OR locked_until <= now())
+        AND event_key <> ALL($4::text[])
       ORDER BY next_attempt_at
       LIMIT $2
       FOR UPDATE SKIP LOCKED) AS d

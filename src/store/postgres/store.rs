@@ -527,8 +527,9 @@ impl Store for PgStore {
         provider: &'a str,
         limit: u32,
         lease: Duration,
+        busy: &'a [Arc<str>],
     ) -> StoreFuture<'a, Vec<Taken>> {
-        Box::pin(self.guarded(queue::take_due(&self.inner, provider, limit, lease)))
+        Box::pin(self.guarded(queue::take_due(&self.inner, provider, limit, lease, busy)))
     }
 
     fn due<'a>(&'a self, provider: &'a str, limit: u32) -> StoreFuture<'a, Vec<EventId>> {

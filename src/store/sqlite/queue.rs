@@ -3,6 +3,7 @@
 //! inside its `BEGIN IMMEDIATE` transaction, which holds the database's single write lock —
 //! so a take, and the report after a lost enqueue, see no concurrent writer.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use actix_web::web::Bytes;
@@ -60,6 +61,7 @@ WHERE rowid IN (
     WHERE provider = ?1 AND mode = 'queue' AND status IN ('queued', 'failed', 'in_progress')
       AND next_attempt_at <= unixepoch('subsec')
       AND (status <> 'in_progress' OR locked_until <= unixepoch('subsec'))
+      AND event_key NOT IN (SELECT value FROM json_each(?4))
     ORDER BY next_attempt_at LIMIT ?2)
 RETURNING event_key, attempts, attempts - throttles, last_path, payload, content_type,
           fingerprint, CAST(MAX(0, unixepoch('subsec') - created_at) * 1000 AS INTEGER)";
@@ -195,15 +197,22 @@ pub(crate) fn take(
         .transpose()
 }
 
+/// `keys` as the JSON array [`take_due`] reads its busy keys from.
+pub(crate) fn key_list(keys: &[Arc<str>]) -> String {
+    let keys: Vec<&str> = keys.iter().map(|key| &**key).collect();
+    serde_json::to_string(&keys).unwrap_or_else(|_| "[]".into())
+}
+
 pub(crate) fn take_due(
     conn: &Connection,
     provider: &str,
     limit: u32,
     lease: Duration,
+    busy: &str,
 ) -> Result<Vec<Taken>, StoreError> {
     let mut stmt = conn.prepare_cached(TAKE_DUE).map_err(sql_error)?;
     let rows = stmt
-        .query_map(params![provider, limit, millis(lease)], |r| {
+        .query_map(params![provider, limit, millis(lease), busy], |r| {
             Ok((r.get::<_, String>(0)?, taken_columns(r, 1)?))
         })
         .map_err(sql_error)?;

@@ -12,6 +12,7 @@
 //! a later redelivery run the target twice, which is exactly what hookgate exists to stop.
 
 use std::path::Path;
+use std::sync::Arc;
 use std::time::Duration;
 
 use actix_web::web::Bytes;
@@ -456,11 +457,13 @@ impl Store for SqliteStore {
         provider: &'a str,
         limit: u32,
         lease: Duration,
+        busy: &'a [Arc<str>],
     ) -> StoreFuture<'a, Vec<Taken>> {
         let provider = provider.to_owned();
+        let busy = queue::key_list(busy);
         Box::pin(
             self.writer
-                .call(move |conn| queue::take_due(conn, &provider, limit, lease)),
+                .call(move |conn| queue::take_due(conn, &provider, limit, lease, &busy)),
         )
     }
 

@@ -571,8 +571,9 @@ impl Store for ChaosStore {
         provider: &'a str,
         limit: u32,
         lease: Duration,
+        busy: &'a [Arc<str>],
     ) -> StoreFuture<'a, Vec<Taken>> {
-        let call = move || self.inner.take_due(provider, limit, lease);
+        let call = move || self.inner.take_due(provider, limit, lease, busy);
         self.faulty(Op::Take, None, None, call, |rows| match rows.first() {
             Some(t) => (
                 format!("taken {} ({})", t.id, t.path.as_str()),

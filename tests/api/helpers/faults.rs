@@ -1,6 +1,8 @@
 //! Faults put into a real store: [`FaultyStore`] delegates every operation to the store it
-//! wraps, counts the pings, and panics when asked to complete a key containing `panic` — a
-//! bug in the code a shard runs, where no worker catches it.
+//! wraps, counts the pings, panics when asked to complete a key containing `panic` — a
+//! bug in the code a shard runs, where no worker catches it — and, while the test holds
+//! them ([`FaultyStore::hold_writes`]), keeps outcome writes and lease renewals from
+//! reaching the store, as a database that stalls would.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -17,6 +19,19 @@ pub struct FaultyStore {
     inner: Arc<dyn Store>,
     /// `ping` calls so far.
     pub pings: AtomicUsize,
+    /// Whether `complete` and `renew` calls wait before they reach the store.
+    hold: tokio::sync::watch::Sender<bool>,
+    /// `complete` calls waiting on the hold now.
+    held: AtomicUsize,
+}
+
+/// Outcome writes and renewals are held while this lives; dropping it lets them through.
+pub struct WritesHeld<'a>(&'a FaultyStore);
+
+impl Drop for WritesHeld<'_> {
+    fn drop(&mut self) {
+        self.0.hold.send_replace(false);
+    }
 }
 
 impl FaultyStore {
@@ -24,7 +39,36 @@ impl FaultyStore {
         Self {
             inner,
             pings: AtomicUsize::new(0),
+            hold: tokio::sync::watch::channel(false).0,
+            held: AtomicUsize::new(0),
         }
+    }
+
+    /// Holds every `complete` (an outcome write) and `renew` call before it reaches the
+    /// store until the answer is dropped.
+    pub fn hold_writes(&self) -> WritesHeld<'_> {
+        self.hold.send_replace(true);
+        WritesHeld(self)
+    }
+
+    /// Waits while writes are held; `complete` calls waiting are counted.
+    async fn pass_hold(&self, counted: bool) {
+        let mut hold = self.hold.subscribe();
+        if !*hold.borrow_and_update() {
+            return;
+        }
+        if counted {
+            self.held.fetch_add(1, Ordering::SeqCst);
+        }
+        let _ = hold.wait_for(|held| !held).await;
+        if counted {
+            self.held.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
+
+    /// How many `complete` calls are waiting on the hold now.
+    pub fn held(&self) -> usize {
+        self.held.load(Ordering::SeqCst)
     }
 }
 
@@ -56,7 +100,10 @@ impl Store for FaultyStore {
         history: Option<&'a History>,
     ) -> StoreFuture<'a, Fenced> {
         assert!(!id.key.contains("panic"), "injected store panic for {id}");
-        self.inner.complete(id, attempts, result, history)
+        Box::pin(async move {
+            self.pass_hold(true).await;
+            self.inner.complete(id, attempts, result, history).await
+        })
     }
     fn fail<'a>(
         &'a self,
@@ -97,8 +144,9 @@ impl Store for FaultyStore {
         provider: &'a str,
         limit: u32,
         lease: Duration,
+        busy: &'a [Arc<str>],
     ) -> StoreFuture<'a, Vec<Taken>> {
-        self.inner.take_due(provider, limit, lease)
+        self.inner.take_due(provider, limit, lease, busy)
     }
     fn renew<'a>(
         &'a self,
@@ -106,7 +154,10 @@ impl Store for FaultyStore {
         attempts: i32,
         lease: Duration,
     ) -> StoreFuture<'a, Fenced> {
-        self.inner.renew(id, attempts, lease)
+        Box::pin(async move {
+            self.pass_hold(false).await;
+            self.inner.renew(id, attempts, lease).await
+        })
     }
     fn abandon<'a>(
         &'a self,
