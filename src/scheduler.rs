@@ -83,7 +83,8 @@ impl Scheduler {
             }
             let limit = u32::try_from(room).unwrap_or(u32::MAX);
             let sent = Instant::now();
-            // This node's own keys in flight are not taken, even with their leases run out.
+            // This node's own keys in flight are not taken, even with their leases run out;
+            // the rows taken here count as in flight until their shards have entered them.
             let busy = self.dispatcher.in_flight(provider);
             let taken = self
                 .store
@@ -91,12 +92,17 @@ impl Scheduler {
                 .await?;
             pass.full |= taken.len() >= room;
             pass.taken += taken.len();
-            for taken in taken {
+            let held: Vec<_> = taken
+                .into_iter()
+                .map(|taken| (self.dispatcher.hold(&taken.id), taken))
+                .collect();
+            for (hold, taken) in held {
                 let start = Start {
                     gated: gate.try_acquire(provider),
                     taken,
                     target: Arc::clone(target),
                     sent,
+                    hold,
                 };
                 if let Err(start) = self.dispatcher.hand_over(start) {
                     if start.gated {

@@ -31,6 +31,7 @@ use super::messages::Ingest;
 use super::queue::Pending;
 use super::signals::QueueSignals;
 use crate::claim::Path;
+use crate::config::Mode;
 use crate::metrics::Metrics;
 use crate::retry::RetryPolicy;
 use crate::store::{Kept, Store};
@@ -181,14 +182,16 @@ impl Shard {
     fn answer_from_memory(&self, event: &Event) -> Option<Answer> {
         if let Some(entry) = self.in_flight.get(&event.id) {
             let held = entry.since.elapsed();
-            // An entry older than the lease is not trusted: the store decides.
-            if held < self.settings.lease {
+            // A sync entry older than the lease is not trusted: the store decides. A queue
+            // attempt's entry is: it lives on renewals, and until its outcome is written
+            // however long the store takes, and a claim now would fence that write out.
+            if held < self.settings.lease || entry.event.mode == Mode::Queue {
                 let attempts = entry.attempts;
                 let busy = Answer {
                     path: Path::InProgressElsewhere,
                     attempts,
                     reply: Reply::Busy {
-                        retry_after: ceil_secs(self.settings.lease - held),
+                        retry_after: ceil_secs(self.settings.lease.saturating_sub(held)),
                     },
                 };
                 return Some(

@@ -18,7 +18,7 @@ use super::answer::{cached_answer, log_refusal, Answer, RetryReason};
 use super::cache::DoneCache;
 use super::event::Event;
 use super::gate::Gate;
-use super::in_flight::NodeKeys;
+use super::in_flight::{KeyHold, NodeKeys};
 use super::messages::{Drain, Drained, Enqueue, Ingest, Replay, Start};
 use super::signals::QueueSignals;
 use crate::config::Mode;
@@ -178,6 +178,12 @@ impl Dispatcher {
     /// them (see [`NodeKeys`]).
     pub fn in_flight(&self, provider: &str) -> Vec<Arc<str>> {
         self.in_flight.of(provider)
+    }
+
+    /// Counts `id` as in flight on this node until the answer is dropped: a row the
+    /// scheduler took, until its shard has entered it.
+    pub fn hold(&self, id: &EventId) -> KeyHold {
+        self.in_flight.hold(id)
     }
 
     /// The queue-mode providers' limits.

@@ -3,14 +3,14 @@
 //! entry of the request that asked.
 //!
 //! Owned by one shard actor and touched only by its handlers: no lock. Each set also
-//! mirrors its keys into the node's [`NodeKeys`], which the queue scheduler reads: it never
-//! takes a row whose key is in flight here (see [`NodeKeys`]).
+//! counts its keys in the node's [`NodeKeys`], which the queue scheduler reads: a pass
+//! takes no row whose key is in flight here when the pass starts (see [`NodeKeys`]).
 
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Instant;
 
-use dashmap::DashSet;
+use dashmap::DashMap;
 use tokio::sync::oneshot;
 
 use super::answer::Answer;
@@ -23,7 +23,7 @@ pub(super) struct Entry {
     pub(super) token: u64,
     /// `None` until the claim is won (waiting for a worker, or the claim on its way).
     pub(super) attempts: Option<i32>,
-    /// When the entry was made; an entry older than the lease is not trusted.
+    /// When the entry was made; a sync entry older than the lease is not trusted.
     pub(super) since: Instant,
     /// The request that made it.
     pub(super) event: Arc<Event>,
@@ -32,28 +32,67 @@ pub(super) struct Entry {
     pub(super) waiters: Vec<(Arc<Event>, oneshot::Sender<Answer>)>,
 }
 
-/// The keys in flight on this node, across its shards (each key is in one shard's set).
+/// The keys in flight on this node, across its shards, each with how many hold it: the
+/// shard's in-flight entry (each key is in one shard's set), and a row the scheduler took
+/// until its shard has entered it ([`KeyHold`]).
 ///
 /// The queue scheduler skips them when it takes due rows. A key in flight here whose lease
 /// ran out (its renewals or its outcome write held up by a stalled database) is still this
 /// node's to finish: a take would bump the row's attempt number and so fence out the write
 /// of an answer the target already gave, and the event would be sent again.
 #[derive(Clone, Default)]
-pub struct NodeKeys(Arc<DashSet<EventId>>);
+pub struct NodeKeys(Arc<DashMap<EventId, usize>>);
 
 impl NodeKeys {
     /// The keys of `provider` in flight on this node now.
     pub fn of(&self, provider: &str) -> Vec<Arc<str>> {
         self.0
             .iter()
-            .filter(|id| &*id.provider == provider)
-            .map(|id| Arc::clone(&id.key))
+            .filter(|held| &*held.key().provider == provider)
+            .map(|held| Arc::clone(&held.key().key))
             .collect()
+    }
+
+    /// Holds `id` in the set until the answer is dropped.
+    pub fn hold(&self, id: &EventId) -> KeyHold {
+        self.add(id);
+        KeyHold {
+            keys: self.clone(),
+            id: id.clone(),
+        }
+    }
+
+    fn add(&self, id: &EventId) {
+        *self.0.entry(id.clone()).or_insert(0) += 1;
+    }
+
+    fn remove(&self, id: &EventId) {
+        self.0.remove_if_mut(id, |_, holders| {
+            *holders = holders.saturating_sub(1);
+            *holders == 0
+        });
+    }
+}
+
+/// One hold on a key of [`NodeKeys`], let go when dropped.
+pub struct KeyHold {
+    keys: NodeKeys,
+    id: EventId,
+}
+
+impl Drop for KeyHold {
+    fn drop(&mut self) {
+        self.keys.remove(&self.id);
+    }
+}
+
+impl std::fmt::Debug for KeyHold {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "KeyHold({})", self.id)
     }
 }
 
 /// The in-flight set of one shard.
-#[derive(Default)]
 pub(super) struct InFlightSet {
     entries: HashMap<EventId, Entry>,
     next_token: u64,
@@ -61,11 +100,12 @@ pub(super) struct InFlightSet {
 }
 
 impl InFlightSet {
-    /// An empty set mirroring its keys into `node`.
+    /// An empty set counting its keys in `node`.
     pub(super) fn new(node: NodeKeys) -> Self {
         Self {
+            entries: HashMap::new(),
+            next_token: 0,
             node,
-            ..Self::default()
         }
     }
 
@@ -82,7 +122,7 @@ impl InFlightSet {
             waiters: Vec::new(),
         };
         if self.entries.insert(event.id.clone(), entry).is_none() {
-            self.node.0.insert(event.id.clone());
+            self.node.add(&event.id);
         }
         token
     }
@@ -126,7 +166,7 @@ impl InFlightSet {
         token: u64,
     ) -> Vec<(Arc<Event>, oneshot::Sender<Answer>)> {
         if self.entries.get(id).is_some_and(|e| e.token == token) {
-            self.node.0.remove(id);
+            self.node.remove(id);
             self.entries
                 .remove(id)
                 .map(|e| e.waiters)
@@ -169,7 +209,7 @@ mod tests {
 
     #[test]
     fn a_late_win_never_lands_on_a_newer_entry_for_the_same_key() {
-        let mut set = InFlightSet::default();
+        let mut set = InFlightSet::new(NodeKeys::default());
         let old = set.begin(&event("k"), None);
         let new = set.begin(&event("k"), None);
         assert!(set.won(&event("k"), old, 7).is_empty());
@@ -204,5 +244,22 @@ mod tests {
         set.forget(&EventId::new("p", "k"), new);
         set.forget(&EventId::new("p", "j"), other);
         assert!(keys("p").is_empty());
+    }
+
+    #[test]
+    fn a_schedulers_hold_keeps_a_key_until_both_it_and_the_entry_are_gone() {
+        let node = NodeKeys::default();
+        let mut set = InFlightSet::new(node.clone());
+        let id = EventId::new("p", "k");
+        let hold = node.hold(&id);
+        assert_eq!(node.of("p").len(), 1, "held before the shard entered it");
+        let token = set.begin(&event("k"), Some(1));
+        drop(hold);
+        assert_eq!(node.of("p").len(), 1, "the entry still holds it");
+        let again = node.hold(&id);
+        set.forget(&id, token);
+        assert_eq!(node.of("p").len(), 1, "the second hold still holds it");
+        drop(again);
+        assert!(node.of("p").is_empty());
     }
 }

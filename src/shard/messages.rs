@@ -10,6 +10,7 @@ use tokio::sync::oneshot;
 
 use super::answer::Answer;
 use super::event::Event;
+use super::in_flight::KeyHold;
 use crate::key::EventId;
 use crate::provider::Target;
 use crate::store::Taken;
@@ -78,4 +79,7 @@ pub struct Start {
     pub gated: bool,
     /// Taken just before the take left: the lease starts no earlier.
     pub sent: Instant,
+    /// Keeps the key from the scheduler's next passes until the shard has entered it in
+    /// its in-flight set (or the row is released).
+    pub hold: KeyHold,
 }

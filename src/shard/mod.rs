@@ -31,7 +31,7 @@ pub use attempt::{Attempt, Recorded};
 pub use dispatcher::Dispatcher;
 pub use event::Event;
 pub use gate::Gate;
-pub use in_flight::NodeKeys;
+pub use in_flight::{KeyHold, NodeKeys};
 pub use messages::{Drain, Drained, Enqueue, Ingest, Replay, Start};
 pub use operator::replay_attempt;
 pub use queue::release_taken;

@@ -91,6 +91,7 @@ impl Handler<Start> for Shard {
             target,
             gated,
             sent,
+            hold,
         } = msg;
         let event = Arc::new(Event::bare(taken.id.clone(), target).with_row(
             taken.payload.clone(),
@@ -102,9 +103,9 @@ impl Handler<Start> for Shard {
         if self.in_flight.contains(&event.id) {
             // Another attempt of this key is still running or being recorded here: this one
             // must not open a second at the target. Released, due again at once, not
-            // counted; the entry stays the running attempt's. (The scheduler skips this
-            // node's keys in flight, so only a key that entered the set after its pass
-            // began comes here.)
+            // counted; the entry stays the running attempt's. A safety net: the scheduler
+            // skips the keys in flight here when its pass starts, and a key entered after
+            // that holds a fresh lease, which no take overtakes.
             self.release(
                 attempt,
                 None,
@@ -116,6 +117,8 @@ impl Handler<Start> for Shard {
         }
         self.log_claim(&event, taken.path, Some(taken.attempts));
         let token = self.in_flight.begin(&event, Some(taken.attempts));
+        // The entry holds the key from here on.
+        drop(hold);
         let pending = Pending {
             attempt,
             token,

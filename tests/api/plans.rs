@@ -1,4 +1,5 @@
-//! The hot statements' plans do not depend on when the table was last analyzed: prepared
+//! The hot statements' plans (claims, completions, failures, renewals and the scheduler's
+//! batched take) do not depend on when the table was last analyzed: prepared
 //! while `webhook_events` was empty and never analyzed, they still find rows by the primary
 //! key once it holds 100 000 rows — half of them `in_progress` — never by a sequential scan
 //! nor by walking an index (the status index holds every `in_progress` row). Counted as
@@ -49,6 +50,11 @@ async fn claim_and_complete(store: &Arc<dyn Store>, keys: std::ops::Range<u32>, 
             if old {
                 let old = EventId::new("p", format!("old{}", i64::from(i) % ROWS + 1));
                 store.claim(&old, None, lease, None).await.unwrap();
+            }
+            // The scheduler's batched take, with keys of its own in flight to skip.
+            if i % 10 == 0 {
+                let busy: Vec<Arc<str>> = vec![Arc::from(format!("hot{i}"))];
+                store.take_due("p", 10, lease, &busy).await.unwrap();
             }
         }
     });

@@ -393,6 +393,79 @@ async fn queue_rows_are_delivered_after_their_provider_left_queue_mode(backend: 
     assert_eq!(app.target.count(&TestApp::idem("evt_mv")), 2);
 }
 
+/// A queue row is taken by a node where its provider is now in sync mode; the target
+/// answers, and the attempt's renewals and outcome write are held (before they reach the
+/// store) until its lease ran out half a second ago. The sender redelivers on the sync path
+/// meanwhile: the node answers from its in-flight set (409), neither claiming the row over
+/// its own attempt nor sending the event again; the held write then lands.
+async fn a_sync_redelivery_never_takes_over_this_nodes_queue_attempt(backend: Backend) {
+    let app = spawn_app_on(backend, long_deliveries).await;
+    app.target.set(Behaviour::Status(500));
+    assert_eq!(app.deliver("evt_sw", "{}").await.status, 202);
+    wait_status(&app, "evt_sw", "failed").await;
+    // The queue node drains: only the sync node's scheduler may take the row.
+    app.start_shutdown();
+    eventually("the queue node to drain", || async {
+        app.log.count("hookgate.draining") > 0
+    })
+    .await;
+
+    let db = app.db.attach().await;
+    let mut config = base_config(&db, &app.target);
+    config.queue.poll_interval = Duration::from_secs(3600);
+    config.lease.duration = Duration::from_secs(2);
+    config.retry.base = Duration::from_secs(3);
+    config.store.statement_timeout = Some(Duration::from_secs(1));
+    config.providers[0].target.timeout = Duration::from_secs(1);
+    let store = Arc::new(FaultyStore::new(db.store_with(config.store.clone()).await));
+    let delivery = Arc::new(hookgate::worker::HttpDelivery);
+    let node = start_node_on(
+        db,
+        app.target.clone(),
+        config,
+        delivery,
+        Arc::clone(&store) as _,
+    )
+    .await;
+
+    app.target.set(Behaviour::Accept);
+    let hold = store.hold_writes();
+    app.db.make_due(PROVIDER, "evt_sw").await;
+    let idem = TestApp::idem("evt_sw");
+    eventually("the sync node to take the row and deliver it", || async {
+        node.scheduler.run_once().await.unwrap();
+        app.target.count(&idem) == 2
+    })
+    .await;
+    eventually("the outcome write to be held", || async {
+        store.held() == 1
+    })
+    .await;
+    eventually("the lease to have run out half a second ago", || async {
+        app.db.lease_state(PROVIDER, "evt_sw").await.3 <= -0.5
+    })
+    .await;
+    // A claim of the row would send the event again and then wait on the held write: the
+    // writes are let go once the target sees a third attempt, to read the answer.
+    let mut hold = Some(hold);
+    let redelivery = std::pin::pin!(node.deliver("evt_sw", "{}"));
+    let sent_again = std::pin::pin!(app.target.wait_for(&idem, 3));
+    let again = match futures_util::future::select(redelivery, sent_again).await {
+        futures_util::future::Either::Left((answer, _)) => answer,
+        futures_util::future::Either::Right(((), redelivery)) => {
+            hold = None;
+            redelivery.await
+        }
+    };
+    drop(hold);
+    wait_status(&app, "evt_sw", "done").await;
+    assert_eq!(app.target.count(&idem), 2, "the 500, then one delivery");
+    assert_eq!(
+        (again.status, again.path.as_str()),
+        (409, "in_progress_elsewhere")
+    );
+}
+
 /// Queue rows whose provider is no longer configured become dead letters that say so.
 async fn queue_rows_of_a_removed_provider_become_dead_letters(backend: Backend) {
     let app = spawn_app_on(backend, long_deliveries).await;
@@ -468,6 +541,7 @@ on_both_stores!(
     an_event_throttled_past_its_horizon_is_a_dead_letter,
     another_payload_is_refused_while_a_scheduled_attempt_runs,
     queue_rows_are_delivered_after_their_provider_left_queue_mode,
+    a_sync_redelivery_never_takes_over_this_nodes_queue_attempt,
     queue_rows_of_a_removed_provider_become_dead_letters,
     a_draining_node_takes_no_queue_rows,
 );

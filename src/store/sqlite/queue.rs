@@ -197,19 +197,15 @@ pub(crate) fn take(
         .transpose()
 }
 
-/// `keys` as the JSON array [`take_due`] reads its busy keys from.
-pub(crate) fn key_list(keys: &[Arc<str>]) -> String {
-    let keys: Vec<&str> = keys.iter().map(|key| &**key).collect();
-    serde_json::to_string(&keys).unwrap_or_else(|_| "[]".into())
-}
-
 pub(crate) fn take_due(
     conn: &Connection,
     provider: &str,
     limit: u32,
     lease: Duration,
-    busy: &str,
+    busy: &[Arc<str>],
 ) -> Result<Vec<Taken>, StoreError> {
+    let busy: Vec<&str> = busy.iter().map(|key| &**key).collect();
+    let busy = serde_json::to_string(&busy).map_err(|e| StoreError::Query(e.to_string().into()))?;
     let mut stmt = conn.prepare_cached(TAKE_DUE).map_err(sql_error)?;
     let rows = stmt
         .query_map(params![provider, limit, millis(lease), busy], |r| {
@@ -374,8 +370,8 @@ mod tests {
     }
 
     #[test]
-    fn the_due_and_orphan_reads_use_the_due_index() {
-        for sql in [DUE, ORPHAN] {
+    fn the_due_and_orphan_reads_and_the_batched_take_use_the_due_index() {
+        for sql in [DUE, ORPHAN, TAKE_DUE] {
             let steps = plan(sql);
             assert!(
                 steps.iter().any(|s| s.contains("webhook_events_due")),

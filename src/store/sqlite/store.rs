@@ -460,7 +460,7 @@ impl Store for SqliteStore {
         busy: &'a [Arc<str>],
     ) -> StoreFuture<'a, Vec<Taken>> {
         let provider = provider.to_owned();
-        let busy = queue::key_list(busy);
+        let busy = busy.to_vec();
         Box::pin(
             self.writer
                 .call(move |conn| queue::take_due(conn, &provider, limit, lease, &busy)),
