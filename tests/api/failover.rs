@@ -249,14 +249,20 @@ async fn a_primary_waiting_for_a_lost_standby_costs_at_most_the_pool_and_recover
 
 #[actix_web::test]
 async fn a_connection_to_a_server_turned_read_only_is_dropped_and_writes_reach_the_new_primary() {
+    const NAME: &str = "hookgate-read-only";
     let pair = HaPair::start().await;
-    let app = node_on(&pair, pair.url.clone(), |c| c.store.pool_size = 4).await;
+    let app = node_on(&pair, pair.url_named(NAME), |c| c.store.pool_size = 4).await;
     let schema = app.db.schema.clone();
     // Several pooled connections on the first server.
     let warm: Vec<String> = (0..8).map(|i| format!("evt_warm_{i}")).collect();
     for answer in join_all(warm.iter().map(|k| app.deliver(k, "{}"))).await {
         assert_eq!(answer.status, 201, "{answer:?}");
     }
+    let pooled = HaPair::backends(&pair.first_url, NAME).await;
+    assert!(
+        pooled >= 2,
+        "{pooled} pooled connections on the first server"
+    );
 
     // A switchover that fences the old primary read-only and keeps it running.
     let first = HaPair::connect(&pair.first_url).await;
@@ -281,6 +287,16 @@ async fn a_connection_to_a_server_turned_read_only_is_dropped_and_writes_reach_t
     .await;
     let done = keys_with(&pair.second_url, &schema, "done").await;
     assert!(done.contains(&TestApp::idem(&format!("evt_moved_{n}"))));
+    // The first refusal retired every connection opened before it, not only its own: at
+    // most one write met the read-only server, whatever the number pooled on it.
+    let refused: Vec<_> = app
+        .log
+        .lines()
+        .into_iter()
+        .filter(|l| l["msg"] == "webhook.unavailable")
+        .filter(|l| l["error"].as_str().is_some_and(|e| e.contains("read-only")))
+        .collect();
+    assert!(refused.len() <= 1, "{refused:#?}");
 }
 
 #[actix_web::test]
