@@ -8,6 +8,7 @@
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
+use futures_util::future::join_all;
 use hookgate::config::{Config, Mode};
 use hookgate::key::EventId;
 use hookgate::metrics::Metrics;
@@ -215,12 +216,13 @@ async fn an_outcome_write_held_up_past_the_lease_lands_and_the_event_is_not_sent
     assert_eq!(app.target.count(&idem), 1, "delivered once");
 }
 
-/// The target answered; the outcome write and the lease's renewals are held (before they
-/// reach the store) until the lease has run out by the database's clock and a scheduler
-/// pass has run. The node's own
-/// scheduler must not take the row while the key's write is pending here: the take would
-/// fence that write out, and the event would be sent again.
-async fn a_scheduler_pass_while_an_outcome_write_is_pending_does_not_fence_it_out(
+/// The target answered four events delivered at once; their outcome writes and their
+/// leases' renewals are held (before they reach the store) until the leases have run out
+/// by the database's clock and a scheduler pass has run. The node's own scheduler must not
+/// take the rows while their keys' writes are pending here: the take would fence those
+/// writes out, and the events would be sent again. (Four: every shard of the test config
+/// has four workers, so all start at once wherever their keys land.)
+async fn a_scheduler_pass_while_outcome_writes_are_pending_does_not_fence_them_out(
     backend: Backend,
 ) {
     let db = TestDb::on(backend).await;
@@ -231,26 +233,36 @@ async fn a_scheduler_pass_while_an_outcome_write_is_pending_does_not_fence_it_ou
     let delivery = Arc::new(hookgate::worker::HttpDelivery);
     let hold = store.hold_writes();
     let app = start_node_on(db, target, config, delivery, Arc::clone(&store) as _).await;
-    let idem = TestApp::idem("evt_hw");
-    assert_eq!(app.deliver("evt_hw", "{}").await.status, 202);
-    app.target.wait_for(&idem, 1).await;
-    eventually("the outcome write to be held", || async {
-        store.held() == 1
+    let keys: Vec<String> = (0..4).map(|i| format!("evt_hw{i}")).collect();
+    let answers = join_all(keys.iter().map(|key| app.deliver(key, "{}"))).await;
+    assert!(answers.iter().all(|a| a.status == 202), "{answers:?}");
+    eventually("every outcome write to be held", || async {
+        store.held() == keys.len()
     })
     .await;
-    eventually("the lease to run out by the database's clock", || async {
-        app.db.lease_state(PROVIDER, "evt_hw").await.3 <= 0.0
-    })
-    .await;
+    for key in &keys {
+        eventually("the lease to run out by the database's clock", || async {
+            app.db.lease_state(PROVIDER, key).await.3 <= 0.0
+        })
+        .await;
+    }
     let pass = app.scheduler.run_once().await.unwrap();
     drop(hold);
-    eventually("the event to be done", || async {
-        app.scheduler.run_once().await.unwrap();
-        app.db.status(PROVIDER, "evt_hw").await.as_deref() == Some("done")
-    })
-    .await;
-    assert_eq!(app.target.count(&idem), 1, "delivered once");
-    assert_eq!(pass.taken, 0, "the pending key was taken");
+    for key in &keys {
+        eventually("the event to be done", || async {
+            app.scheduler.run_once().await.unwrap();
+            app.db.status(PROVIDER, key).await.as_deref() == Some("done")
+        })
+        .await;
+    }
+    for key in &keys {
+        assert_eq!(
+            app.target.count(&TestApp::idem(key)),
+            1,
+            "{key} delivered once"
+        );
+    }
+    assert_eq!(pass.taken, 0, "pending keys were taken");
 }
 
 /// The target's `Retry-After` on a 503, read as RFC 9110 says (delay-seconds or an
@@ -535,7 +547,7 @@ on_both_stores!(
     a_command_line_replay_of_a_queue_event_renews_its_lease_and_no_scheduler_takes_it,
     an_admin_replay_of_a_queue_event_reaches_a_target_slower_than_the_lease,
     an_outcome_write_held_up_past_the_lease_lands_and_the_event_is_not_sent_again,
-    a_scheduler_pass_while_an_outcome_write_is_pending_does_not_fence_it_out,
+    a_scheduler_pass_while_outcome_writes_are_pending_does_not_fence_them_out,
     a_targets_retry_after_is_bounded_and_can_never_take_a_shard_down,
     throttled_tries_do_not_use_up_the_attempts,
     an_event_throttled_past_its_horizon_is_a_dead_letter,
