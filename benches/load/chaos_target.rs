@@ -4,7 +4,7 @@
 //! being when its handler finished or when the client hung up. It judges nothing.
 
 use std::collections::HashSet;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
@@ -54,6 +54,8 @@ pub struct ChaosTarget {
     pub year: Arc<AtomicBool>,
     /// Every attempt starting now is slow (so a fault meets deliveries in flight).
     pub all_slow: Arc<AtomicBool>,
+    /// How long every answer that is not slow takes, in ms; 0: 2 to 20 ms at random.
+    pub pause_ms: Arc<AtomicU64>,
     /// Keys (`provider:key`) whose next attempt is slow: replays meet a long delivery.
     slow_next: Arc<Mutex<HashSet<String>>>,
 }
@@ -179,9 +181,10 @@ async fn receive(
         status: None,
     };
     let answer = choose(&state, &open.key);
-    let pause = match answer {
-        Answer::Slow => fastrand::u64(SLOW),
-        _ => fastrand::u64(2..20),
+    let pause = match (&answer, state.pause_ms.load(Ordering::SeqCst)) {
+        (Answer::Slow, _) => fastrand::u64(SLOW),
+        (_, 0) => fastrand::u64(2..20),
+        (_, fixed) => fixed,
     };
     actix_rt::time::sleep(Duration::from_millis(pause)).await;
     let response = match answer {

@@ -17,6 +17,9 @@
 //! pair (scripts/pg-ha.sh), runs the release binary on it through a multi-host URL, and
 //! kills the primary and promotes the standby mid-run; see `failover.rs`.
 //!
+//! `--scenario crash [--events 300] [--target-ms 50]` measures queue mode's crash window:
+//! two nodes, a burst of events, one node SIGKILLed mid-burst; see `crash_window.rs`.
+//!
 //! `--scenario burndown` and `--scenario ingest` compare queue mode with graphile-worker
 //! on Postgres, with their own options; see `compare.rs` (scripts/queue-compare.sh).
 
@@ -35,6 +38,7 @@ mod compare_graphile;
 mod compare_hookgate;
 mod compare_meter;
 mod compare_target;
+mod crash_window;
 mod driver;
 mod failover;
 mod failover_report;
@@ -62,8 +66,9 @@ use target::{Behaviour, Target};
 
 #[derive(Debug, Parser)]
 struct Args {
-    /// unique, duplicate, mixed, hot, hot_fail, slow_target, bare, chaos, failover, or all
-    /// (chaos and failover are not part of all); burndown and ingest are `compare.rs`'s.
+    /// unique, duplicate, mixed, hot, hot_fail, slow_target, bare, chaos, failover, crash,
+    /// or all (chaos, failover and crash are not part of all); burndown and ingest are
+    /// `compare.rs`'s.
     #[arg(long, default_value = "all")]
     scenario: String,
     /// Concurrent client connections.
@@ -104,6 +109,12 @@ struct Args {
     /// (hookgate redelivers; the chaos run with two nodes).
     #[arg(long, default_value = "sync")]
     mode: String,
+    /// Events posted at once in the crash scenario.
+    #[arg(long, default_value_t = 300)]
+    events: u64,
+    /// How long the crash scenario's target takes to answer, in ms.
+    #[arg(long, default_value_t = 50)]
+    target_ms: u64,
     /// cargo bench passes --bench; accepted and ignored.
     #[arg(long, hide = true)]
     bench: bool,
@@ -134,6 +145,17 @@ fn main() {
         ));
         if violations > 0 {
             eprintln!("FAILED: {violations} violation(s) across the failover");
+            std::process::exit(1);
+        }
+        return;
+    }
+    if args.scenario == "crash" {
+        let url = std::env::var("HOOKGATE_BENCH_DATABASE_URL")
+            .expect("--scenario crash runs on Postgres: set HOOKGATE_BENCH_DATABASE_URL");
+        let violations =
+            actix_rt::System::new().block_on(crash_window::run(url, args.events, args.target_ms));
+        if violations > 0 {
+            eprintln!("FAILED: {violations} violation(s) around the crash");
             std::process::exit(1);
         }
         return;
