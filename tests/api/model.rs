@@ -319,8 +319,8 @@ impl Row {
         self.status == Status::InProgress && self.lease_end.is_some_and(|end| end > now)
     }
 
-    /// The claim's and the take's rule on an existing row: `queued`, `failed`, or
-    /// `in_progress` past its lease.
+    /// The take's rule on an existing row (and the claim's, on a sync row): `queued`,
+    /// `failed`, or `in_progress` past its lease.
     fn takeable(&self, now: i64) -> bool {
         match self.status {
             Status::Queued | Status::Failed => true,
@@ -403,7 +403,8 @@ impl Model {
                     let same = matches!((row.fingerprint, fp), (Some(a), Some(b)) if a == b)
                         || row.fingerprint.is_none()
                         || fp.is_none();
-                    if row.takeable(now) && same {
+                    // A queue row is never claimed: it keeps the mode it was accepted in.
+                    if row.mode == Mode::Sync && row.takeable(now) && same {
                         let path = row.path_of_take();
                         row.attempts += 1;
                         row.status = Status::InProgress;

@@ -478,6 +478,43 @@ async fn a_sync_redelivery_never_takes_over_this_nodes_queue_attempt(backend: Ba
     );
 }
 
+/// A row keeps the mode it was accepted in: after its provider left queue mode, a sender's
+/// redelivery of a failed queue row is answered 409 from the row, not claimed and run as a
+/// sync attempt (which would neither renew its lease nor write its outcome past it); the
+/// node's scheduler delivers it as a queue attempt, and the next redelivery is a duplicate.
+async fn a_sync_redelivery_leaves_a_queue_row_to_the_scheduler(backend: Backend) {
+    let app = spawn_app_on(backend, long_deliveries).await;
+    app.target.set(Behaviour::Status(500));
+    assert_eq!(app.deliver("evt_qs", "{}").await.status, 202);
+    wait_status(&app, "evt_qs", "failed").await;
+    app.start_shutdown();
+    eventually("the queue node to drain", || async {
+        app.log.count("hookgate.draining") > 0
+    })
+    .await;
+    let node = app
+        .second_node(|c| c.queue.poll_interval = Duration::from_secs(3600))
+        .await;
+    app.target.set(Behaviour::Accept);
+    app.db.make_due(PROVIDER, "evt_qs").await;
+    let idem = TestApp::idem("evt_qs");
+
+    let again = node.deliver("evt_qs", "{}").await;
+    assert_eq!(
+        (again.status, again.path.as_str()),
+        (409, "in_progress_elsewhere")
+    );
+    assert_eq!(app.target.count(&idem), 1, "only the first, failed attempt");
+    eventually("the scheduler to deliver the queue row", || async {
+        node.scheduler.run_once().await.unwrap();
+        app.db.status(PROVIDER, "evt_qs").await.as_deref() == Some("done")
+    })
+    .await;
+    assert_eq!(app.target.count(&idem), 2);
+    let last = node.deliver("evt_qs", "{}").await;
+    assert_eq!((last.status, last.path.as_str()), (201, "duplicate_done"));
+}
+
 /// Queue rows whose provider is no longer configured become dead letters that say so.
 async fn queue_rows_of_a_removed_provider_become_dead_letters(backend: Backend) {
     let app = spawn_app_on(backend, long_deliveries).await;
@@ -554,6 +591,7 @@ on_both_stores!(
     another_payload_is_refused_while_a_scheduled_attempt_runs,
     queue_rows_are_delivered_after_their_provider_left_queue_mode,
     a_sync_redelivery_never_takes_over_this_nodes_queue_attempt,
+    a_sync_redelivery_leaves_a_queue_row_to_the_scheduler,
     queue_rows_of_a_removed_provider_become_dead_letters,
     a_draining_node_takes_no_queue_rows,
 );

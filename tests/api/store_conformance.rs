@@ -647,6 +647,32 @@ async fn parallel_enqueues_write_each_key_once_and_may_start_it(store: Arc<dyn S
         .is_empty());
 }
 
+/// A queue row keeps its mode: a sender's claim never takes it, whether it is queued,
+/// failed and due, or in progress with its lease run out; the claim reports it as it
+/// stands, and the queue's take still takes it.
+async fn a_claim_never_takes_a_queue_row(store: Arc<dyn Store>) {
+    store.enqueue(&queued("queued")).await.unwrap();
+    store.enqueue(&queued("failed")).await.unwrap();
+    let (attempts, _) = take(&*store, "failed", LEASE).await.expect("taken");
+    let due_now = retry_in(Duration::ZERO);
+    store.fail(&id("failed"), attempts, &due_now).await.unwrap();
+    store.enqueue(&queued("expired")).await.unwrap();
+    take(&*store, "expired", EXPIRED).await.expect("taken");
+    for (key, status, attempts) in [
+        ("queued", Status::Queued, 0),
+        ("failed", Status::Failed, 1),
+        ("expired", Status::InProgress, 1),
+    ] {
+        let row = existing(claim(&*store, key, LEASE).await);
+        assert_eq!((row.status, row.attempts), (status, attempts), "{key}");
+        assert_eq!(
+            take(&*store, key, LEASE).await.map(|(n, _)| n),
+            Some(attempts + 1),
+            "{key}"
+        );
+    }
+}
+
 /// A batch take leaves the keys it is told are busy (the node's own attempts in flight)
 /// untouched, whatever their characters; a later take without them takes them.
 async fn a_batch_take_skips_the_busy_keys(store: Arc<dyn Store>) {
@@ -810,6 +836,7 @@ conformance!(
     parallel_enqueues_write_each_key_once_and_may_start_it,
     parallel_batch_takes_take_each_row_once,
     a_batch_take_skips_the_busy_keys,
+    a_claim_never_takes_a_queue_row,
     stale_sync_rows_become_sender_gave_up_dead_letters,
     rows_are_listed_oldest_first_and_queues_counted,
 );

@@ -10,22 +10,24 @@
 //! `in_progress` rows). `tests/api/plans.rs` holds this for every fenced statement.
 
 /// The claim's state rules in Postgres, shared by the single-row and the batched claim
-/// (`e` is the existing row): a `queued` row (a queue-mode provider switched to sync), a
-/// `failed` row, or an `in_progress` row whose lease has run out by the database's clock, is
-/// taken over — set back to `in_progress` with attempts + 1 — when its fingerprint
-/// matches; `done` and `dead` never match. The queue's [`TAKE`] keeps the same rule.
+/// (`e` is the existing row): a sync row that is `failed`, or `in_progress` with its lease
+/// run out by the database's clock, is taken over — set back to `in_progress` with
+/// attempts + 1 — when its fingerprint matches; `done` and `dead` never match. A queue row
+/// is never claimed, whatever the provider's mode is now: a row keeps the mode it was
+/// accepted in, and only a queue attempt (renewed, its outcome written however long the
+/// store takes) may deliver it; the sender's redelivery is answered from the row. The
+/// queue's [`TAKE`](super::queue_sql::TAKE) keeps the same rule for queue rows.
 macro_rules! pg_claim_conflict {
     () => {
         "ON CONFLICT (provider, event_key) DO UPDATE
     SET status = 'in_progress',
         attempts = e.attempts + 1,
-        last_path = CASE e.status WHEN 'queued' THEN 'first_run'
-                                  WHEN 'failed' THEN 'retry_after_failure'
+        last_path = CASE e.status WHEN 'failed' THEN 'retry_after_failure'
                                   ELSE 'lease_retake' END,
         locked_until = EXCLUDED.locked_until,
         updated_at = now()
-    WHERE (e.status IN ('queued', 'failed')
-           OR (e.status = 'in_progress' AND e.locked_until <= now()))
+    WHERE e.mode = 'sync'
+      AND (e.status = 'failed' OR (e.status = 'in_progress' AND e.locked_until <= now()))
       AND (e.fingerprint IS NULL OR EXCLUDED.fingerprint IS NULL
            OR e.fingerprint = EXCLUDED.fingerprint)"
     };

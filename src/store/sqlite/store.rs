@@ -72,8 +72,9 @@ fn write_history(
 /// How long a statement waits for another process's write lock before failing.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// Claim: insert the key, or take over a `failed` row or an expired lease, in one upsert;
-/// `RETURNING` yields a row only when the claim was won. Runs under the transaction's write
+/// Claim: insert the key, or take over a sync row that is `failed` or has an expired lease
+/// (never a queue row: see Postgres's `pg_claim_conflict`), in one upsert; `RETURNING`
+/// yields a row only when the claim was won. Runs under the transaction's write
 /// lock, so the report that follows a lost claim reads the row as this upsert left it.
 const CLAIM: &str = "
 INSERT INTO webhook_events
@@ -85,12 +86,12 @@ VALUES (?1, ?2, 'in_progress', 1, 'first_run', ?3,
 ON CONFLICT (provider, event_key) DO UPDATE
 SET status = 'in_progress',
     attempts = webhook_events.attempts + 1,
-    last_path = CASE webhook_events.status WHEN 'queued' THEN 'first_run'
-                                           WHEN 'failed' THEN 'retry_after_failure'
+    last_path = CASE webhook_events.status WHEN 'failed' THEN 'retry_after_failure'
                                            ELSE 'lease_retake' END,
     locked_until = excluded.locked_until,
     updated_at = excluded.updated_at
-WHERE (webhook_events.status IN ('queued', 'failed')
+WHERE webhook_events.mode = 'sync'
+  AND (webhook_events.status = 'failed'
        OR (webhook_events.status = 'in_progress'
            AND webhook_events.locked_until <= unixepoch('subsec')))
   AND (webhook_events.fingerprint IS NULL OR excluded.fingerprint IS NULL
