@@ -405,22 +405,28 @@ async fn queue_rows_are_delivered_after_their_provider_left_queue_mode(backend: 
     assert_eq!(app.target.count(&TestApp::idem("evt_mv")), 2);
 }
 
+/// A queue node whose target refused `key` (500): the row is `failed`, and the node has
+/// begun to drain, so its scheduler takes nothing more — only another node may.
+async fn failed_queue_row_on_a_drained_node(backend: Backend, key: &str) -> TestApp {
+    let app = spawn_app_on(backend, long_deliveries).await;
+    app.target.set(Behaviour::Status(500));
+    assert_eq!(app.deliver(key, "{}").await.status, 202);
+    wait_status(&app, key, "failed").await;
+    app.start_shutdown();
+    eventually("the queue node to drain", || async {
+        app.log.count("hookgate.draining") > 0
+    })
+    .await;
+    app
+}
+
 /// A queue row is taken by a node where its provider is now in sync mode; the target
 /// answers, and the attempt's renewals and outcome write are held (before they reach the
 /// store) until its lease ran out half a second ago. The sender redelivers on the sync path
 /// meanwhile: the node answers from its in-flight set (409), neither claiming the row over
 /// its own attempt nor sending the event again; the held write then lands.
 async fn a_sync_redelivery_never_takes_over_this_nodes_queue_attempt(backend: Backend) {
-    let app = spawn_app_on(backend, long_deliveries).await;
-    app.target.set(Behaviour::Status(500));
-    assert_eq!(app.deliver("evt_sw", "{}").await.status, 202);
-    wait_status(&app, "evt_sw", "failed").await;
-    // The queue node drains: only the sync node's scheduler may take the row.
-    app.start_shutdown();
-    eventually("the queue node to drain", || async {
-        app.log.count("hookgate.draining") > 0
-    })
-    .await;
+    let app = failed_queue_row_on_a_drained_node(backend, "evt_sw").await;
 
     let db = app.db.attach().await;
     let mut config = base_config(&db, &app.target);
@@ -483,15 +489,7 @@ async fn a_sync_redelivery_never_takes_over_this_nodes_queue_attempt(backend: Ba
 /// sync attempt (which would neither renew its lease nor write its outcome past it); the
 /// node's scheduler delivers it as a queue attempt, and the next redelivery is a duplicate.
 async fn a_sync_redelivery_leaves_a_queue_row_to_the_scheduler(backend: Backend) {
-    let app = spawn_app_on(backend, long_deliveries).await;
-    app.target.set(Behaviour::Status(500));
-    assert_eq!(app.deliver("evt_qs", "{}").await.status, 202);
-    wait_status(&app, "evt_qs", "failed").await;
-    app.start_shutdown();
-    eventually("the queue node to drain", || async {
-        app.log.count("hookgate.draining") > 0
-    })
-    .await;
+    let app = failed_queue_row_on_a_drained_node(backend, "evt_qs").await;
     let node = app
         .second_node(|c| c.queue.poll_interval = Duration::from_secs(3600))
         .await;
