@@ -405,10 +405,16 @@ async fn queue_rows_are_delivered_after_their_provider_left_queue_mode(backend: 
     assert_eq!(app.target.count(&TestApp::idem("evt_mv")), 2);
 }
 
-/// A queue node whose target refused `key` (500): the row is `failed`, and the node has
+/// A queue node whose target refused `key` (500): the row is `failed`, due again only in a
+/// minute (so no scheduler's pass takes it before the test makes it due), and the node has
 /// begun to drain, so its scheduler takes nothing more — only another node may.
 async fn failed_queue_row_on_a_drained_node(backend: Backend, key: &str) -> TestApp {
-    let app = spawn_app_on(backend, long_deliveries).await;
+    let app = spawn_app_on(backend, |c| {
+        long_deliveries(c);
+        c.retry.base = Duration::from_secs(60);
+        c.retry.cap = Duration::from_secs(120);
+    })
+    .await;
     app.target.set(Behaviour::Status(500));
     assert_eq!(app.deliver(key, "{}").await.status, 202);
     wait_status(&app, key, "failed").await;
@@ -494,7 +500,6 @@ async fn a_sync_redelivery_leaves_a_queue_row_to_the_scheduler(backend: Backend)
         .second_node(|c| c.queue.poll_interval = Duration::from_secs(3600))
         .await;
     app.target.set(Behaviour::Accept);
-    app.db.make_due(PROVIDER, "evt_qs").await;
     let idem = TestApp::idem("evt_qs");
 
     let again = node.deliver("evt_qs", "{}").await;
@@ -503,6 +508,7 @@ async fn a_sync_redelivery_leaves_a_queue_row_to_the_scheduler(backend: Backend)
         (409, "in_progress_elsewhere")
     );
     assert_eq!(app.target.count(&idem), 1, "only the first, failed attempt");
+    app.db.make_due(PROVIDER, "evt_qs").await;
     eventually("the scheduler to deliver the queue row", || async {
         node.scheduler.run_once().await.unwrap();
         app.db.status(PROVIDER, "evt_qs").await.as_deref() == Some("done")
