@@ -92,17 +92,13 @@ impl Scheduler {
                 .await?;
             pass.full |= taken.len() >= room;
             pass.taken += taken.len();
-            let held: Vec<_> = taken
-                .into_iter()
-                .map(|taken| (self.dispatcher.hold(&taken.id), taken))
-                .collect();
-            for (hold, taken) in held {
+            for taken in taken {
                 let start = Start {
                     gated: gate.try_acquire(provider),
+                    hold: self.dispatcher.hold(&taken.id),
                     taken,
                     target: Arc::clone(target),
                     sent,
-                    hold,
                 };
                 if let Err(start) = self.dispatcher.hand_over(start) {
                     if start.gated {

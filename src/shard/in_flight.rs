@@ -86,12 +86,6 @@ impl Drop for KeyHold {
     }
 }
 
-impl std::fmt::Debug for KeyHold {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "KeyHold({})", self.id)
-    }
-}
-
 /// The in-flight set of one shard.
 pub(super) struct InFlightSet {
     entries: HashMap<EventId, Entry>,
