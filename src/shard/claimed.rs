@@ -13,7 +13,7 @@ use super::answer::{log_mismatch, log_refusal, mismatch_with, Answer, Reply, Ret
 use super::attempt::{ceil_secs, Attempt};
 use super::cache::CachedDone;
 use super::event::Event;
-use super::running::Running;
+use super::slots::Running;
 use crate::claim::{classify, ClaimResult, Path, RowState};
 use crate::store::StoreError;
 

@@ -5,7 +5,8 @@
 //! `dispatcher` → `actor` (admission, memory answers) → `claimed` (the store's answer) →
 //! `running` (the shard's attempts) → `attempt` (deliver, judge, record, answer: the one
 //! home, also used by the command line) → `record` (fenced writes), `answer`, `cache`,
-//! `in_flight`, `event`, `messages`; `operator` (replay, shutdown) beside them.
+//! `in_flight`, `event`, `messages`, `slots` (an attempt waiting for or holding a
+//! worker); `operator` (replay, shutdown) and `queue` beside them.
 
 mod actor;
 pub mod answer;
@@ -22,6 +23,7 @@ mod queue;
 mod record;
 mod running;
 mod signals;
+mod slots;
 
 pub use actor::{Shard, ShardSettings, Shared};
 pub use answer::{

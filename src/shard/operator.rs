@@ -13,7 +13,7 @@ use super::answer::{Answer, Reply, RetryReason};
 use super::attempt::Attempt;
 use super::event::Event;
 use super::messages::{Drain, Drained, Replay};
-use super::running::Running;
+use super::slots::Running;
 use crate::claim::Path;
 use crate::config::Mode;
 use crate::deadline::after;

@@ -19,19 +19,12 @@ use super::attempt::Attempt;
 use super::event::Event;
 use super::messages::{Enqueue, Start};
 use super::record::write_verdict_retrying;
-use super::running::Running;
+use super::slots::{Pending, Running};
 use crate::claim::{Path, RowState};
 use crate::config::Mode;
 use crate::deadline::after;
 use crate::outcome::Verdict;
 use crate::store::{Enqueued, History, Store, StoreError, Taken};
-
-/// A taken row waiting in its shard for a worker (the scheduler took it for this node).
-pub(super) struct Pending {
-    attempt: Attempt,
-    token: u64,
-    gated: bool,
-}
 
 impl Handler<Enqueue> for Shard {
     type Result = ();

@@ -12,22 +12,10 @@ use tokio::sync::oneshot;
 
 use super::actor::Shard;
 use super::answer::{Answer, Reply};
-use super::attempt::Attempt;
 use super::cache::CachedDone;
+use super::slots::Running;
 use crate::outcome::{DeliveryOutcome, Verdict};
 use crate::worker::Deliver;
-
-/// An attempt with the shard's bookkeeping: its in-flight entry and its worker.
-pub(super) struct Running {
-    /// The attempt itself.
-    pub(super) attempt: Attempt,
-    /// The in-flight entry's token.
-    pub(super) token: u64,
-    /// The worker reserved for it before the claim.
-    pub(super) worker: usize,
-    /// Whether it holds one of its provider's queue slots (given back at the end).
-    pub(super) gated: bool,
-}
 
 impl Shard {
     /// A won claim: delivered, or released without reaching the target once the node is

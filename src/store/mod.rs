@@ -14,6 +14,7 @@ mod page;
 pub mod postgres;
 mod reconnect;
 pub mod sqlite;
+mod types;
 
 pub use crate::outcome::DeadReason;
 pub use api::{

@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::api::{AttemptRecord, EventRecord, StoreFuture};
 use super::page::PageCursor;
+use super::types::{AttemptRecord, EventRecord, StoreFuture};
 use crate::claim::Status;
 use crate::key::EventId;
 

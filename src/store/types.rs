@@ -1,0 +1,393 @@
+//! The store's values: its error kinds ([`StoreError`], [`Cause`]), the rows and answers its
+//! operations take and give, and the two helpers backends share (the deadline,
+//! milliseconds). The [`Store`](super::Store) trait that uses them is in `api`; operators'
+//! reads (`operator`) use them too.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use actix_web::web::Bytes;
+use futures_util::future::BoxFuture;
+
+use crate::claim::{Path, RowState, Status, StoredResult};
+use crate::config::Mode;
+use crate::key::EventId;
+use crate::outcome::DeadReason;
+
+/// Why a store operation failed. Outcomes (a duplicate, a held key) are not errors.
+///
+/// Each variant keeps what lies under it ([`Cause`]), the driver's own error whole where
+/// there is one: its message and causes are part of this error's message, and
+/// [`StoreError::cause`] hands it out, so a caller can read, say, the SQLSTATE of a
+/// `tokio_postgres::Error` (`cause().downcast_ref()`).
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum StoreError {
+    /// The database could not be reached; nothing was changed.
+    #[error("store unavailable: {0}")]
+    Unavailable(Cause),
+    /// No answer within `store.statement_timeout` (the statement is then cancelled on the
+    /// server), or the connection closed with a statement on it, or a commit whose
+    /// synchronous standby did not confirm it. Whether the statement took effect is
+    /// unknown.
+    #[error("store deadline passed: {0}")]
+    TimedOut(Cause),
+    /// Every pooled connection stayed busy for `store.pool_timeout`: this node is
+    /// overloaded; the database is not at fault.
+    #[error("no free store connection: {0}")]
+    Busy(Cause),
+    /// The database refused for now and the same statement may succeed soon:
+    /// serialization failure, deadlock, read-only after a failover, a cancelled statement.
+    #[error("store refused for now: {0}")]
+    Transient(Cause),
+    /// The database answered with an error.
+    #[error("store query failed: {0}")]
+    Query(Cause),
+    /// The database answered with something hookgate did not write.
+    #[error("store returned unexpected data: {0}")]
+    Corrupt(Cause),
+}
+
+/// What lies under a [`StoreError`]: the driver's error kept whole, or hookgate's own
+/// description where hookgate noticed the trouble itself. Cheap to clone (a batch's one
+/// failure is every caller's).
+#[derive(Clone)]
+pub struct Cause(Arc<dyn std::error::Error + Send + Sync>);
+
+/// A cause that is only a description.
+#[derive(Debug)]
+struct Described(String);
+
+impl fmt::Display for Described {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Described {}
+
+impl Cause {
+    /// Keeps `error` whole.
+    pub fn of(error: impl std::error::Error + Send + Sync + 'static) -> Self {
+        Self(Arc::new(error))
+    }
+
+    /// The kept error as `E`, if it is one.
+    pub fn downcast_ref<E: std::error::Error + 'static>(&self) -> Option<&E> {
+        self.0.downcast_ref::<E>()
+    }
+}
+
+impl From<String> for Cause {
+    fn from(text: String) -> Self {
+        Self(Arc::new(Described(text)))
+    }
+}
+
+impl From<&str> for Cause {
+    fn from(text: &str) -> Self {
+        Self::from(text.to_owned())
+    }
+}
+
+/// The error's message followed by each of its causes not already said
+/// (`error performing TLS handshake: invalid peer certificate: UnknownIssuer`).
+impl fmt::Display for Cause {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&chain(&*self.0))
+    }
+}
+
+impl fmt::Debug for Cause {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&*self.0, f)
+    }
+}
+
+/// The kept error's own causes are already in this one's message.
+impl std::error::Error for Cause {}
+
+/// An error's message and the messages of its sources, each once.
+pub fn chain(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        let next = cause.to_string();
+        if !text.contains(&next) {
+            text.push_str(": ");
+            text.push_str(&next);
+        }
+        source = cause.source();
+    }
+    text
+}
+
+impl StoreError {
+    /// What lies under this error.
+    pub fn cause(&self) -> &Cause {
+        match self {
+            StoreError::Unavailable(c)
+            | StoreError::TimedOut(c)
+            | StoreError::Busy(c)
+            | StoreError::Transient(c)
+            | StoreError::Query(c)
+            | StoreError::Corrupt(c) => c,
+        }
+    }
+
+    /// A short label for metrics.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            StoreError::Unavailable(_) => "unavailable",
+            StoreError::TimedOut(_) => "timed_out",
+            StoreError::Busy(_) => "busy",
+            StoreError::Transient(_) => "transient",
+            StoreError::Query(_) => "query",
+            StoreError::Corrupt(_) => "corrupt",
+        }
+    }
+
+    /// Whether the same operation may succeed if tried again soon (an outcome write after
+    /// a delivery is retried within its lease on these).
+    pub fn is_transient(&self) -> bool {
+        !matches!(self, StoreError::Query(_) | StoreError::Corrupt(_))
+    }
+
+    /// Whether the database itself seems gone (opens the reconnect backoff). A busy pool
+    /// or a refused statement is not an outage.
+    pub fn is_outage(&self) -> bool {
+        matches!(self, StoreError::Unavailable(_) | StoreError::TimedOut(_))
+    }
+}
+
+/// A future returned by a [`Store`] operation.
+pub type StoreFuture<'a, T> = BoxFuture<'a, Result<T, StoreError>>;
+
+/// Whether a fenced write took effect.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fenced {
+    /// The row still belonged to this attempt and now holds its outcome.
+    Applied,
+    /// Another attempt had retaken the row; nothing changed (path `stale_completion`).
+    Stale,
+}
+
+/// A dead letter reopened by [`Store::replay`]: deliver it, then complete or fail it with
+/// `attempts` like any won claim.
+#[derive(Debug, Clone)]
+pub struct Reopened {
+    /// The fencing token of the replay attempt.
+    pub attempts: i32,
+    /// The kept payload.
+    pub payload: Bytes,
+    /// The kept content type.
+    pub content_type: Option<String>,
+    /// The payload's fingerprint, as first claimed.
+    pub fingerprint: Option<String>,
+    /// The mode the event was accepted in: a queue event's replay renews its lease.
+    pub mode: Mode,
+}
+
+/// The outcome of a failed attempt, written by [`Store::fail`].
+#[derive(Debug, Clone)]
+pub struct Failure {
+    /// What went wrong, for people.
+    pub error: String,
+    /// `Some` makes the row a dead letter instead of `failed`.
+    pub dead: Option<DeadReason>,
+    /// The payload, kept so the event can be read and replayed.
+    pub payload: Bytes,
+    /// The payload's content type.
+    pub content_type: Option<String>,
+    /// The request's headers as a JSON object, credentials left out.
+    pub headers: Option<String>,
+    /// Queue mode: when the scheduler may take the row again (a `failed` row's backoff);
+    /// `None` for sync rows, whose sender redelivers.
+    pub retry_in: Option<Duration>,
+    /// Whether this try does not count against `retry.max_attempts` (the target asked for
+    /// time, or the attempt never reached it).
+    pub uncounted: bool,
+    /// The attempt's history row, written with this outcome.
+    pub history: Option<History>,
+}
+
+/// A queue-mode event to write before its sender is answered.
+#[derive(Debug, Clone)]
+pub struct QueueRow {
+    /// Provider and key.
+    pub id: EventId,
+    /// The payload's fingerprint (`None` when fingerprints are off).
+    pub fingerprint: Option<String>,
+    /// The payload, byte for byte.
+    pub payload: Bytes,
+    /// Its content type.
+    pub content_type: Option<String>,
+    /// The request's headers worth keeping, as a JSON object.
+    pub headers: Option<String>,
+    /// Whether the payload stays once the event is done (`keep_payload = "always"`).
+    pub keep_payload: bool,
+    /// `Some(lease)`: a worker waits for it, so the row is written already taken for its
+    /// first attempt (`in_progress`, attempt 1, path `first_run`, holding `lease`) — one
+    /// statement where an enqueue and a take would be two. `None`: written `queued`, due
+    /// now, for a scheduler.
+    pub start: Option<Duration>,
+}
+
+/// What [`Store::enqueue`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Enqueued {
+    /// A new row, durable, due now.
+    Inserted,
+    /// The key was known; the row as it stands.
+    Existing(RowState),
+}
+
+/// A queue row taken for one attempt by [`Store::take`]: deliver it, then complete or
+/// fail it with `attempts` like any won claim.
+#[derive(Debug, Clone)]
+pub struct Taken {
+    /// Its provider and key.
+    pub id: EventId,
+    /// The fencing token of this attempt.
+    pub attempts: i32,
+    /// This attempt's number among the tries that count against `retry.max_attempts`
+    /// (`attempts` less the throttled and never-started ones).
+    pub tries: i32,
+    /// How long ago the event was accepted (store clock).
+    pub age: Duration,
+    /// `first_run`, `retry_after_failure` or `lease_retake`.
+    pub path: Path,
+    /// The kept payload.
+    pub payload: Bytes,
+    /// The kept content type.
+    pub content_type: Option<String>,
+    /// The payload's fingerprint.
+    pub fingerprint: Option<String>,
+}
+
+/// One provider's queue, for metrics.
+#[derive(Debug, Clone, PartialEq)]
+pub struct QueueDepth {
+    /// The provider.
+    pub provider: String,
+    /// Queue rows not finished: queued, failed (waiting for their backoff) or in progress.
+    pub rows: u64,
+    /// How long the oldest due row has been due (zero when none is).
+    pub oldest_due: Duration,
+}
+
+/// One attempt as its history row is written — only for attempts whose story is not a plain
+/// `first_run` → `done` (that one the event's own row tells whole) — in the same statement
+/// as the outcome it belongs to.
+#[derive(Debug, Clone)]
+pub struct History {
+    /// The attempt's path (`first_run`, `retry_after_failure`, `lease_retake`, `replay`).
+    pub path: Path,
+    /// The node that ran it.
+    pub node: Arc<str>,
+    /// `done`, `failed`, `dead`, `throttled` or `released`.
+    pub outcome: &'static str,
+    /// From the claim to the outcome, as the node measured it: the row's `started_at` is
+    /// the store's clock less this.
+    pub took: Duration,
+    /// The target's status code, when it answered.
+    pub target_status: Option<u16>,
+    /// What went wrong.
+    pub error: Option<String>,
+    /// The first bytes of the target's answer (text, bounded).
+    pub answer: Option<String>,
+}
+
+/// An event's payload, kept with its claim when its provider says `keep_payload = "always"`
+/// (so even a crashed attempt's dead letter can be replayed).
+#[derive(Debug, Clone)]
+pub struct Kept {
+    /// The payload, byte for byte.
+    pub payload: Bytes,
+    /// Its content type.
+    pub content_type: Option<String>,
+    /// The request's headers worth keeping, as a JSON object.
+    pub headers: Option<String>,
+}
+
+/// One attempt from an event's history (`hookgate events history`, the console).
+#[derive(Debug, Clone, PartialEq)]
+pub struct AttemptRecord {
+    /// The attempt number (the fencing token it held).
+    pub attempt: i32,
+    /// Its path.
+    pub path: String,
+    /// The node that ran it.
+    pub node: String,
+    /// `sync` or `queue`.
+    pub mode: String,
+    /// `done`, `failed`, `dead`, `throttled` or `released`.
+    pub outcome: String,
+    /// Started and ended, Unix seconds (store clock).
+    pub started_at: f64,
+    /// See `started_at`.
+    pub ended_at: f64,
+    /// The target's status code, when it answered.
+    pub target_status: Option<u16>,
+    /// What went wrong.
+    pub error: Option<String>,
+    /// The first bytes of the target's answer.
+    pub answer: Option<String>,
+}
+
+/// A whole row, for operators (`hookgate events show`).
+#[derive(Debug, Clone)]
+pub struct EventRecord {
+    /// Provider and key.
+    pub id: EventId,
+    /// The row's status.
+    pub status: Status,
+    /// Won claims so far.
+    pub attempts: i32,
+    /// The path of the last won claim.
+    pub last_path: Option<Path>,
+    /// Fingerprint of the payload.
+    pub fingerprint: Option<String>,
+    /// The cached result of a done row.
+    pub result: Option<StoredResult>,
+    /// The kept payload of a failed or dead row.
+    pub payload: Option<Vec<u8>>,
+    /// The last failure.
+    pub last_error: Option<String>,
+    /// Why the row is dead.
+    pub dead_reason: Option<String>,
+    /// The kept payload's content type.
+    pub content_type: Option<String>,
+    /// The kept request headers (JSON object text).
+    pub request_headers: Option<String>,
+    /// Time left on the lease (zero when none is live).
+    pub lease_left: Duration,
+    /// `sync` or `queue`.
+    pub mode: String,
+    /// Row creation, seconds since the Unix epoch (store clock).
+    pub created_at: f64,
+    /// Last change, seconds since the Unix epoch (store clock).
+    pub updated_at: f64,
+}
+
+/// Runs `op` under `deadline`: past it the caller gets [`StoreError::TimedOut`] and the
+/// operation's future is dropped (a Postgres connection it held is discarded, see
+/// `postgres/pool.rs`).
+pub(crate) async fn within<T>(
+    deadline: Duration,
+    op: impl std::future::Future<Output = Result<T, StoreError>>,
+) -> Result<T, StoreError> {
+    tokio::time::timeout(deadline, op)
+        .await
+        .unwrap_or_else(|_| {
+            Err(StoreError::TimedOut(
+                format!("no answer within the {} ms deadline", millis(deadline)).into(),
+            ))
+        })
+}
+
+/// A duration in whole milliseconds for SQL parameters (saturating; leases and ages are
+/// far below the limit).
+pub(crate) fn millis(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}
