@@ -15,7 +15,6 @@ use super::event::Event;
 use super::messages::{Drain, Drained, Replay};
 use super::slots::Running;
 use crate::claim::Path;
-use crate::config::Mode;
 use crate::deadline::after;
 use crate::key::EventId;
 use crate::provider::Target;
@@ -135,15 +134,17 @@ impl Shard {
     }
 }
 
-/// The attempt of a reopened dead letter: like any other of its mode — a queue event's
-/// replay renews its lease while it runs, so it may outlast the lease as queue deliveries
-/// do, and no scheduler takes the row meanwhile.
+/// The attempt of a reopened dead letter, in either mode: it renews its lease while it
+/// runs, as queue deliveries do. No sender waits on a replay, and the target it goes to is
+/// the provider's today — whose timeout may be longer than the lease, where the provider
+/// is now in queue mode — so it may outlast the lease, and no scheduler or sender's claim
+/// takes the row meanwhile.
 pub fn replay_attempt(event: Arc<Event>, attempts: i32, sent: Instant, lease: Duration) -> Attempt {
-    let attempt = Attempt::held(event, attempts, Path::Replay, after(sent, lease));
-    match attempt.event.mode {
-        Mode::Queue => attempt.renewed(lease, attempts, Duration::MAX),
-        Mode::Sync => attempt,
-    }
+    Attempt::held(event, attempts, Path::Replay, after(sent, lease)).renewed(
+        lease,
+        attempts,
+        Duration::MAX,
+    )
 }
 
 impl Handler<Drain> for Shard {

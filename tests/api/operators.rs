@@ -10,7 +10,7 @@ use hookgate::key::EventId;
 use hookgate::metrics::Metrics;
 use hookgate::retention::{SweepReport, Sweeper};
 
-use crate::helpers::{spawn_app, spawn_app_with, Behaviour, TestApp, PROVIDER};
+use crate::helpers::{eventually, spawn_app, spawn_app_with, Behaviour, TestApp, PROVIDER};
 
 const TOKEN: &str = "s3cret-admin-token";
 
@@ -270,6 +270,60 @@ async fn a_failed_replay_is_dead_again_and_the_cli_replay_delivers_once() {
     let err = hookgate::cli::replay(&config, id).await.unwrap_err();
     assert!(err.to_string().contains("not dead"), "{err}");
     assert_eq!(app.target.count(&TestApp::idem("evt_cli")), 3);
+}
+
+/// A sync dead letter replayed on a node where its provider now runs in queue mode, with a
+/// target timeout longer than the lease (allowed there, since queue attempts renew their
+/// lease): the replay starts, keeps its lease while the target holds it past the lease's
+/// end — so the sender's redelivery meanwhile is told 409, not run again — and delivers
+/// the event once.
+#[actix_web::test]
+async fn a_sync_dead_letter_replays_where_its_provider_now_queues_past_the_lease() {
+    let app = admin_app().await;
+    dead_letter(&app, "evt_mq").await;
+    let node = app
+        .second_node(|c| {
+            c.admin.token = Some(Secret::new(TOKEN));
+            c.providers[0].mode = Some(hookgate::config::Mode::Queue);
+            c.queue.poll_interval = Duration::from_secs(3600);
+            c.lease.duration = Duration::from_secs(2);
+            c.retry.base = Duration::from_secs(3);
+            c.store.statement_timeout = Some(Duration::from_secs(1));
+            c.providers[0].target.timeout = Duration::from_secs(30);
+        })
+        .await;
+    let idem = TestApp::idem("evt_mq");
+    app.target.set(Behaviour::Hang);
+
+    let token = bearer(TOKEN);
+    let path = format!("/admin/dead/{PROVIDER}/evt_mq/replay");
+    let auth = [("Authorization", token.as_str())];
+    let replay = node.post(&path, &auth, String::new());
+    let meanwhile = async {
+        eventually("the replay to reach the target", || async {
+            app.target.count(&idem) == 2
+        })
+        .await;
+        eventually("the replay to outlast its first lease", || async {
+            app.db.lease_state(PROVIDER, "evt_mq").await.2 > 2.5
+        })
+        .await;
+        let (status, attempts, _, lease_left) = app.db.lease_state(PROVIDER, "evt_mq").await;
+        let again = app.deliver("evt_mq", r#"{"id":"x"}"#).await;
+        app.target.release();
+        (status, attempts, lease_left, again)
+    };
+    let (answer, (status, attempts, lease_left, again)) =
+        futures_util::future::join(replay, meanwhile).await;
+    assert_eq!((status.as_str(), attempts), ("in_progress", 2));
+    assert!(lease_left > 0.0, "the lease was not renewed: {lease_left}");
+    assert_eq!(again.status, 409, "{again:?}");
+    assert_eq!(answer.status, 200, "{answer:?}");
+    assert_eq!(
+        app.db.status(PROVIDER, "evt_mq").await.as_deref(),
+        Some("done")
+    );
+    assert_eq!(app.target.count(&idem), 2);
 }
 
 #[actix_web::test]
