@@ -171,15 +171,24 @@ pub fn retry_after_secs(value: &str, now: SystemTime) -> Option<u64> {
 /// Bytes of a target's answer kept in an attempt's history.
 pub const EXCERPT_BYTES: usize = 512;
 
-/// The first [`EXCERPT_BYTES`] of an answer as text (invalid UTF-8 replaced).
+/// The first [`EXCERPT_BYTES`] of an answer as text: invalid UTF-8 and NUL replaced (U+FFFD).
+/// A Postgres text value cannot hold NUL, and an outcome write the store refuses would
+/// hold its event forever.
 pub fn excerpt(body: &[u8]) -> String {
     let cut = &body[..body.len().min(EXCERPT_BYTES)];
-    String::from_utf8_lossy(cut).into_owned()
+    String::from_utf8_lossy(cut).replace('\0', "\u{fffd}")
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_excerpt_is_bounded_text_without_nul() {
+        assert_eq!(excerpt(b"o\0k\xff"), "o\u{fffd}k\u{fffd}");
+        let long = excerpt(&[b'a'; 2 * EXCERPT_BYTES]);
+        assert_eq!(long.len(), EXCERPT_BYTES);
+    }
 
     #[test]
     fn retry_after_is_delay_seconds_or_an_http_date() {

@@ -341,8 +341,63 @@ async fn a_bulk_replay_replays_each_dead_letter_once_across_nodes(backend: Backe
     assert_eq!(status, 400, "only dead letters or failed queue rows");
 }
 
+/// A target's answer holding NUL bytes (UTF-16 text, a binary format) is kept in the
+/// history as text with each NUL replaced — a text column on Postgres refuses the byte, and
+/// an outcome write that can never land would hold the event forever. In queue mode the
+/// event fails, is retried and ends done, delivered twice; in sync mode the sender's retry
+/// is answered from its recorded outcome.
+async fn a_target_answer_with_nul_bytes_is_recorded_in_either_mode(backend: Backend) {
+    let app = admin_app(backend, |c| {
+        c.providers[0].mode = Some(Mode::Queue);
+        c.queue.poll_interval = Duration::from_secs(3600);
+    })
+    .await;
+    app.target.set(Behaviour::Binary(500));
+    assert_eq!(app.deliver("evt_nul", "{}").await.status, 202);
+    eventually("the failed answer to be recorded", || async {
+        app.db.status(PROVIDER, "evt_nul").await.as_deref() == Some("failed")
+    })
+    .await;
+    app.target.set(Behaviour::Binary(200));
+    app.db.make_due(PROVIDER, "evt_nul").await;
+    eventually("the retry to be recorded done", || async {
+        app.scheduler.run_once().await.unwrap();
+        app.db.status(PROVIDER, "evt_nul").await.as_deref() == Some("done")
+    })
+    .await;
+    assert_eq!(app.target.count(&TestApp::idem("evt_nul")), 2);
+    let event = get_json(&app, &format!("/admin/api/events/{PROVIDER}/evt_nul")).await;
+    let answers: Vec<(&str, &str)> = event["attempts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| {
+            (
+                a["outcome"].as_str().unwrap(),
+                a["answer"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    let kept = "o\u{fffd}k\u{fffd}";
+    assert_eq!(answers, vec![("failed", kept), ("done", kept)]);
+
+    let sync = admin_app(backend, |_| {}).await;
+    sync.target.set(Behaviour::Binary(500));
+    assert_eq!(sync.deliver("evt_nul", "{}").await.status, 503);
+    sync.target.set(Behaviour::Binary(202));
+    let retried = sync.deliver("evt_nul", "{}").await;
+    assert_eq!(
+        (retried.status, retried.path.as_str()),
+        (202, "retry_after_failure")
+    );
+    let again = sync.deliver("evt_nul", "{}").await;
+    assert_eq!((again.status, again.path.as_str()), (202, "duplicate_done"));
+    assert_eq!(sync.target.count(&TestApp::idem("evt_nul")), 2);
+}
+
 on_both_stores!(
     an_event_that_failed_twice_shows_three_attempts_and_a_plain_one_none,
+    a_target_answer_with_nul_bytes_is_recorded_in_either_mode,
     a_crashed_attempt_is_replayable_when_the_payload_is_kept_always,
     events_are_searched_by_filter_and_paged,
     a_paused_provider_delivers_nothing_until_resumed,

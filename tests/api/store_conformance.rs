@@ -9,7 +9,7 @@ use actix_web::web::Bytes;
 use futures_util::future::join_all;
 use hookgate::claim::{classify, ClaimResult, Path, Status, StoredResult};
 use hookgate::key::EventId;
-use hookgate::store::{DeadReason, Enqueued, Failure, Fenced, QueueRow, Store};
+use hookgate::store::{DeadReason, Enqueued, Failure, Fenced, History, QueueRow, Store};
 
 use crate::helpers::failure;
 
@@ -490,6 +490,44 @@ async fn a_wave_of_completions_stores_each_attempts_own_result(store: Arc<dyn St
     }
 }
 
+/// One completion in a wave that the store refuses on its own (Postgres takes no NUL in a
+/// text value; the node replaces it, this call does not) fails alone: every other call of
+/// its batch is applied.
+async fn one_refused_completion_in_a_wave_fails_alone(store: Arc<dyn Store>) {
+    let keys: Vec<String> = (0..16).map(|i| format!("r{i:02}")).collect();
+    for key in &keys {
+        claim(&*store, key, LEASE).await;
+    }
+    let bad = History {
+        path: Path::FirstRun,
+        node: "n".into(),
+        outcome: "done",
+        took: Duration::from_millis(1),
+        target_status: Some(200),
+        error: None,
+        answer: Some("o\0k".into()),
+    };
+    let wave = keys.iter().enumerate().map(|(i, key)| {
+        let store = Arc::clone(&store);
+        let history = (i == 7).then(|| bad.clone());
+        async move {
+            let (key, ok) = (id(key), result("ok"));
+            (i, store.complete(&key, 1, &ok, history.as_ref()).await)
+        }
+    });
+    for (i, written) in join_all(wave).await {
+        if i != 7 {
+            assert_eq!(written.expect("complete"), Fenced::Applied, "call {i}");
+        }
+    }
+    for (i, key) in keys.iter().enumerate() {
+        let row = store.lookup(&id(key)).await.unwrap().expect("row");
+        if i != 7 {
+            assert_eq!(row.status, Status::Done, "{key}");
+        }
+    }
+}
+
 async fn keys_are_scoped_by_provider(store: Arc<dyn Store>) {
     let a = store
         .claim(&EventId::new("a", "k"), None, LEASE, None)
@@ -824,6 +862,7 @@ conformance!(
     keys_are_scoped_by_provider,
     concurrent_claims_and_completions_of_many_keys_keep_every_rule,
     a_wave_of_completions_stores_each_attempts_own_result,
+    one_refused_completion_in_a_wave_fails_alone,
     a_replay_reopens_only_a_dead_row_once,
     dead_letters_are_listed_newest_first_by_provider,
     dead_letters_page_by_cursor_each_row_once_newest_first,

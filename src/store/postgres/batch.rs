@@ -174,10 +174,15 @@ WHERE e.provider = u.provider AND e.event_key = u.event_key
 RETURNING e.provider, e.event_key";
 
 /// Errors after which the calls are worth retrying one by one: a deadlock or
-/// serialization failure between two nodes' batches rolled the whole statement back.
+/// serialization failure between two nodes' batches rolled the whole statement back, or
+/// the server refused one call's data (a data exception or a violated constraint,
+/// SQLSTATE classes 22 and 23), which must fail that call alone, not every call that
+/// shared its statement.
 fn retry_alone(code: Option<&SqlState>) -> bool {
     matches!(code, Some(c) if *c == SqlState::T_R_DEADLOCK_DETECTED
-        || *c == SqlState::T_R_SERIALIZATION_FAILURE)
+        || *c == SqlState::T_R_SERIALIZATION_FAILURE
+        || c.code().starts_with("22")
+        || c.code().starts_with("23"))
 }
 
 fn key(id: &EventId) -> (Arc<str>, Arc<str>) {

@@ -27,6 +27,9 @@ pub enum Behaviour {
     Large(usize),
     /// This status with this `Retry-After` value (a rate-limited or overloaded target).
     Throttle(u16, &'static str),
+    /// This status with a body holding NUL bytes ([`BINARY_ANSWER`]), as UTF-16 text or a
+    /// binary format would.
+    Binary(u16),
 }
 
 /// One delivery as the target's connection lived it: from its request to its answer, or
@@ -55,6 +58,9 @@ struct TargetState {
     behaviour: Mutex<Behaviour>,
     release: watch::Sender<bool>,
 }
+
+/// The body [`Behaviour::Binary`] answers with.
+const BINARY_ANSWER: &[u8] = b"o\0k\0";
 
 #[derive(Clone)]
 pub struct TestTarget {
@@ -200,6 +206,9 @@ async fn receive(
             return HttpResponse::build(code.try_into().unwrap()).finish();
         }
         Behaviour::Large(n) => return HttpResponse::Ok().body(vec![b'r'; n]),
+        Behaviour::Binary(code) => {
+            return HttpResponse::build(code.try_into().unwrap()).body(BINARY_ANSWER);
+        }
         Behaviour::Throttle(code, retry_after) => {
             return HttpResponse::build(code.try_into().unwrap())
                 .insert_header(("Retry-After", retry_after))
