@@ -183,9 +183,11 @@ impl Shard {
         if let Some(entry) = self.in_flight.get(&event.id) {
             let held = entry.since.elapsed();
             // A sync entry older than the lease is not trusted: the store decides. A queue
-            // attempt's entry is: it lives on renewals, and until its outcome is written
-            // however long the store takes, and a claim now would fence that write out.
-            if held < self.settings.lease || entry.event.mode == Mode::Queue {
+            // attempt's or a replay's entry is: it lives on renewals, and until its outcome
+            // is written however long the store takes, and a claim now would fence that
+            // write out.
+            let renews = entry.renews || entry.event.mode == Mode::Queue;
+            if held < self.settings.lease || renews {
                 let attempts = entry.attempts;
                 let busy = Answer {
                     path: Path::InProgressElsewhere,
@@ -410,7 +412,19 @@ impl Handler<Ingest> for Shard {
 
     fn handle(&mut self, msg: Ingest, ctx: &mut Context<Self>) {
         self.metrics.mailbox(self.index, -1);
-        let Ingest { event, reply } = msg;
+        self.ingest(msg.event, msg.reply, ctx);
+    }
+}
+
+impl Shard {
+    /// A sender's sync request: answered from memory, waiting on a claim of its key on its
+    /// way, or claimed.
+    pub(super) fn ingest(
+        &mut self,
+        event: Arc<Event>,
+        reply: oneshot::Sender<Answer>,
+        ctx: &mut Context<Self>,
+    ) {
         if let Some(entry) = self.in_flight.get_mut(&event.id) {
             let pending = entry.attempts.is_none() && entry.since.elapsed() < self.settings.lease;
             if pending && entry.waiters.len() < MAX_WAITERS {

@@ -23,8 +23,12 @@ pub(super) struct Entry {
     pub(super) token: u64,
     /// `None` until the claim is won (waiting for a worker, or the claim on its way).
     pub(super) attempts: Option<i32>,
-    /// When the entry was made; a sync entry older than the lease is not trusted.
+    /// When the entry was made; a sync entry older than the lease is not trusted, unless
+    /// its attempt renews its lease (`renews`).
     pub(super) since: Instant,
+    /// Whether the entry's attempt renews its lease while it runs and writes its outcome
+    /// however long the store takes (a replay, in either mode).
+    pub(super) renews: bool,
     /// The request that made it.
     pub(super) event: Arc<Event>,
     /// Requests for the same key that arrived before the claim was answered; they get the
@@ -112,6 +116,7 @@ impl InFlightSet {
             token,
             attempts,
             since: Instant::now(),
+            renews: false,
             event: Arc::clone(event),
             waiters: Vec::new(),
         };

@@ -103,6 +103,10 @@ impl Shard {
                     mode: row.mode,
                 });
                 let waiters = self.in_flight.won(&event, r.token, row.attempts);
+                if let Some(entry) = self.in_flight.get_mut(&event.id) {
+                    // Trusted however old: the replay renews its lease (`replay_attempt`).
+                    entry.renews |= entry.token == r.token;
+                }
                 self.log_claim(&event, Path::Replay, Some(row.attempts));
                 self.answer_waiters_of_won(&event, row.attempts, waiters);
                 let attempt = replay_attempt(event, row.attempts, r.sent, self.settings.lease);

@@ -33,6 +33,12 @@ impl Handler<Enqueue> for Shard {
         self.metrics.mailbox(self.index, -1);
         let Enqueue { event, reply } = msg;
         if let Some(entry) = self.in_flight.get_mut(&event.id) {
+            if entry.event.mode == Mode::Sync {
+                // A sync attempt of the key (a sync row's, or a replay's) is on its way or
+                // running here: the request is answered as a sync one.
+                self.ingest(Arc::new(event.as_sync()), reply, ctx);
+                return;
+            }
             if entry.attempts.is_none() && entry.waiters.len() < MAX_WAITERS {
                 entry.waiters.push((event, reply));
                 return;
@@ -205,6 +211,14 @@ impl Shard {
                     }
                     // Due now: the scheduler takes it once a worker frees up.
                     None => self.signals.arrived(),
+                }
+            }
+            // A sync row: each request is its sync attempt to make (or answered as a sync
+            // request is), one claim for them all — the first claims, the rest wait on it.
+            Ok(Enqueued::SyncRow(_)) => {
+                self.give_back(worker.map(|(w, _)| w), &event, ctx);
+                for (event, reply) in std::iter::once((event, reply)).chain(waiters) {
+                    self.ingest(Arc::new(event.as_sync()), reply, ctx);
                 }
             }
             Ok(Enqueued::Existing(row)) => {
@@ -388,6 +402,14 @@ impl Event {
             headers: super::record::kept_headers(self),
             keep_payload: self.target.keep_payload,
             start: None,
+        }
+    }
+
+    /// This request as a sync one (its key's row is a sync row), headers and all.
+    fn as_sync(&self) -> Self {
+        Event {
+            mode: Mode::Sync,
+            ..self.clone()
         }
     }
 

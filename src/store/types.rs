@@ -238,8 +238,11 @@ pub struct QueueRow {
 pub enum Enqueued {
     /// A new row, durable, due now.
     Inserted,
-    /// The key was known; the row as it stands.
+    /// The key was known; the row (a queue row) as it stands.
     Existing(RowState),
+    /// The key belongs to a sync row, accepted before its provider moved to queue mode:
+    /// only its sender redelivers it, so the request is the row's sync attempt to make.
+    SyncRow(RowState),
 }
 
 /// A queue row taken for one attempt by [`Store::take`]: deliver it, then complete or

@@ -357,6 +357,8 @@ enum Answer {
     Won(i32, Path),
     /// A claim or enqueue not won: the path a sender would get and the row's attempts.
     Existing(Path, i32),
+    /// An enqueue that met a sync row: the path a sender would get and the row's attempts.
+    SyncRow(Path, i32),
     /// An enqueue that wrote a new row.
     Inserted,
     /// The due keys.
@@ -418,6 +420,9 @@ impl Model {
                 }
             },
             Op::Enqueue { key, fp, start } => match self.rows.get(&key) {
+                Some(row) if row.mode == Mode::Sync => {
+                    Answer::SyncRow(sender_path(row, fp), row.attempts)
+                }
                 Some(row) => Answer::Existing(sender_path(row, fp), row.attempts),
                 None => {
                     let started = start.is_some();
@@ -687,6 +692,9 @@ async fn run(store: &dyn Store, model: &Model, op: &Op) -> Result<Answer, String
                 Enqueued::Inserted => Answer::Inserted,
                 Enqueued::Existing(row) => {
                     Answer::Existing(classify(&row, fp.as_deref()), row.attempts)
+                }
+                Enqueued::SyncRow(row) => {
+                    Answer::SyncRow(classify(&row, fp.as_deref()), row.attempts)
                 }
             }
         }

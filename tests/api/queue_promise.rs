@@ -490,6 +490,112 @@ async fn a_sync_redelivery_never_takes_over_this_nodes_queue_attempt(backend: Ba
     );
 }
 
+/// A replay of a sync dead letter lives on renewals, like a queue attempt: while its
+/// outcome write and renewals are held up past the lease, the sender's redelivery of the
+/// key to the same node is answered 409 from its in-flight set, not claimed over the
+/// replay (which would send the event again and fence out the replay's pending write).
+async fn a_redelivery_never_takes_over_this_nodes_replay(backend: Backend) {
+    let db = TestDb::on(backend).await;
+    let target = TestTarget::start().await;
+    let mut config = base_config(&db, &target);
+    config.admin.token = Some(Secret::new(TOKEN));
+    config.lease.duration = Duration::from_secs(2);
+    config.retry.base = Duration::from_secs(3);
+    config.store.statement_timeout = Some(Duration::from_secs(1));
+    config.providers[0].target.timeout = Duration::from_secs(1);
+    let store = Arc::new(FaultyStore::new(db.store_with(config.store.clone()).await));
+    let delivery = Arc::new(hookgate::worker::HttpDelivery);
+    let node = start_node_on(db, target, config, delivery, Arc::clone(&store) as _).await;
+    node.target.set(Behaviour::Status(400));
+    let dead = node.deliver("evt_rs", "{}").await;
+    assert_eq!(dead.body, r#"{"status":"dead_lettered"}"#);
+    node.target.set(Behaviour::Accept);
+
+    let idem = TestApp::idem("evt_rs");
+    let hold = store.hold_writes();
+    let auth = format!("Bearer {TOKEN}");
+    let headers = [("Authorization", auth.as_str())];
+    let path = format!("/admin/dead/{PROVIDER}/evt_rs/replay");
+    let replay = node.post(&path, &headers, String::new());
+    let meanwhile = async {
+        eventually("the replay to reach the target", || async {
+            node.target.count(&idem) == 2
+        })
+        .await;
+        eventually(
+            "the replay's lease to have run out half a second ago",
+            || async { node.db.lease_state(PROVIDER, "evt_rs").await.3 <= -0.5 },
+        )
+        .await;
+        // A claim would send the event again, then wait on the held write: the writes are
+        // let go once the target sees a third delivery, to read the answer.
+        let mut hold = Some(hold);
+        let redelivery = std::pin::pin!(node.deliver("evt_rs", "{}"));
+        let sent_again = std::pin::pin!(node.target.wait_for(&idem, 3));
+        let again = match futures_util::future::select(redelivery, sent_again).await {
+            futures_util::future::Either::Left((answer, _)) => answer,
+            futures_util::future::Either::Right(((), redelivery)) => {
+                hold = None;
+                redelivery.await
+            }
+        };
+        drop(hold);
+        again
+    };
+    let (replayed, again) = futures_util::future::join(replay, meanwhile).await;
+    assert_eq!(
+        (again.status, again.path.as_str()),
+        (409, "in_progress_elsewhere"),
+        "{again:?}"
+    );
+    assert_eq!(replayed.status, 200, "{replayed:?}");
+    wait_status(&node, "evt_rs", "done").await;
+    assert_eq!(node.target.count(&idem), 2, "the 400, then the replay");
+}
+
+/// A row keeps the mode it was accepted in, the other way round: after its provider moved
+/// to queue mode, a sender's redelivery of a failed sync row is run as that row's sync
+/// attempt and answered with the target's answer — never 202, which would tell the sender
+/// to stop while no scheduler ever takes a sync row (it would end a `sender_gave_up` dead
+/// letter, never delivered). A redelivery while that attempt runs is told 409.
+async fn a_queue_node_runs_a_sync_rows_redelivery_as_its_sync_attempt(backend: Backend) {
+    let app = spawn_app_on(backend, |_| {}).await;
+    app.target.set(Behaviour::Status(500));
+    assert_eq!(app.deliver("evt_ms", "{}").await.status, 503);
+    wait_status(&app, "evt_ms", "failed").await;
+    let node = app
+        .second_node(|c| {
+            c.providers[0].mode = Some(Mode::Queue);
+            c.queue.poll_interval = Duration::from_secs(3600);
+        })
+        .await;
+    // While that attempt runs, another redelivery is told 409, as a sync one would be.
+    app.target.set(Behaviour::Hang);
+    let idem = TestApp::idem("evt_ms");
+    let meanwhile = async {
+        app.target.wait_for(&idem, 2).await;
+        let busy = node.deliver("evt_ms", "{}").await;
+        app.target.release();
+        busy
+    };
+    let (retried, busy) = futures_util::future::join(node.deliver("evt_ms", "{}"), meanwhile).await;
+    assert_eq!(
+        (busy.status, busy.path.as_str()),
+        (409, "in_progress_elsewhere"),
+        "{busy:?}"
+    );
+    assert_eq!(
+        (retried.status, retried.path.as_str()),
+        (201, "retry_after_failure"),
+        "{retried:?}"
+    );
+    wait_status(&app, "evt_ms", "done").await;
+    let again = node.deliver("evt_ms", "{}").await;
+    assert_eq!((again.status, again.path.as_str()), (201, "duplicate_done"));
+    assert_eq!(node.scheduler.run_once().await.unwrap().taken, 0);
+    assert_eq!(app.target.count(&idem), 2);
+}
+
 /// A row keeps the mode it was accepted in: after its provider left queue mode, a sender's
 /// redelivery of a failed queue row is answered 409 from the row, not claimed and run as a
 /// sync attempt (which would neither renew its lease nor write its outcome past it); the
@@ -595,7 +701,9 @@ on_both_stores!(
     another_payload_is_refused_while_a_scheduled_attempt_runs,
     queue_rows_are_delivered_after_their_provider_left_queue_mode,
     a_sync_redelivery_never_takes_over_this_nodes_queue_attempt,
+    a_redelivery_never_takes_over_this_nodes_replay,
     a_sync_redelivery_leaves_a_queue_row_to_the_scheduler,
+    a_queue_node_runs_a_sync_rows_redelivery_as_its_sync_attempt,
     queue_rows_of_a_removed_provider_become_dead_letters,
     a_draining_node_takes_no_queue_rows,
 );

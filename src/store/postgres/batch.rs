@@ -13,7 +13,7 @@ use tokio_postgres::error::SqlState;
 
 use super::pool::{ClaimCall, CompleteCall, Inner};
 use super::queue_sql::pg_queue_values;
-use super::rows::{claim_result, db_error, get, row_state};
+use super::rows::{claim_result, db_error, existing, get};
 use super::sql::pg_claim_conflict;
 use crate::claim::ClaimResult;
 use crate::key::EventId;
@@ -100,13 +100,13 @@ queued AS (
     ON CONFLICT (provider, event_key) DO NOTHING
     RETURNING e.provider, e.event_key, true AS inserted, e.status, e.attempts, e.fingerprint,
               0::bigint AS lease_left_ms, e.result_status, e.result_content_type,
-              e.result_body
+              e.result_body, e.mode
 )
 SELECT * FROM queued
 UNION ALL
 SELECT w.provider, w.event_key, false, w.status, w.attempts, w.fingerprint,
        GREATEST(0, extract(epoch FROM w.locked_until - now()) * 1000)::bigint,
-       w.result_status, w.result_content_type, w.result_body
+       w.result_status, w.result_content_type, w.result_body, w.mode
 FROM input i
 CROSS JOIN LATERAL (
     SELECT * FROM webhook_events w
@@ -408,7 +408,7 @@ async fn enqueue_batch_on(
         let event_key: String = get(&row, "event_key").map_err(plain)?;
         let answer = match get::<bool>(&row, "inserted") {
             Ok(true) => Ok(Enqueued::Inserted),
-            Ok(false) => row_state(&row).map(Enqueued::Existing),
+            Ok(false) => existing(&row),
             Err(e) => Err(e),
         };
         reported.insert((provider.into(), event_key.into()), answer);

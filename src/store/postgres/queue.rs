@@ -8,7 +8,7 @@ use actix_web::web::Bytes;
 
 use super::pool::Inner;
 use super::queue_sql::{ABANDON, DUE, ENQUEUE, ORPHAN, QUEUE_DEPTH, RENEW, TAKE, TAKE_DUE};
-use super::rows::{db_error, get, parse_path, row_state};
+use super::rows::{db_error, existing, get, parse_path};
 use crate::key::EventId;
 use crate::store::api::{millis, Enqueued, Fenced, QueueDepth, QueueRow, StoreError, Taken};
 
@@ -41,7 +41,7 @@ pub(crate) async fn enqueue(inner: &Inner, item: &QueueRow) -> Result<Enqueued, 
             return Ok(if get::<bool>(&row, "inserted")? {
                 Enqueued::Inserted
             } else {
-                Enqueued::Existing(row_state(&row)?)
+                existing(&row)?
             });
         }
     }

@@ -40,13 +40,13 @@ WITH queued AS (
             now() + $7::bigint * interval '1 millisecond', $8)
     ON CONFLICT (provider, event_key) DO NOTHING
     RETURNING true AS inserted, e.status, e.attempts, e.fingerprint, 0::bigint AS lease_left_ms,
-              e.result_status, e.result_content_type, e.result_body
+              e.result_status, e.result_content_type, e.result_body, e.mode
 )
 SELECT * FROM queued
 UNION ALL
 SELECT false, status, attempts, fingerprint,
        GREATEST(0, extract(epoch FROM locked_until - now()) * 1000)::bigint,
-       result_status, result_content_type, result_body
+       result_status, result_content_type, result_body, mode
 FROM webhook_events
 WHERE provider = $1 AND event_key = $2 AND NOT EXISTS (SELECT 1 FROM queued)"
 );

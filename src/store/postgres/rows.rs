@@ -9,7 +9,7 @@ use tokio_postgres::Row;
 use crate::claim::{ClaimResult, Path, RowState, Status, StoredResult};
 use crate::config::Mode;
 use crate::key::EventId;
-use crate::store::api::{Cause, EventRecord, StoreError};
+use crate::store::api::{Cause, Enqueued, EventRecord, StoreError};
 
 pub(crate) fn claim_result(row: &Row) -> Result<ClaimResult, StoreError> {
     let won: bool = get(row, "won")?;
@@ -29,6 +29,16 @@ pub(crate) fn row_state(row: &Row) -> Result<RowState, StoreError> {
         fingerprint: get(row, "fingerprint")?,
         lease_left: lease_left(row)?,
         result: stored_result(row)?,
+    })
+}
+
+/// The row an enqueue reported: a queue row as it stands, or a sync row (see
+/// [`Enqueued::SyncRow`]).
+pub(crate) fn existing(row: &Row) -> Result<Enqueued, StoreError> {
+    let state = row_state(row)?;
+    Ok(match parse_mode(&get::<String>(row, "mode")?)? {
+        Mode::Sync => Enqueued::SyncRow(state),
+        Mode::Queue => Enqueued::Existing(state),
     })
 }
 

@@ -11,6 +11,7 @@ use rusqlite::{params, Connection, OptionalExtension};
 
 use super::writer::sql_error;
 use crate::claim::{Path, RowState};
+use crate::config::Mode;
 use crate::key::EventId;
 use crate::store::api::{millis, Enqueued, Fenced, QueueDepth, QueueRow, StoreError, Taken};
 
@@ -126,7 +127,7 @@ GROUP BY provider";
 const ROW_STATE: &str = "
 SELECT status, attempts, fingerprint,
        CAST(MAX(0, COALESCE(locked_until, 0) - unixepoch('subsec')) * 1000 AS INTEGER),
-       result_status, result_content_type, result_body
+       result_status, result_content_type, result_body, mode
 FROM webhook_events WHERE provider = ?1 AND event_key = ?2";
 
 pub(crate) fn enqueue(conn: &Connection, item: &QueueRow) -> Result<Enqueued, StoreError> {
@@ -161,12 +162,13 @@ pub(crate) fn enqueue(conn: &Connection, item: &QueueRow) -> Result<Enqueued, St
                     r.get::<_, Option<u16>>(4)?,
                     r.get::<_, Option<String>>(5)?,
                     r.get::<_, Option<Vec<u8>>>(6)?,
+                    r.get::<_, String>(7)?,
                 ))
             })
         })
         .map_err(sql_error)?;
-    let (status, attempts, fingerprint, lease_ms, result_status, content_type, body) = row;
-    Ok(Enqueued::Existing(RowState {
+    let (status, attempts, fingerprint, lease_ms, result_status, content_type, body, mode) = row;
+    let state = RowState {
         status: crate::claim::Status::parse(&status)
             .ok_or_else(|| StoreError::Corrupt(format!("status {status:?}").into()))?,
         attempts,
@@ -177,7 +179,13 @@ pub(crate) fn enqueue(conn: &Connection, item: &QueueRow) -> Result<Enqueued, St
             content_type,
             body: body.unwrap_or_default(),
         }),
-    }))
+    };
+    let mode =
+        Mode::parse(&mode).ok_or_else(|| StoreError::Corrupt(format!("mode {mode:?}").into()))?;
+    Ok(match mode {
+        Mode::Sync => Enqueued::SyncRow(state),
+        Mode::Queue => Enqueued::Existing(state),
+    })
 }
 
 pub(crate) fn take(
