@@ -528,6 +528,39 @@ async fn one_refused_completion_in_a_wave_fails_alone(store: Arc<dyn Store>) {
     }
 }
 
+/// The same for claims and enqueues: the call whose text the store refuses (a NUL in its
+/// fingerprint or content type) fails alone, and every other call of its wave is answered.
+async fn one_refused_claim_or_enqueue_in_a_wave_fails_alone(store: Arc<dyn Store>) {
+    let claims = (0..16).map(|i| {
+        let store = Arc::clone(&store);
+        let fingerprint = if i == 5 { "f\0p" } else { "fp" };
+        async move {
+            let key = id(&format!("c{i:02}"));
+            (i, store.claim(&key, Some(fingerprint), LEASE, None).await)
+        }
+    });
+    for (i, claimed) in join_all(claims).await {
+        if i != 5 {
+            let claimed = claimed.unwrap_or_else(|e| panic!("claim {i}: {e}"));
+            assert_eq!(won(&claimed), Some((1, Path::FirstRun)), "claim {i}");
+        }
+    }
+    let enqueues = (0..16).map(|i| {
+        let store = Arc::clone(&store);
+        let mut row = queued(&format!("e{i:02}"));
+        if i == 5 {
+            row.content_type = Some("text/\0".into());
+        }
+        async move { (i, store.enqueue(&row).await) }
+    });
+    for (i, enqueued) in join_all(enqueues).await {
+        if i != 5 {
+            let enqueued = enqueued.unwrap_or_else(|e| panic!("enqueue {i}: {e}"));
+            assert!(matches!(enqueued, Enqueued::Inserted), "enqueue {i}");
+        }
+    }
+}
+
 async fn keys_are_scoped_by_provider(store: Arc<dyn Store>) {
     let a = store
         .claim(&EventId::new("a", "k"), None, LEASE, None)
@@ -863,6 +896,7 @@ conformance!(
     concurrent_claims_and_completions_of_many_keys_keep_every_rule,
     a_wave_of_completions_stores_each_attempts_own_result,
     one_refused_completion_in_a_wave_fails_alone,
+    one_refused_claim_or_enqueue_in_a_wave_fails_alone,
     a_replay_reopens_only_a_dead_row_once,
     dead_letters_are_listed_newest_first_by_provider,
     dead_letters_page_by_cursor_each_row_once_newest_first,
