@@ -165,7 +165,7 @@ impl Application {
             log: log.clone(),
             metrics,
             admin_token: config.admin.token.clone(),
-            paused_retry_after: config.queue.poll_interval.as_secs().max(1),
+            paused_retry_after: paused_retry_after(config),
             upkeep: Arc::clone(&upkeep),
             readiness: Default::default(),
         });
@@ -269,7 +269,13 @@ fn shard_settings(config: &Config, shards: usize) -> ShardSettings {
             .admission_queue
             .unwrap_or(config.server.workers_per_shard),
         admission_wait: config.server.admission_wait,
+        paused_retry_after: paused_retry_after(config),
     }
+}
+
+/// `Retry-After` of a paused provider's 503: the interval at which nodes learn of a resume.
+fn paused_retry_after(config: &Config) -> u64 {
+    config.queue.poll_interval.as_secs().max(1)
 }
 
 /// The HTTP server on `listener`, with the node's limits and shutdown timeout.

@@ -58,6 +58,8 @@ pub struct ShardSettings {
     pub admission_queue: usize,
     /// Longest such wait.
     pub admission_wait: Duration,
+    /// `Retry-After` (seconds) of a 503 `paused` answer.
+    pub paused_retry_after: u64,
 }
 
 /// A request admitted to wait for a free worker; nothing is claimed for it yet.

@@ -4,6 +4,7 @@
 //! Every request that waited on the same key gets the answer the row implies.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use actix::prelude::*;
 use tokio::sync::oneshot;
@@ -15,6 +16,7 @@ use super::cache::CachedDone;
 use super::event::Event;
 use super::slots::Running;
 use crate::claim::{classify, ClaimResult, Path, RowState};
+use crate::deadline::after;
 use crate::store::StoreError;
 
 impl Shard {
@@ -37,8 +39,17 @@ impl Shard {
                 self.log_claim(&event, path, Some(attempts));
                 let waiters = self.in_flight.won(&event, token, attempts);
                 self.answer_waiters_of_won(&event, attempts, waiters);
-                let lease_ends = crate::deadline::after(sent, self.settings.lease);
-                let attempt = Attempt::held(event, attempts, path, lease_ends);
+                let lease = self.settings.lease;
+                let mut attempt = Attempt::held(event, attempts, path, after(sent, lease));
+                if attempt.event.target.timeout >= lease {
+                    // Only a queue-mode provider's target may take that long (a sync row
+                    // redelivered after its provider moved to queue mode): the attempt
+                    // renews its lease, as a queue one does, and its entry is trusted.
+                    attempt = attempt.renewed(lease, attempts, Duration::MAX);
+                    if let Some(entry) = self.in_flight.get_mut(&attempt.event.id) {
+                        entry.renews |= entry.token == token;
+                    }
+                }
                 let running = Running {
                     attempt,
                     token,

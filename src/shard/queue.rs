@@ -5,7 +5,8 @@
 //! hands each here ([`Start`]). A taken row waits in the shard for a worker at most until
 //! its lease would no longer cover a start, and is released (`failed`, not counted) past
 //! that. Every attempt runs through the same attempt, fencing and records as sync mode,
-//! renews its lease while it runs, and nobody waits on its answer.
+//! renews its lease while it runs, and nobody waits on its answer. A request whose key is a
+//! sync row (accepted before its provider moved to queue mode) is handled as a sync one.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -33,10 +34,10 @@ impl Handler<Enqueue> for Shard {
         self.metrics.mailbox(self.index, -1);
         let Enqueue { event, reply } = msg;
         if let Some(entry) = self.in_flight.get_mut(&event.id) {
-            if entry.event.mode == Mode::Sync {
-                // A sync attempt of the key (a sync row's, or a replay's) is on its way or
-                // running here: the request is answered as a sync one.
-                self.ingest(Arc::new(event.as_sync()), reply, ctx);
+            if entry.event.mode == Mode::Sync && entry.attempts.is_some() {
+                // A sync attempt of the key (a sync row's, or a replay's) runs here: the
+                // request is answered as a sync one.
+                self.sync_redelivery(event, reply, ctx);
                 return;
             }
             if entry.attempts.is_none() && entry.waiters.len() < MAX_WAITERS {
@@ -218,7 +219,7 @@ impl Shard {
             Ok(Enqueued::SyncRow(_)) => {
                 self.give_back(worker.map(|(w, _)| w), &event, ctx);
                 for (event, reply) in std::iter::once((event, reply)).chain(waiters) {
-                    self.ingest(Arc::new(event.as_sync()), reply, ctx);
+                    self.sync_redelivery(event, reply, ctx);
                 }
             }
             Ok(Enqueued::Existing(row)) => {
@@ -240,6 +241,32 @@ impl Shard {
                 self.refuse(requests, reason, &e.to_string());
             }
         }
+    }
+
+    /// A queue request for a key whose row is a sync row, handled as the sync request it
+    /// is: 503 `paused` while its provider is paused (the sender keeps it), else claimed or
+    /// answered as in sync mode. The provider's queue limits (`max_rate`, `max_in_flight`)
+    /// do not count it, as they count no sync attempt.
+    fn sync_redelivery(
+        &mut self,
+        event: Arc<Event>,
+        reply: oneshot::Sender<Answer>,
+        ctx: &mut Context<Self>,
+    ) {
+        if self.gate.held(&event.id.provider) {
+            let answer = Answer {
+                path: Path::Paused,
+                attempts: None,
+                reply: Reply::RetryLater {
+                    retry_after: self.settings.paused_retry_after,
+                    reason: RetryReason::Paused,
+                },
+            };
+            self.log_claim(&event, answer.path, None);
+            let _ = reply.send(answer);
+            return;
+        }
+        self.ingest(Arc::new(event.as_sync()), reply, ctx);
     }
 
     /// A worker (and its provider's slot) reserved for an attempt that did not happen.

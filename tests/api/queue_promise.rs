@@ -596,6 +596,86 @@ async fn a_queue_node_runs_a_sync_rows_redelivery_as_its_sync_attempt(backend: B
     assert_eq!(app.target.count(&idem), 2);
 }
 
+/// A sync row's redelivery on a queue-mode node obeys a pause of its provider: answered 503
+/// `paused` (the sender keeps the event), not delivered; once resumed it is delivered.
+async fn a_paused_queue_provider_holds_a_sync_rows_redelivery(backend: Backend) {
+    let app = spawn_app_on(backend, |_| {}).await;
+    app.target.set(Behaviour::Status(500));
+    assert_eq!(app.deliver("evt_mp", "{}").await.status, 503);
+    let node = app
+        .second_node(|c| {
+            c.admin.token = Some(Secret::new(TOKEN));
+            c.providers[0].mode = Some(Mode::Queue);
+            c.queue.poll_interval = Duration::from_secs(3600);
+        })
+        .await;
+    app.target.set(Behaviour::Accept);
+    let auth = format!("Bearer {TOKEN}");
+    let headers = [("Authorization", auth.as_str())];
+    let pause = format!("/admin/api/providers/{PROVIDER}/pause");
+    assert_eq!(node.post(&pause, &headers, String::new()).await.status, 200);
+    let held = node.deliver("evt_mp", "{}").await;
+    assert_eq!(
+        (held.status, held.path.as_str()),
+        (503, "paused"),
+        "{held:?}"
+    );
+    assert_eq!(app.target.count(&TestApp::idem("evt_mp")), 1);
+
+    let resume = format!("/admin/api/providers/{PROVIDER}/resume");
+    assert_eq!(
+        node.post(&resume, &headers, String::new()).await.status,
+        200
+    );
+    let retried = node.deliver("evt_mp", "{}").await;
+    assert_eq!(
+        (retried.status, retried.path.as_str()),
+        (201, "retry_after_failure")
+    );
+    assert_eq!(app.target.count(&TestApp::idem("evt_mp")), 2);
+}
+
+/// A sync row's redelivery on a queue-mode node whose target may take longer than the
+/// lease (allowed in queue mode): the sync attempt renews its lease, so it starts, outlasts
+/// the lease while the target holds it — a redelivery meanwhile is told 409 — and ends done.
+async fn a_sync_rows_redelivery_reaches_a_queue_target_slower_than_the_lease(backend: Backend) {
+    let app = spawn_app_on(backend, |_| {}).await;
+    app.target.set(Behaviour::Status(500));
+    assert_eq!(app.deliver("evt_ml", "{}").await.status, 503);
+    let node = app.second_node(long_deliveries).await;
+    app.target.set(Behaviour::Hang);
+    let idem = TestApp::idem("evt_ml");
+    let meanwhile = async {
+        eventually("the redelivery to reach the target", || async {
+            app.target.count(&idem) == 2
+        })
+        .await;
+        eventually("the attempt to outlast its first lease", || async {
+            app.db.lease_state(PROVIDER, "evt_ml").await.2 > 2.5
+        })
+        .await;
+        let lease_left = app.db.lease_state(PROVIDER, "evt_ml").await.3;
+        let busy = node.deliver("evt_ml", "{}").await;
+        app.target.release();
+        (lease_left, busy)
+    };
+    let (retried, (lease_left, busy)) =
+        futures_util::future::join(node.deliver("evt_ml", "{}"), meanwhile).await;
+    assert!(lease_left > 0.0, "the lease was not renewed: {lease_left}");
+    assert_eq!(
+        (busy.status, busy.path.as_str()),
+        (409, "in_progress_elsewhere"),
+        "{busy:?}"
+    );
+    assert_eq!(
+        (retried.status, retried.path.as_str()),
+        (201, "retry_after_failure"),
+        "{retried:?}"
+    );
+    wait_status(&app, "evt_ml", "done").await;
+    assert_eq!(app.target.count(&idem), 2);
+}
+
 /// A row keeps the mode it was accepted in: after its provider left queue mode, a sender's
 /// redelivery of a failed queue row is answered 409 from the row, not claimed and run as a
 /// sync attempt (which would neither renew its lease nor write its outcome past it); the
@@ -704,6 +784,8 @@ on_both_stores!(
     a_redelivery_never_takes_over_this_nodes_replay,
     a_sync_redelivery_leaves_a_queue_row_to_the_scheduler,
     a_queue_node_runs_a_sync_rows_redelivery_as_its_sync_attempt,
+    a_paused_queue_provider_holds_a_sync_rows_redelivery,
+    a_sync_rows_redelivery_reaches_a_queue_target_slower_than_the_lease,
     queue_rows_of_a_removed_provider_become_dead_letters,
     a_draining_node_takes_no_queue_rows,
 );
