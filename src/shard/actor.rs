@@ -185,9 +185,9 @@ impl Shard {
         if let Some(entry) = self.in_flight.get(&event.id) {
             let held = entry.since.elapsed();
             // A sync entry older than the lease is not trusted: the store decides. A queue
-            // attempt's or a replay's entry is: it lives on renewals, and until its outcome
-            // is written however long the store takes, and a claim now would fence that
-            // write out.
+            // attempt's entry, or any that renews its lease (a replay, see `Entry::renews`),
+            // is: it lives on renewals, and until its outcome is written however long the
+            // store takes, and a claim now would fence that write out.
             let renews = entry.renews || entry.event.mode == Mode::Queue;
             if held < self.settings.lease || renews {
                 let attempts = entry.attempts;

@@ -5,7 +5,9 @@
 //! shard's own bookkeeping (its workers, in-flight set and done cache: `running.rs`).
 //!
 //! A sync attempt's lease outlasts its delivery (a config rule), and its outcome write is
-//! retried within the lease. A queue attempt renews its lease every third of it while the
+//! retried within the lease — except a replay's, and a sync row's attempt on a queue-mode
+//! provider whose target may outlast the lease: those renew as queue attempts do. A queue
+//! attempt renews its lease every third of it while the
 //! delivery runs and while its outcome is written; if it cannot confirm the lease before
 //! the lease ends, it hangs up on the target and records nothing (the retake will), so no
 //! two attempts of a key are ever open at the target at once. Its outcome write is retried
@@ -64,9 +66,10 @@ pub struct Attempt {
     /// When the lease ends at the earliest by this node's clock: counted from just before
     /// the claim was sent, so it never overstates the time left.
     pub lease_ends: Instant,
-    /// Queue mode: the lease, renewed every third of itself while the delivery runs, so a
-    /// short lease (fast crash recovery) can go with a long target timeout. `None` in sync
-    /// mode, where the lease must outlast the target timeout.
+    /// Queue mode, replays, and a sync row's attempt whose target may outlast the lease: the
+    /// lease, renewed every third of itself while the delivery runs, so a short lease (fast
+    /// crash recovery) can go with a long target timeout. `None` for a sender's sync
+    /// attempt, whose lease must outlast the target timeout.
     pub renew: Option<Duration>,
     /// Queue mode: how much longer the event may wait for its delivery (its provider's
     /// horizon less its age); a throttle past it makes it a dead letter.
@@ -182,8 +185,9 @@ impl Attempt {
     /// Awaits `outcome` (the delivery, or the reason it did not start), judges it, and
     /// writes the verdict fenced by the attempt.
     ///
-    /// Sync mode: the write is retried on transient store failures until the lease ends
-    /// (past it another attempt may hold the row, and the sender is waiting). Queue mode:
+    /// Without renewals (a sender's sync attempt): the write is retried on transient store
+    /// failures until the lease ends (past it another attempt may hold the row, and the
+    /// sender is waiting). With renewals (queue mode, replays, see [`Attempt::renew`]):
     /// the lease is renewed meanwhile and the write retried until it lands; if the lease
     /// cannot be confirmed while the delivery runs, `outcome` is dropped — which must hang
     /// up on the target — before the lease ends, and nothing is written.

@@ -27,7 +27,8 @@ pub(super) struct Entry {
     /// its attempt renews its lease (`renews`).
     pub(super) since: Instant,
     /// Whether the entry's attempt renews its lease while it runs and writes its outcome
-    /// however long the store takes (a replay, in either mode).
+    /// however long the store takes: a replay (from its reopen on, in either mode), or a
+    /// sync row's attempt on a queue-mode provider whose target may outlast the lease.
     pub(super) renews: bool,
     /// The request that made it.
     pub(super) event: Arc<Event>,

@@ -62,6 +62,11 @@ impl Handler<Replay> for Shard {
             &Arc::new(Event::bare(id.clone(), Arc::clone(&target))),
             None,
         );
+        // Trusted however old, from the start: a reopen held up past a lease must not let
+        // a sender's request replace the entry, and once won the replay renews its lease.
+        if let Some(entry) = self.in_flight.get_mut(&id) {
+            entry.renews = true;
+        }
         self.claiming += 1;
         let store = Arc::clone(&self.store);
         let lease = self.settings.lease;
@@ -103,10 +108,6 @@ impl Shard {
                     mode: row.mode,
                 });
                 let waiters = self.in_flight.won(&event, r.token, row.attempts);
-                if let Some(entry) = self.in_flight.get_mut(&event.id) {
-                    // Trusted however old: the replay renews its lease (`replay_attempt`).
-                    entry.renews |= entry.token == r.token;
-                }
                 self.log_claim(&event, Path::Replay, Some(row.attempts));
                 self.answer_waiters_of_won(&event, row.attempts, waiters);
                 let attempt = replay_attempt(event, row.attempts, r.sent, self.settings.lease);

@@ -34,14 +34,15 @@ impl Handler<Enqueue> for Shard {
         self.metrics.mailbox(self.index, -1);
         let Enqueue { event, reply } = msg;
         if let Some(entry) = self.in_flight.get_mut(&event.id) {
-            if entry.event.mode == Mode::Sync && entry.attempts.is_some() {
-                // A sync attempt of the key (a sync row's, or a replay's) runs here: the
-                // request is answered as a sync one.
-                self.sync_redelivery(event, reply, ctx);
-                return;
-            }
             if entry.attempts.is_none() && entry.waiters.len() < MAX_WAITERS {
                 entry.waiters.push((event, reply));
+                return;
+            }
+            if entry.event.mode == Mode::Sync {
+                // A sync attempt of the key (a sync row's, or a replay's) is here: the
+                // request is answered as a sync one (409), never 202 — no scheduler takes
+                // a sync row.
+                self.sync_redelivery(event, reply, ctx);
                 return;
             }
         }

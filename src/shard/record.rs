@@ -62,8 +62,9 @@ const MAX_RETRY: Duration = Duration::from_secs(1);
 /// [`write_verdict`], tried again after every transient failure (the store unreachable, a
 /// missed deadline, a serialization failure or deadlock, a read-only database after a
 /// failover, a busy pool), until `deadline` (a sync attempt's lease: past it another
-/// attempt may hold the row and the sender is waiting) — or, with no deadline (queue
-/// mode: nobody waits, and the write is fenced), after every error until it lands.
+/// attempt may hold the row and the sender is waiting) — or, with no deadline (an attempt
+/// that renews its lease, as in queue mode: the write is fenced), after every error until
+/// it lands.
 ///
 /// Once the target has acted, losing the write would leave the row `in_progress` and a
 /// later retake would run the target again; waiting for the store is worth the sender's
