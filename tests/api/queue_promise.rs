@@ -16,8 +16,8 @@ use hookgate::retention::Sweeper;
 use hookgate::secret::Secret;
 
 use crate::helpers::{
-    base_config, eventually, spawn_app_behind_proxy_with, spawn_app_on, start_node_on, Backend,
-    Behaviour, FaultyStore, TestApp, TestDb, TestTarget, PROVIDER,
+    base_config, eventually, spawn_app_behind_proxy_with, spawn_app_on, start_node_on, Answer,
+    Backend, Behaviour, FaultyStore, TestApp, TestDb, TestTarget, WritesHeld, PROVIDER,
 };
 
 const TOKEN: &str = "queue-admin-token";
@@ -426,6 +426,24 @@ async fn failed_queue_row_on_a_drained_node(backend: Backend, key: &str) -> Test
     app
 }
 
+/// The sender's redelivery of `key` (sent twice so far) to `node` while `hold` holds the
+/// node's outcome writes. A claim would send the event again and then wait on the held
+/// write: the writes are let go once the target sees a third delivery, to read the answer.
+async fn redeliver_while_held(node: &TestApp, key: &str, hold: WritesHeld<'_>) -> Answer {
+    let (mut hold, idem) = (Some(hold), TestApp::idem(key));
+    let redelivery = std::pin::pin!(node.deliver(key, "{}"));
+    let sent_again = std::pin::pin!(node.target.wait_for(&idem, 3));
+    let again = match futures_util::future::select(redelivery, sent_again).await {
+        futures_util::future::Either::Left((answer, _)) => answer,
+        futures_util::future::Either::Right(((), redelivery)) => {
+            hold = None;
+            redelivery.await
+        }
+    };
+    drop(hold);
+    again
+}
+
 /// A queue row is taken by a node where its provider is now in sync mode; the target
 /// answers, and the attempt's renewals and outcome write are held (before they reach the
 /// store) until its lease ran out half a second ago. The sender redelivers on the sync path
@@ -469,19 +487,7 @@ async fn a_sync_redelivery_never_takes_over_this_nodes_queue_attempt(backend: Ba
         app.db.lease_state(PROVIDER, "evt_sw").await.3 <= -0.5
     })
     .await;
-    // A claim of the row would send the event again and then wait on the held write: the
-    // writes are let go once the target sees a third attempt, to read the answer.
-    let mut hold = Some(hold);
-    let redelivery = std::pin::pin!(node.deliver("evt_sw", "{}"));
-    let sent_again = std::pin::pin!(app.target.wait_for(&idem, 3));
-    let again = match futures_util::future::select(redelivery, sent_again).await {
-        futures_util::future::Either::Left((answer, _)) => answer,
-        futures_util::future::Either::Right(((), redelivery)) => {
-            hold = None;
-            redelivery.await
-        }
-    };
-    drop(hold);
+    let again = redeliver_while_held(&node, "evt_sw", hold).await;
     wait_status(&app, "evt_sw", "done").await;
     assert_eq!(app.target.count(&idem), 2, "the 500, then one delivery");
     assert_eq!(
@@ -527,20 +533,7 @@ async fn a_redelivery_never_takes_over_this_nodes_replay(backend: Backend) {
             || async { node.db.lease_state(PROVIDER, "evt_rs").await.3 <= -0.5 },
         )
         .await;
-        // A claim would send the event again, then wait on the held write: the writes are
-        // let go once the target sees a third delivery, to read the answer.
-        let mut hold = Some(hold);
-        let redelivery = std::pin::pin!(node.deliver("evt_rs", "{}"));
-        let sent_again = std::pin::pin!(node.target.wait_for(&idem, 3));
-        let again = match futures_util::future::select(redelivery, sent_again).await {
-            futures_util::future::Either::Left((answer, _)) => answer,
-            futures_util::future::Either::Right(((), redelivery)) => {
-                hold = None;
-                redelivery.await
-            }
-        };
-        drop(hold);
-        again
+        redeliver_while_held(&node, "evt_rs", hold).await
     };
     let (replayed, again) = futures_util::future::join(replay, meanwhile).await;
     assert_eq!(

@@ -28,7 +28,7 @@ use hookgate::worker::{Delivery, DeliveryOutcome, DeliveryRequest, HttpDelivery}
 pub use binary::BinaryNode;
 pub use chaos::{AttemptNote, Call, ChaosStore, Journal, Op, Outage, Span, Weather};
 pub use db::{failure, Backend, TestDb};
-pub use faults::FaultyStore;
+pub use faults::{FaultyStore, WritesHeld};
 pub use ha::HaPair;
 pub use log::CapturedLog;
 pub use proxy::StoreProxy;
