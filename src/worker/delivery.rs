@@ -89,6 +89,10 @@ impl Delivery for HttpDelivery {
     fn deliver(&self, request: DeliveryRequest) -> LocalBoxFuture<'static, DeliveryOutcome> {
         let client = client(request.tls.as_ref());
         Box::pin(async move {
+            // The whole exchange, body included, ends by the target timeout: awc's own
+            // timeout covers the wait for the answer's head only, and a target that sent
+            // its status and then stalled its body would hold the attempt for ever.
+            let deadline = tokio::time::Instant::now() + request.timeout;
             let mut outgoing = client
                 .post(&*request.url)
                 .timeout(request.timeout)
@@ -119,11 +123,11 @@ impl Delivery for HttpDelivery {
                     .get("Retry-After")
                     .and_then(|v| v.to_str().ok())
                     .and_then(|v| retry_after_secs(v, SystemTime::now()));
-                let excerpt = response
-                    .body()
-                    .limit(RESULT_BODY_LIMIT)
+                let body = response.body().limit(RESULT_BODY_LIMIT);
+                let excerpt = tokio::time::timeout_at(deadline, body)
                     .await
                     .ok()
+                    .and_then(Result::ok)
                     .map(|body| excerpt(&body));
                 return DeliveryOutcome::Refused {
                     status,
@@ -136,10 +140,12 @@ impl Delivery for HttpDelivery {
                 .get("Content-Type")
                 .and_then(|v| v.to_str().ok())
                 .map(str::to_owned);
-            // A body that is too large (or cut off) is not kept; the status is what counts.
-            let body = match response.body().limit(RESULT_BODY_LIMIT).await {
-                Ok(body) => body.to_vec(),
-                Err(_) => Vec::new(),
+            // A body that is too large, cut off or not finished by the deadline is not kept;
+            // the status is what counts.
+            let body = response.body().limit(RESULT_BODY_LIMIT);
+            let body = match tokio::time::timeout_at(deadline, body).await {
+                Ok(Ok(body)) => body.to_vec(),
+                _ => Vec::new(),
             };
             DeliveryOutcome::Delivered(StoredResult {
                 status,

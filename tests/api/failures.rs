@@ -248,3 +248,51 @@ async fn a_first_host_that_accepts_and_then_stalls_is_left_for_the_next() {
     .await;
     assert_eq!(app.target.count(&TestApp::idem("evt_second_host")), 1);
 }
+
+/// A target that sends its status and then never finishes its body is bounded by the
+/// target timeout like one that never answers: the attempt ends (a 2xx counts, its body is
+/// not kept; a 500 is a failure), the sender is answered, and the row is recorded — where
+/// the body read had no deadline, the attempt never ended and a sync retry after the lease
+/// sent the event again. Queue mode too: the row ends done.
+#[actix_web::test]
+async fn a_target_body_that_never_ends_is_bounded_by_the_target_timeout() {
+    let app = spawn_app_with(|c| {
+        c.providers[0].target.timeout = Duration::from_secs(1);
+        let mut queued = c.providers[0].clone();
+        queued.name = "q".into();
+        queued.mode = Some(hookgate::config::Mode::Queue);
+        c.providers.push(queued);
+    })
+    .await;
+    app.target.set(Behaviour::Trickle(200));
+    let answer = app.deliver("evt_tr", "{}").await;
+    assert_eq!((answer.status, answer.path.as_str()), (200, "first_run"));
+    assert_eq!(
+        app.db.status(PROVIDER, "evt_tr").await.as_deref(),
+        Some("done")
+    );
+
+    app.target.set(Behaviour::Trickle(500));
+    let failed = app.deliver("evt_tr5", "{}").await;
+    assert_eq!((failed.status, failed.path.as_str()), (503, "first_run"));
+    assert_eq!(
+        app.db.status(PROVIDER, "evt_tr5").await.as_deref(),
+        Some("failed")
+    );
+
+    app.target.set(Behaviour::Trickle(200));
+    let queued = app
+        .post(
+            "/webhooks/q",
+            &[("X-Idempotency-Key", "evt_trq")],
+            "{}".into(),
+        )
+        .await;
+    assert_eq!(queued.status, 202);
+    eventually("the queued event to end done", || async {
+        app.db.status("q", "evt_trq").await.as_deref() == Some("done")
+    })
+    .await;
+    assert_eq!(app.target.count(&TestApp::idem("evt_tr")), 1);
+    assert_eq!(app.target.count("q:evt_trq"), 1);
+}

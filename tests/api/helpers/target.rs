@@ -30,6 +30,9 @@ pub enum Behaviour {
     /// This status with a body holding NUL bytes ([`BINARY_ANSWER`]), as UTF-16 text or a
     /// binary format would.
     Binary(u16),
+    /// This status and the first bytes of a body that never ends (the connection stays
+    /// open, silent).
+    Trickle(u16),
 }
 
 /// One delivery as the target's connection lived it: from its request to its answer, or
@@ -208,6 +211,14 @@ async fn receive(
         Behaviour::Large(n) => return HttpResponse::Ok().body(vec![b'r'; n]),
         Behaviour::Binary(code) => {
             return HttpResponse::build(code.try_into().unwrap()).body(BINARY_ANSWER);
+        }
+        Behaviour::Trickle(code) => {
+            use futures_util::StreamExt;
+            let first = futures_util::stream::once(async {
+                Ok::<_, actix_web::Error>(web::Bytes::from_static(b"partial"))
+            });
+            let never = futures_util::stream::pending();
+            return HttpResponse::build(code.try_into().unwrap()).streaming(first.chain(never));
         }
         Behaviour::Throttle(code, retry_after) => {
             return HttpResponse::build(code.try_into().unwrap())
