@@ -62,10 +62,15 @@ thread_local! {
     static CLIENTS: RefCell<HashMap<usize, awc::Client>> = RefCell::new(HashMap::new());
 }
 
+/// The key of `tls`'s client in [`CLIENTS`].
+fn slot(tls: Option<&Arc<rustls::ClientConfig>>) -> usize {
+    tls.map_or(0, |c| Arc::as_ptr(c) as usize)
+}
+
 /// This thread's client for `tls` (`None`: plain HTTP). A client's connector fixes its TLS
 /// settings, so each provider's settings get their own pool.
 fn client(tls: Option<&Arc<rustls::ClientConfig>>) -> awc::Client {
-    let slot = tls.map_or(0, |c| Arc::as_ptr(c) as usize);
+    let slot = slot(tls);
     CLIENTS.with(|clients| {
         clients
             .borrow_mut()
@@ -116,6 +121,18 @@ impl Delivery for HttpDelivery {
                 Ok(response) => response,
                 Err(e) => return DeliveryOutcome::Unreachable(e.to_string()),
             };
+            if response.status().is_informational() {
+                // An interim head (`103 Early Hints`, an unasked `100 Continue`): awc takes
+                // it for the answer and would pool its connection with the final answer
+                // still to come, for the next request to read as its own. This thread's
+                // pool is let go (its connections close once their requests end), and the
+                // attempt is a failure whose outcome nobody knows: the target may have acted.
+                CLIENTS.with(|clients| clients.borrow_mut().remove(&slot(request.tls.as_ref())));
+                let status = response.status();
+                return DeliveryOutcome::Unreachable(format!(
+                    "the target sent an interim answer ({status}), which hookgate cannot read past"
+                ));
+            }
             let status = response.status().as_u16();
             if !response.status().is_success() {
                 let retry_after = response

@@ -9,9 +9,9 @@ use hookgate::key::EventId;
 use hookgate::shard::dispatcher::shard_for;
 
 use crate::helpers::{
-    base_config, eventually, spawn_app, spawn_app_behind_proxy, spawn_app_behind_proxy_with,
-    spawn_app_with, start_node, Behaviour, PanickingDelivery, StoreProxy, TestApp, TestDb,
-    TestTarget, PROVIDER,
+    base_config, early_hints_target, eventually, spawn_app, spawn_app_behind_proxy,
+    spawn_app_behind_proxy_with, spawn_app_with, start_node, Behaviour, PanickingDelivery,
+    StoreProxy, TestApp, TestDb, TestTarget, PROVIDER,
 };
 use hookgate::worker::HttpDelivery;
 
@@ -295,4 +295,34 @@ async fn a_target_body_that_never_ends_is_bounded_by_the_target_timeout() {
     .await;
     assert_eq!(app.target.count(&TestApp::idem("evt_tr")), 1);
     assert_eq!(app.target.count("q:evt_trq"), 1);
+}
+
+/// A target that sends an interim `103 Early Hints` before its answer: the HTTP client
+/// cannot read past an interim head, so the attempt is a retryable failure (the target may
+/// or may not have acted: the sender redelivers) — never a dead letter taken from the 103,
+/// and its connection is never used again, so the late final answer is never read as the
+/// next event's.
+#[actix_web::test]
+async fn an_interim_answer_is_a_retryable_failure_and_its_connection_is_not_reused() {
+    let (url, seen) = early_hints_target(Duration::from_millis(300)).await;
+    let app = spawn_app_with(|c| {
+        c.providers[0].target.url = url;
+        c.server.shards = Some(1);
+        c.server.workers_per_shard = 1;
+    })
+    .await;
+    for key in ["evt_ea", "evt_eb"] {
+        let answer = app.deliver(key, "{}").await;
+        assert_eq!(
+            (answer.status, answer.path.as_str()),
+            (503, "first_run"),
+            "{key}: {answer:?}"
+        );
+        assert_eq!(
+            app.db.status(PROVIDER, key).await.as_deref(),
+            Some("failed"),
+            "{key}"
+        );
+    }
+    assert_eq!(seen.load(std::sync::atomic::Ordering::SeqCst), 2);
 }
