@@ -128,7 +128,7 @@ async fn landed_earlier(
 
 pub(crate) fn failure(event: &Event, error: &str, dead: Option<DeadReason>) -> Failure {
     Failure {
-        error: error.to_owned(),
+        error: crate::store::storable(error),
         dead,
         payload: event.body.clone(),
         content_type: event.content_type.clone(),

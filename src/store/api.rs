@@ -17,7 +17,7 @@ pub use super::types::{
     chain, AttemptRecord, Cause, Enqueued, EventRecord, Failure, Fenced, History, Kept, QueueDepth,
     QueueRow, Reopened, StoreError, StoreFuture, Taken,
 };
-pub(crate) use super::types::{millis, within};
+pub(crate) use super::types::{millis, storable, within};
 
 /// The operations hookgate needs from a database.
 pub trait Store: Send + Sync + 'static {

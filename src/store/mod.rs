@@ -17,6 +17,7 @@ pub mod sqlite;
 mod types;
 
 pub use crate::outcome::DeadReason;
+pub(crate) use api::storable;
 pub use api::{
     AttemptRecord, Cause, Enqueued, EventRecord, Failure, Fenced, History, Kept, QueueDepth,
     QueueRow, Reopened, Store, StoreError, StoreFuture, Taken,

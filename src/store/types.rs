@@ -389,8 +389,26 @@ pub(crate) async fn within<T>(
         })
 }
 
+/// `text` as every store can keep it in a text column: NUL (which Postgres refuses in
+/// text, SQLSTATE 22021) replaced with U+FFFD. For text that comes from outside and is only
+/// read by people: a target's answer, an error's message.
+pub fn storable(text: &str) -> String {
+    text.replace('\0', "\u{fffd}")
+}
+
 /// A duration in whole milliseconds for SQL parameters (saturating; leases and ages are
 /// far below the limit).
 pub(crate) fn millis(d: Duration) -> i64 {
     i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn storable_text_has_no_nul_and_keeps_the_rest() {
+        assert_eq!(storable("a\0b\0"), "a\u{fffd}b\u{fffd}");
+        assert_eq!(storable("évt 1\t"), "évt 1\t");
+    }
 }

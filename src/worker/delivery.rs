@@ -199,7 +199,7 @@ pub const EXCERPT_BYTES: usize = 512;
 /// hold its event forever.
 pub fn excerpt(body: &[u8]) -> String {
     let cut = &body[..body.len().min(EXCERPT_BYTES)];
-    String::from_utf8_lossy(cut).replace('\0', "\u{fffd}")
+    crate::store::storable(&String::from_utf8_lossy(cut))
 }
 
 #[cfg(test)]
