@@ -126,10 +126,10 @@ impl KeyDeriver {
     pub fn derive(&self, headers: &HeaderMap, body: &Body<'_>) -> Result<String, KeyError> {
         for source in &self.sources {
             let found = match source {
+                // UTF-8, as a key from the body may be (`to_str` takes visible ASCII only).
                 KeySource::Header { header } => match headers.get(header.as_str()) {
                     Some(value) => Some(
-                        value
-                            .to_str()
+                        std::str::from_utf8(value.as_bytes())
                             .map_err(|_| KeyError::Unprintable)?
                             .to_owned(),
                     ),
@@ -217,6 +217,25 @@ mod tests {
         assert_eq!(
             deriver().derive(&h, &Body::new(br#"{"id":"from-body"}"#)),
             Ok("from-header".into())
+        );
+    }
+
+    #[test]
+    fn a_utf8_key_in_a_header_is_the_same_key_as_in_the_body() {
+        let mut h = HeaderMap::new();
+        let utf8 = HeaderValue::from_bytes("évt_1".as_bytes()).unwrap();
+        h.insert(HeaderName::from_static("x-idempotency-key"), utf8);
+        let from_body = deriver().derive(
+            &HeaderMap::new(),
+            &Body::new(r#"{"id":"évt_1"}"#.as_bytes()),
+        );
+        assert_eq!(deriver().derive(&h, &Body::new(b"{}")), from_body);
+        assert_eq!(from_body, Ok("évt_1".into()));
+        let latin1 = HeaderValue::from_bytes(b"\xe9vt_1").unwrap();
+        h.insert(HeaderName::from_static("x-idempotency-key"), latin1);
+        assert_eq!(
+            deriver().derive(&h, &Body::new(b"{}")),
+            Err(KeyError::Unprintable)
         );
     }
 
