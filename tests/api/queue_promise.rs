@@ -589,6 +589,33 @@ async fn a_queue_node_runs_a_sync_rows_redelivery_as_its_sync_attempt(backend: B
     assert_eq!(app.target.count(&idem), 2);
 }
 
+/// Twenty parallel redeliveries of a failed sync row to a queue-mode node: one claim wins
+/// and delivers it once; every other is told 409 or gets the recorded answer, none 202.
+async fn parallel_redeliveries_of_a_sync_row_on_a_queue_node_deliver_it_once(backend: Backend) {
+    let app = spawn_app_on(backend, |_| {}).await;
+    app.target.set(Behaviour::Status(500));
+    assert_eq!(app.deliver("evt_mx", "{}").await.status, 503);
+    let node = app
+        .second_node(|c| {
+            c.providers[0].mode = Some(Mode::Queue);
+            c.queue.poll_interval = Duration::from_secs(3600);
+        })
+        .await;
+    app.target.set(Behaviour::Accept);
+    let answers = join_all((0..20).map(|_| node.deliver("evt_mx", "{}"))).await;
+    let won = answers
+        .iter()
+        .filter(|a| (a.status, a.path.as_str()) == (201, "retry_after_failure"))
+        .count();
+    assert_eq!(won, 1, "{answers:?}");
+    assert!(
+        answers.iter().all(|a| a.status == 201 || a.status == 409),
+        "{answers:?}"
+    );
+    wait_status(&app, "evt_mx", "done").await;
+    assert_eq!(app.target.count(&TestApp::idem("evt_mx")), 2);
+}
+
 /// A sync row's redelivery on a queue-mode node obeys a pause of its provider: answered 503
 /// `paused` (the sender keeps the event), not delivered; once resumed it is delivered.
 async fn a_paused_queue_provider_holds_a_sync_rows_redelivery(backend: Backend) {
@@ -777,6 +804,7 @@ on_both_stores!(
     a_redelivery_never_takes_over_this_nodes_replay,
     a_sync_redelivery_leaves_a_queue_row_to_the_scheduler,
     a_queue_node_runs_a_sync_rows_redelivery_as_its_sync_attempt,
+    parallel_redeliveries_of_a_sync_row_on_a_queue_node_deliver_it_once,
     a_paused_queue_provider_holds_a_sync_rows_redelivery,
     a_sync_rows_redelivery_reaches_a_queue_target_slower_than_the_lease,
     queue_rows_of_a_removed_provider_become_dead_letters,
