@@ -24,7 +24,7 @@ use crate::canonical::Body;
 use crate::claim::Path;
 use crate::config::Mode;
 use crate::key::EventId;
-use crate::shard::{Answer, Event, Reply, RetryReason, Target};
+use crate::shard::{Answer, Event, Reply, Target};
 
 /// The handler.
 pub async fn ingest(
@@ -44,14 +44,7 @@ pub async fn ingest(
             if accepted.mode == Mode::Sync && dispatcher.gate().held(&accepted.id.provider) {
                 // Paused: the sender keeps the event and comes back.
                 state.metrics.attempt(&accepted.id.provider, Path::Paused);
-                return Ok(render(Answer {
-                    path: Path::Paused,
-                    attempts: None,
-                    reply: Reply::RetryLater {
-                        retry_after: state.paused_retry_after,
-                        reason: RetryReason::Paused,
-                    },
-                }));
+                return Ok(render(Answer::paused(state.paused_retry_after)));
             }
             let event = Event {
                 id: accepted.id,

@@ -109,6 +109,19 @@ impl RetryReason {
 }
 
 impl Answer {
+    /// 503 `paused`: an operator paused the provider; nothing claimed, the sender keeps the
+    /// event and comes back after `retry_after` seconds.
+    pub fn paused(retry_after: u64) -> Self {
+        Self {
+            path: Path::Paused,
+            attempts: None,
+            reply: Reply::RetryLater {
+                retry_after,
+                reason: RetryReason::Paused,
+            },
+        }
+    }
+
     /// The one constructor of "nothing claimed, retry later": the path is
     /// `store_unavailable` when the store did not answer, else `overloaded`; `Retry-After`
     /// is [`STORE_RETRY_AFTER_SECS`] or [`BUSY_RETRY_AFTER_SECS`] to match.

@@ -46,9 +46,7 @@ impl Shard {
                     // redelivered after its provider moved to queue mode): the attempt
                     // renews its lease, as a queue one does, and its entry is trusted.
                     attempt = attempt.renewed(lease, attempts, Duration::MAX);
-                    if let Some(entry) = self.in_flight.get_mut(&attempt.event.id) {
-                        entry.renews |= entry.token == token;
-                    }
+                    self.in_flight.renews(&attempt.event.id, token);
                 }
                 let running = Running {
                     attempt,

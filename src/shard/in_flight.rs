@@ -127,6 +127,14 @@ impl InFlightSet {
         token
     }
 
+    /// Marks the entry for `id`, if it is still the one `token` made, as an attempt that
+    /// renews its lease: trusted however old (see [`Entry::renews`]).
+    pub(super) fn renews(&mut self, id: &EventId, token: u64) {
+        if let Some(entry) = self.entries.get_mut(id).filter(|e| e.token == token) {
+            entry.renews = true;
+        }
+    }
+
     /// The entry for `id`, whoever made it.
     pub(super) fn get(&self, id: &EventId) -> Option<&Entry> {
         self.entries.get(id)

@@ -64,9 +64,7 @@ impl Handler<Replay> for Shard {
         );
         // Trusted however old, from the start: a reopen held up past a lease must not let
         // a sender's request replace the entry, and once won the replay renews its lease.
-        if let Some(entry) = self.in_flight.get_mut(&id) {
-            entry.renews = true;
-        }
+        self.in_flight.renews(&id, token);
         self.claiming += 1;
         let store = Arc::clone(&self.store);
         let lease = self.settings.lease;

@@ -255,14 +255,7 @@ impl Shard {
         ctx: &mut Context<Self>,
     ) {
         if self.gate.held(&event.id.provider) {
-            let answer = Answer {
-                path: Path::Paused,
-                attempts: None,
-                reply: Reply::RetryLater {
-                    retry_after: self.settings.paused_retry_after,
-                    reason: RetryReason::Paused,
-                },
-            };
+            let answer = Answer::paused(self.settings.paused_retry_after);
             self.log_claim(&event, answer.path, None);
             let _ = reply.send(answer);
             return;

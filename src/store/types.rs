@@ -184,7 +184,8 @@ pub struct Reopened {
     pub content_type: Option<String>,
     /// The payload's fingerprint, as first claimed.
     pub fingerprint: Option<String>,
-    /// The mode the event was accepted in: a queue event's replay renews its lease.
+    /// The mode the event was accepted in: the replay's event keeps it, so a sender's
+    /// request that meets the replay in flight is answered as that mode's are.
     pub mode: Mode,
 }
 

@@ -134,36 +134,29 @@ impl Delivery for HttpDelivery {
                 ));
             }
             let status = response.status().as_u16();
-            if !response.status().is_success() {
-                let retry_after = response
-                    .headers()
-                    .get("Retry-After")
-                    .and_then(|v| v.to_str().ok())
-                    .and_then(|v| retry_after_secs(v, SystemTime::now()));
-                let body = response.body().limit(RESULT_BODY_LIMIT);
-                let excerpt = tokio::time::timeout_at(deadline, body)
-                    .await
-                    .ok()
-                    .and_then(Result::ok)
-                    .map(|body| excerpt(&body));
-                return DeliveryOutcome::Refused {
-                    status,
-                    retry_after,
-                    excerpt,
-                };
-            }
-            let content_type = response
-                .headers()
-                .get("Content-Type")
-                .and_then(|v| v.to_str().ok())
-                .map(str::to_owned);
+            let success = response.status().is_success();
+            let header = |name| response.headers().get(name).and_then(|v| v.to_str().ok());
+            let retry_after = (!success)
+                .then(|| header("Retry-After"))
+                .flatten()
+                .and_then(|v| retry_after_secs(v, SystemTime::now()));
+            let content_type = success.then(|| header("Content-Type")).flatten();
+            let content_type = content_type.map(str::to_owned);
             // A body that is too large, cut off or not finished by the deadline is not kept;
             // the status is what counts.
             let body = response.body().limit(RESULT_BODY_LIMIT);
-            let body = match tokio::time::timeout_at(deadline, body).await {
-                Ok(Ok(body)) => body.to_vec(),
-                _ => Vec::new(),
-            };
+            let body = tokio::time::timeout_at(deadline, body)
+                .await
+                .ok()
+                .and_then(Result::ok);
+            if !success {
+                return DeliveryOutcome::Refused {
+                    status,
+                    retry_after,
+                    excerpt: body.map(|body| excerpt(&body)),
+                };
+            }
+            let body = body.map_or_else(Vec::new, |body| body.to_vec());
             DeliveryOutcome::Delivered(StoredResult {
                 status,
                 content_type,
