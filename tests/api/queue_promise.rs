@@ -546,22 +546,35 @@ async fn a_redelivery_never_takes_over_this_nodes_replay(backend: Backend) {
     assert_eq!(node.target.count(&idem), 2, "the 400, then the replay");
 }
 
+/// A sync node whose target failed `key` (a `failed` sync row), and a second node on the
+/// same schema where the provider is in queue mode (the scheduler driven by hand), with
+/// `edit` made to its config.
+async fn failed_sync_row_and_a_queue_node(
+    backend: Backend,
+    key: &str,
+    edit: impl FnOnce(&mut Config),
+) -> (TestApp, TestApp) {
+    let app = spawn_app_on(backend, |_| {}).await;
+    app.target.set(Behaviour::Status(500));
+    assert_eq!(app.deliver(key, "{}").await.status, 503);
+    wait_status(&app, key, "failed").await;
+    let node = app
+        .second_node(|c| {
+            c.providers[0].mode = Some(Mode::Queue);
+            c.queue.poll_interval = Duration::from_secs(3600);
+            edit(c);
+        })
+        .await;
+    (app, node)
+}
+
 /// A row keeps the mode it was accepted in, the other way round: after its provider moved
 /// to queue mode, a sender's redelivery of a failed sync row is run as that row's sync
 /// attempt and answered with the target's answer — never 202, which would tell the sender
 /// to stop while no scheduler ever takes a sync row (it would end a `sender_gave_up` dead
 /// letter, never delivered). A redelivery while that attempt runs is told 409.
 async fn a_queue_node_runs_a_sync_rows_redelivery_as_its_sync_attempt(backend: Backend) {
-    let app = spawn_app_on(backend, |_| {}).await;
-    app.target.set(Behaviour::Status(500));
-    assert_eq!(app.deliver("evt_ms", "{}").await.status, 503);
-    wait_status(&app, "evt_ms", "failed").await;
-    let node = app
-        .second_node(|c| {
-            c.providers[0].mode = Some(Mode::Queue);
-            c.queue.poll_interval = Duration::from_secs(3600);
-        })
-        .await;
+    let (app, node) = failed_sync_row_and_a_queue_node(backend, "evt_ms", |_| {}).await;
     // While that attempt runs, another redelivery is told 409, as a sync one would be.
     app.target.set(Behaviour::Hang);
     let idem = TestApp::idem("evt_ms");
@@ -592,15 +605,7 @@ async fn a_queue_node_runs_a_sync_rows_redelivery_as_its_sync_attempt(backend: B
 /// Twenty parallel redeliveries of a failed sync row to a queue-mode node: one claim wins
 /// and delivers it once; every other is told 409 or gets the recorded answer, none 202.
 async fn parallel_redeliveries_of_a_sync_row_on_a_queue_node_deliver_it_once(backend: Backend) {
-    let app = spawn_app_on(backend, |_| {}).await;
-    app.target.set(Behaviour::Status(500));
-    assert_eq!(app.deliver("evt_mx", "{}").await.status, 503);
-    let node = app
-        .second_node(|c| {
-            c.providers[0].mode = Some(Mode::Queue);
-            c.queue.poll_interval = Duration::from_secs(3600);
-        })
-        .await;
+    let (app, node) = failed_sync_row_and_a_queue_node(backend, "evt_mx", |_| {}).await;
     app.target.set(Behaviour::Accept);
     let answers = join_all((0..20).map(|_| node.deliver("evt_mx", "{}"))).await;
     let won = answers
@@ -619,16 +624,10 @@ async fn parallel_redeliveries_of_a_sync_row_on_a_queue_node_deliver_it_once(bac
 /// A sync row's redelivery on a queue-mode node obeys a pause of its provider: answered 503
 /// `paused` (the sender keeps the event), not delivered; once resumed it is delivered.
 async fn a_paused_queue_provider_holds_a_sync_rows_redelivery(backend: Backend) {
-    let app = spawn_app_on(backend, |_| {}).await;
-    app.target.set(Behaviour::Status(500));
-    assert_eq!(app.deliver("evt_mp", "{}").await.status, 503);
-    let node = app
-        .second_node(|c| {
-            c.admin.token = Some(Secret::new(TOKEN));
-            c.providers[0].mode = Some(Mode::Queue);
-            c.queue.poll_interval = Duration::from_secs(3600);
-        })
-        .await;
+    let (app, node) = failed_sync_row_and_a_queue_node(backend, "evt_mp", |c| {
+        c.admin.token = Some(Secret::new(TOKEN));
+    })
+    .await;
     app.target.set(Behaviour::Accept);
     let auth = format!("Bearer {TOKEN}");
     let headers = [("Authorization", auth.as_str())];
@@ -659,10 +658,7 @@ async fn a_paused_queue_provider_holds_a_sync_rows_redelivery(backend: Backend) 
 /// lease (allowed in queue mode): the sync attempt renews its lease, so it starts, outlasts
 /// the lease while the target holds it — a redelivery meanwhile is told 409 — and ends done.
 async fn a_sync_rows_redelivery_reaches_a_queue_target_slower_than_the_lease(backend: Backend) {
-    let app = spawn_app_on(backend, |_| {}).await;
-    app.target.set(Behaviour::Status(500));
-    assert_eq!(app.deliver("evt_ml", "{}").await.status, 503);
-    let node = app.second_node(long_deliveries).await;
+    let (app, node) = failed_sync_row_and_a_queue_node(backend, "evt_ml", long_deliveries).await;
     app.target.set(Behaviour::Hang);
     let idem = TestApp::idem("evt_ml");
     let meanwhile = async {
