@@ -20,6 +20,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use actix_web::dev::{Server, ServerHandle};
+use actix_web::http::KeepAlive;
 use actix_web::{web, App, HttpServer};
 use anyhow::Context as _;
 use slog::{info, Logger};
@@ -292,10 +293,21 @@ fn http_server(
             // Signals are ours: the shards must stop claiming before the server stops.
             .disable_signals()
             .client_request_timeout(config.server.read_timeout)
+            .keep_alive(keep_alive(config.server.keep_alive))
             .max_connections(config.server.max_connections.div_ceil(http_workers))
             .shutdown_timeout(config.shutdown_limit().as_secs().max(1))
             .run(),
     )
+}
+
+/// The server's keep-alive: off at zero, so that every request is a connection's first,
+/// whose head actix-http times (it times no later one).
+fn keep_alive(idle: Duration) -> KeepAlive {
+    if idle.is_zero() {
+        KeepAlive::Disabled
+    } else {
+        KeepAlive::Timeout(idle)
+    }
 }
 
 /// How often the node checks that every shard is alive: a dead shard's keys are refused

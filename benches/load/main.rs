@@ -1,6 +1,6 @@
 //! hookgate's load benchmark: `cargo bench --bench load -- [--scenario NAME|all]
 //! [--mode sync|queue] [--connections 64] [--duration 10s] [--requests N] [--store postgres|sqlite]
-//! [--shards N] [--http-workers N] [--url URL]`.
+//! [--shards N] [--http-workers N] [--keep-alive 5s] [--url URL]`.
 //!
 //! Starts hookgate in-process (or drives a running one with `--url`, whose target must be
 //! this bench's printed target), with a fast in-process target that counts deliveries per
@@ -90,6 +90,9 @@ struct Args {
     /// HTTP worker threads (default: hookgate's default).
     #[arg(long)]
     http_workers: Option<usize>,
+    /// The node's `server.keep_alive` (default: hookgate's default, off).
+    #[arg(long, value_parser = humantime::parse_duration)]
+    keep_alive: Option<Duration>,
     /// Drive a running hookgate at this `…/webhooks/{provider}` URL instead.
     #[arg(long)]
     url: Option<String>,
@@ -344,6 +347,7 @@ fn config(args: &Args, scenario: Scenario, target: &str) -> (Config, Option<Stri
     .expect("bench config");
     config.server.shards = args.shards.or(config.server.shards);
     config.server.http_workers = args.http_workers.or(config.server.http_workers);
+    config.server.keep_alive = args.keep_alive.unwrap_or(config.server.keep_alive);
     let unique = format!(
         "bench_{}_{}_{}",
         scenario.name(),

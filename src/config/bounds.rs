@@ -48,6 +48,7 @@ pub(super) fn bounds_rules(config: &Config) -> Vec<Rule> {
     let mut durations = vec![
         within("server.admission_wait", s.admission_wait, MINUTE),
         within("server.read_timeout", s.read_timeout, 10 * MINUTE),
+        within("server.keep_alive", s.keep_alive, 10 * MINUTE),
         within("store.pool_timeout", config.store.pool_timeout, 10 * MINUTE),
         within(
             "store.statement_timeout",
@@ -157,6 +158,7 @@ mod tests {
         ("server", "admission_queue", Kind::Count),
         ("server", "admission_wait", Kind::Duration),
         ("server", "read_timeout", Kind::Duration),
+        ("server", "keep_alive", Kind::Duration),
         ("server", "max_connections", Kind::Count),
         ("server", "mailbox_capacity", Kind::Count),
         ("server", "max_body_bytes", Kind::Count),

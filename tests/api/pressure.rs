@@ -444,6 +444,41 @@ async fn a_stalled_body_gets_408_and_trickling_senders_do_not_delay_an_honest_on
     assert_eq!(app.db.status(PROVIDER, "slow").await, None);
 }
 
+/// A client that sent one whole request on a connection and then the first byte of a
+/// second one, and nothing more, holds that connection no longer than `read_timeout`:
+/// with four of them at a node's `max_connections = 4`, an honest sender still gets in.
+#[actix_web::test]
+async fn a_stalled_second_request_on_a_connection_does_not_hold_it() {
+    let app = spawn_app_with(|c| {
+        c.server.read_timeout = Duration::from_secs(1);
+        c.server.http_workers = Some(1);
+        c.server.max_connections = 4;
+    })
+    .await;
+    let address = app.address.trim_start_matches("http://").to_owned();
+    let mut stalled = Vec::new();
+    for _ in 0..4 {
+        let mut conn = tokio::net::TcpStream::connect(&address).await.unwrap();
+        conn.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+            .await
+            .unwrap();
+        let mut head = [0u8; 12];
+        conn.read_exact(&mut head).await.unwrap();
+        assert_eq!(&head, b"HTTP/1.1 200");
+        // The connection may already be closed: then this write fails, as it should.
+        let _ = conn.write_all(b"G").await;
+        stalled.push(conn);
+    }
+    for conn in &mut stalled {
+        let mut rest = Vec::new();
+        let closed = tokio::time::timeout(Duration::from_secs(20), conn.read_to_end(&mut rest));
+        // Closed: at the end of the first answer, or with a 408 for the stalled head.
+        assert!(closed.await.is_ok(), "the connection is still held");
+    }
+    let honest = app.deliver("evt_honest", "{}").await;
+    assert_eq!(honest.status, 201, "{honest:?}");
+}
+
 /// A JSON body of exactly `len` bytes with `"id": key`.
 fn padded_body(key: &str, len: usize) -> String {
     let head = format!("{{\"id\":\"{key}\",\"pad\":\"");
