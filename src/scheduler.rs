@@ -76,7 +76,9 @@ impl Scheduler {
         self.metrics.scheduler_poll();
         for (provider, target) in &self.providers {
             let gate = self.dispatcher.gate();
-            let room = gate.available(provider).min(self.dispatcher.room());
+            // The provider's room is reserved before the take: an event arriving while the
+            // statement runs finds it spoken for, and waits in the queue.
+            let room = gate.reserve(provider, self.dispatcher.room());
             if room == 0 {
                 pass.full = true;
                 continue;
@@ -86,25 +88,42 @@ impl Scheduler {
             // This node's own keys in flight are not taken, even with their leases run out;
             // the rows taken here count as in flight until their shards have entered them.
             let busy = self.dispatcher.in_flight(provider);
-            let taken = self
+            let taken = match self
                 .store
                 .take_due(provider, limit, self.lease, &busy)
-                .await?;
+                .await
+            {
+                Ok(taken) => taken,
+                Err(e) => {
+                    gate.unreserve(provider, room);
+                    return Err(e);
+                }
+            };
+            gate.unreserve(provider, room - taken.len());
             pass.full |= taken.len() >= room;
             pass.taken += taken.len();
+            // Paused while the statement ran (the target asked, or an operator): the rows
+            // go back, due again at once, and start once the pause ends.
+            let stopped = gate.stopped(provider);
             for taken in taken {
                 let start = Start {
-                    gated: gate.try_acquire(provider),
                     hold: self.dispatcher.hold(&taken.id),
                     taken,
                     target: Arc::clone(target),
                     sent,
                 };
-                if let Err(start) = self.dispatcher.hand_over(start) {
-                    if start.gated {
-                        gate.release(provider);
-                    }
-                    let why = "the shard's mailbox was full";
+                let start = if stopped {
+                    Err(Box::new(start))
+                } else {
+                    self.dispatcher.hand_over(start)
+                };
+                if let Err(start) = start {
+                    gate.release(provider);
+                    let why = if stopped {
+                        "its provider was paused"
+                    } else {
+                        "the shard's mailbox was full"
+                    };
                     release_taken(&*self.store, *start, why, &self.log).await;
                 }
             }

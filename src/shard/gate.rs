@@ -104,6 +104,43 @@ impl Gate {
         true
     }
 
+    /// Takes the tokens and in-flight slots of up to `most` deliveries of `provider` at
+    /// once (as many as may start now), before their rows are taken: a delivery starting
+    /// meanwhile finds them spoken for. The caller gives back what it does not start
+    /// ([`Gate::unreserve`]).
+    pub fn reserve(&self, provider: &str, most: usize) -> usize {
+        let mut buckets = self.buckets.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(bucket) = buckets.get_mut(provider) else {
+            return most.min(MAX_TAKE);
+        };
+        let n = bucket.available(Instant::now()).min(most);
+        if bucket.rate.is_some() {
+            bucket.tokens -= n as f64;
+        }
+        bucket.in_flight += n;
+        n
+    }
+
+    /// Gives back `n` reserved deliveries that did not start: their slots and tokens.
+    pub fn unreserve(&self, provider: &str, n: usize) {
+        let mut buckets = self.buckets.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(bucket) = buckets.get_mut(provider) {
+            bucket.in_flight = bucket.in_flight.saturating_sub(n);
+            if let Some(rate) = bucket.rate {
+                bucket.tokens = (bucket.tokens + n as f64).min(rate.max(1.0));
+            }
+        }
+    }
+
+    /// Whether `provider` may start nothing now, whatever its room: an operator's pause,
+    /// or one its target asked for.
+    pub fn stopped(&self, provider: &str) -> bool {
+        let buckets = self.buckets.lock().unwrap_or_else(|e| e.into_inner());
+        buckets
+            .get(provider)
+            .is_some_and(|b| b.held || b.paused_until.is_some_and(|t| Instant::now() < t))
+    }
+
     /// Gives back the in-flight slot of a delivery that ended (or never started).
     pub fn release(&self, provider: &str) {
         let mut buckets = self.buckets.lock().unwrap_or_else(|e| e.into_inner());
@@ -168,9 +205,27 @@ mod tests {
     }
 
     #[test]
+    fn a_reservation_holds_its_room_until_given_back() {
+        let g = gate(Some(3.0), Some(2));
+        assert_eq!(g.reserve("p", 10), 2);
+        assert!(!g.try_acquire("p"), "the reserved slots are spoken for");
+        g.unreserve("p", 1);
+        assert_eq!(g.available("p"), 1);
+        assert!(g.try_acquire("p"));
+        assert_eq!(g.available("p"), 0);
+        g.release("p");
+        g.release("p");
+        // Two tokens spent (one reserved and kept, one acquired), one given back.
+        assert_eq!(g.available("p"), 1);
+        assert_eq!(g.reserve("other", 7), 7, "an unknown provider is unlimited");
+    }
+
+    #[test]
     fn a_pause_stops_every_start_and_unknown_providers_are_unlimited() {
         let g = gate(None, None);
+        assert!(!g.stopped("p"));
         g.pause("p", Duration::from_secs(60));
+        assert!(g.stopped("p"));
         assert_eq!(g.available("p"), 0);
         assert!(!g.try_acquire("p"));
         assert!(g.try_acquire("other"));

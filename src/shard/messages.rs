@@ -66,8 +66,8 @@ pub struct Enqueue {
     pub reply: oneshot::Sender<Answer>,
 }
 
-/// Queue mode: the scheduler took this row for this node; start its attempt when a worker
-/// of the shard is free (or release it if none frees up while its lease allows a start).
+/// Queue mode: the scheduler took this row for this node, with one of the provider's gate
+/// slots reserved for it; start its attempt when a worker of the shard is free (or release it if none frees up while its lease allows a start).
 #[derive(Message)]
 #[rtype(result = "()")]
 pub struct Start {
@@ -75,8 +75,6 @@ pub struct Start {
     pub taken: Taken,
     /// Where its provider delivers.
     pub target: Arc<Target>,
-    /// Whether the scheduler holds one of the provider's queue slots for it.
-    pub gated: bool,
     /// Taken just before the take left: the lease starts no earlier.
     pub sent: Instant,
     /// Keeps the key from the scheduler's next passes until the shard has entered it in

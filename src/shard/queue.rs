@@ -90,10 +90,11 @@ impl Handler<Start> for Shard {
         let Start {
             taken,
             target,
-            gated,
             sent,
             hold,
         } = msg;
+        // The scheduler reserved one of the provider's gate slots for the row.
+        let gated = true;
         let event = Arc::new(Event::bare(taken.id.clone(), target).with_row(
             taken.payload.clone(),
             taken.content_type.clone(),

@@ -258,6 +258,61 @@ async fn a_stale_failed_sync_row_becomes_a_sender_gave_up_dead_letter(backend: B
     assert_eq!(app.target.count(&TestApp::idem("evt_gone")), 2);
 }
 
+/// A scheduler pass takes a due row while a new event arrives, with room for one
+/// delivery (`max_in_flight = 1`): the take is held up (the table locked) after the pass
+/// counted its room, and the event arrives meanwhile. One of the two waits for the slot;
+/// the target never has both at once.
+#[actix_web::test]
+async fn a_scheduler_pass_racing_an_arrival_keeps_the_providers_limit() {
+    let app = spawn_app_on(Backend::Postgres, |c| {
+        queue_mode(c);
+        c.providers[0].target.max_in_flight = Some(1);
+    })
+    .await;
+    let (ra, rb) = (TestApp::idem("evt_ra"), TestApp::idem("evt_rb"));
+    app.target.set(Behaviour::Status(500));
+    assert_eq!(app.deliver("evt_ra", "{}").await.status, 202);
+    wait_status(&app, "evt_ra", "failed").await;
+    app.db.make_due(PROVIDER, "evt_ra").await;
+    app.target.set(Behaviour::Hang);
+
+    let lock = app.db.lock_table().await;
+    let scheduler = app.scheduler.clone();
+    let pass = actix_rt::spawn(async move { scheduler.run_once().await });
+    app.db.wait_for_lock_waiters(1).await;
+    let arrival = app.deliver("evt_rb", "{}");
+    let arrived = async {
+        app.db.wait_for_lock_waiters(2).await;
+        lock.release().await;
+    };
+    let (answer, ()) = futures_util::join!(arrival, arrived);
+    assert_eq!(answer.status, 202, "{answer:?}");
+    assert_eq!(pass.await.unwrap().unwrap().taken, 1);
+
+    // Both rows are written: one is running, and the other waits for the slot (queued)
+    // or runs beside it.
+    let open = || app.target.open(&ra) + app.target.open(&rb);
+    eventually(
+        "one delivery to run and the other to wait, or both to run",
+        || async {
+            let waits = app.db.status(PROVIDER, "evt_rb").await.as_deref() == Some("queued");
+            (open() == 1 && waits) || open() == 2
+        },
+    )
+    .await;
+    assert_eq!(open(), 1, "deliveries at once past max_in_flight = 1");
+
+    app.target.release();
+    for key in ["evt_ra", "evt_rb"] {
+        eventually(&format!("{key} to be delivered"), || async {
+            app.scheduler.run_once().await.unwrap();
+            app.db.status(PROVIDER, key).await.as_deref() == Some("done")
+        })
+        .await;
+    }
+    assert_eq!((app.target.count(&ra), app.target.count(&rb)), (2, 1));
+}
+
 on_both_stores!(
     a_queued_event_is_answered_202_and_delivered_once_at_once,
     a_redelivery_while_queued_or_running_changes_nothing,
