@@ -3,7 +3,9 @@
 //! attempt home — a node's shards, or the command line's replay. The job is held by one
 //! node at a time under a lease it renews before every event, records what it did with each
 //! event (an event begun once is never replayed again by the job, even by a node that
-//! takes the job over after a crash), and stops at once when cancelled. It only looks at
+//! takes the job over after a crash), and stops at once when cancelled. An event whose
+//! shard has no free worker waits for one (the job renewing its lease meanwhile); one met
+//! while the node shuts down is given back, and the job left for its lease to run out. It only looks at
 //! rows changed before it was created: a replay that fails makes its row newer, so it is
 //! never picked up twice.
 
@@ -18,6 +20,10 @@ use crate::store::{PageCursor, Store, StoreError};
 /// Events a job reads at once.
 const PAGE: u32 = 50;
 
+/// First and longest pause before replaying an event again while every worker is busy.
+const FIRST_WAIT: Duration = Duration::from_millis(50);
+const MAX_WAIT: Duration = Duration::from_secs(1);
+
 /// What replaying one event did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ItemOutcome {
@@ -29,8 +35,13 @@ pub enum ItemOutcome {
     Retried,
     /// Nothing to do any more (the row is no longer a dead letter, or no longer failed).
     Skipped(String),
-    /// It could not run now (the node is overloaded, the store did not answer, ...).
+    /// It could not run now (the store did not answer, ...).
     Error(String),
+    /// Not begun, nothing changed: every worker of its shard is busy. Tried again shortly.
+    Busy,
+    /// Not begun, nothing changed: the node is shutting down. The job stops here; it (and
+    /// this event) is taken up again after its lease, by this node or another.
+    Stopping,
 }
 
 impl ItemOutcome {
@@ -42,6 +53,8 @@ impl ItemOutcome {
             ItemOutcome::Retried => ("retried", true, None),
             ItemOutcome::Skipped(why) => ("skipped", false, Some(why)),
             ItemOutcome::Error(why) => ("error", false, Some(why)),
+            ItemOutcome::Busy => ("error", false, Some("every worker was busy")),
+            ItemOutcome::Stopping => ("error", false, Some("the node was shutting down")),
         }
     }
 }
@@ -101,10 +114,29 @@ where
                 continue;
             }
             let outcome = match row.status {
-                Status::Dead => replay(row.id.clone()).await,
+                Status::Dead => {
+                    let mut pause = gap.max(FIRST_WAIT);
+                    loop {
+                        match replay(row.id.clone()).await {
+                            ItemOutcome::Busy => {}
+                            outcome => break outcome,
+                        }
+                        // Nothing was replayed: the item is this job's to try again, as
+                        // long as the job is still this node's.
+                        tokio::time::sleep(pause).await;
+                        pause = (pause * 2).min(MAX_WAIT);
+                        if !operator.renew_job(job.id, node, lease).await? {
+                            break ItemOutcome::Stopping;
+                        }
+                    }
+                }
                 Status::Failed if operator.retry_now(&row.id).await? => ItemOutcome::Retried,
                 _ => ItemOutcome::Skipped("no longer matches".into()),
             };
+            if outcome == ItemOutcome::Stopping {
+                operator.forget_item(job.id, &row.id).await?;
+                return Ok(());
+            }
             let (word, ok, detail) = outcome.record();
             operator.end_item(job.id, &row.id, word, detail, ok).await?;
             tokio::time::sleep(gap).await;

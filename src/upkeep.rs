@@ -14,7 +14,7 @@ use crate::key::EventId;
 use crate::metrics::Metrics;
 use crate::provider::Target;
 use crate::replay_jobs::{self, ItemOutcome};
-use crate::shard::{Dispatcher, Reply};
+use crate::shard::{Dispatcher, Reply, RetryReason};
 use crate::store::{Store, StoreError};
 
 /// A node's upkeep.
@@ -113,6 +113,15 @@ impl Upkeep {
             Reply::RetryLater { reason, .. } if answer.path == Path::Replay => {
                 ItemOutcome::Dead(reason.as_str().into())
             }
+            // Refused before anything was reopened.
+            Reply::RetryLater {
+                reason: RetryReason::Overloaded | RetryReason::StoreBusy,
+                ..
+            } => ItemOutcome::Busy,
+            Reply::RetryLater {
+                reason: RetryReason::ShuttingDown,
+                ..
+            } => ItemOutcome::Stopping,
             Reply::RetryLater { reason, .. } => ItemOutcome::Error(reason.as_str().into()),
             other => ItemOutcome::Error(format!("{other:?}")),
         }

@@ -182,6 +182,10 @@ pub trait OperatorStore: Send + Sync {
     /// replayed twice by one job).
     fn begin_item<'a>(&'a self, id: i64, event: &'a EventId) -> StoreFuture<'a, bool>;
 
+    /// Forgets that job `id` began `event`, which it did not replay after all (nothing of
+    /// the event changed): the job, or a node taking it over, begins it again later.
+    fn forget_item<'a>(&'a self, id: i64, event: &'a EventId) -> StoreFuture<'a, ()>;
+
     /// Records what job `id` did with `event`, and counts it (`ok`: replayed).
     fn end_item<'a>(
         &'a self,

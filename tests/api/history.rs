@@ -341,6 +341,52 @@ async fn a_bulk_replay_replays_each_dead_letter_once_across_nodes(backend: Backe
     assert_eq!(status, 400, "only dead letters or failed queue rows");
 }
 
+/// A bulk replay on a node whose every worker is busy: each dead letter waits for a
+/// worker and is replayed, none is spent as an error, and the job ends with all replayed.
+async fn a_bulk_replay_on_a_busy_node_waits_for_a_worker(backend: Backend) {
+    let app = admin_app(backend, |c| {
+        c.server.shards = Some(1);
+        c.server.workers_per_shard = 1;
+    })
+    .await;
+    app.target.set(Behaviour::Status(400));
+    for n in 0..2 {
+        app.deliver(&format!("busy_{n}"), "{}").await;
+    }
+    app.target.set(Behaviour::Hang);
+    let blocker = app.deliver("busy_blocker", "{}");
+    let replayed = async {
+        app.target.wait_for(&TestApp::idem("busy_blocker"), 1).await;
+        let request = json!({ "filter": { "provider": PROVIDER }, "rate": 1000 });
+        let (status, job) = post_json(&app, "/admin/api/replays", request).await;
+        assert_eq!(status, 201, "{job}");
+        let id = job["id"].as_i64().unwrap();
+        let path = format!("/admin/api/replays/{id}");
+        let run = app.upkeep.run_once();
+        let free = async {
+            // The job has reached a dead letter while the only worker is busy.
+            eventually("the job to begin an item", || async {
+                !get_json(&app, &path).await["items"]
+                    .as_array()
+                    .unwrap()
+                    .is_empty()
+            })
+            .await;
+            app.target.release();
+        };
+        let (ran, ()) = futures_util::join!(run, free);
+        assert!(ran.unwrap(), "the job ran");
+        get_json(&app, &path).await
+    };
+    let (_, job) = futures_util::join!(blocker, replayed);
+    assert_eq!(job["status"], "done", "{job}");
+    assert_eq!(job["replayed"], 2, "{job}");
+    for n in 0..2 {
+        let key = TestApp::idem(&format!("busy_{n}"));
+        assert_eq!(app.target.count(&key), 2, "{key}: once sent, once replayed");
+    }
+}
+
 /// A target's answer holding NUL bytes (UTF-16 text, a binary format) is kept in the
 /// history as text with each NUL replaced — a text column on Postgres refuses the byte, and
 /// an outcome write that can never land would hold the event forever. In queue mode the
@@ -402,6 +448,7 @@ on_both_stores!(
     events_are_searched_by_filter_and_paged,
     a_paused_provider_delivers_nothing_until_resumed,
     a_bulk_replay_replays_each_dead_letter_once_across_nodes,
+    a_bulk_replay_on_a_busy_node_waits_for_a_worker,
 );
 
 /// The command line: `events history` prints an event's timeline; `dead replay --all`

@@ -128,6 +128,11 @@ const BEGIN_ITEM: &str = "
 INSERT INTO hookgate_replay_items (job_id, provider, event_key, outcome)
 VALUES ($1, $2, $3, 'running') ON CONFLICT DO NOTHING";
 
+/// Forget a begun item that did nothing. Locks the item.
+const FORGET_ITEM: &str = "
+DELETE FROM hookgate_replay_items
+WHERE job_id = $1 AND provider = $2 AND event_key = $3 AND outcome = 'running'";
+
 /// End an item and count it on its job, in one statement. Locks the item and the job row.
 const END_ITEM: &str = "
 WITH item AS (
@@ -362,6 +367,14 @@ impl OperatorStore for PgOperator {
                 .changed(BEGIN_ITEM, &[&id, &&*event.provider, &&*event.key])
                 .await?
                 == 1)
+        })
+    }
+
+    fn forget_item<'a>(&'a self, id: i64, event: &'a EventId) -> StoreFuture<'a, ()> {
+        Box::pin(async move {
+            self.changed(FORGET_ITEM, &[&id, &&*event.provider, &&*event.key])
+                .await
+                .map(|_| ())
         })
     }
 

@@ -68,6 +68,10 @@ const BEGIN_ITEM: &str = "
 INSERT INTO hookgate_replay_items (job_id, provider, event_key, outcome, at)
 VALUES (?1, ?2, ?3, 'running', unixepoch('subsec')) ON CONFLICT DO NOTHING";
 
+const FORGET_ITEM: &str = "
+DELETE FROM hookgate_replay_items
+WHERE job_id = ?1 AND provider = ?2 AND event_key = ?3 AND outcome = 'running'";
+
 const END_ITEM: &str = "
 UPDATE hookgate_replay_items SET outcome = ?4, detail = ?5, at = unixepoch('subsec')
 WHERE job_id = ?1 AND provider = ?2 AND event_key = ?3";
@@ -311,6 +315,18 @@ impl OperatorStore for SqliteOperator {
         let event = event.clone();
         Box::pin(self.writer.call(move |conn| {
             Ok(changed(conn, BEGIN_ITEM, params![id, &*event.provider, &*event.key])? == 1)
+        }))
+    }
+
+    fn forget_item<'a>(&'a self, id: i64, event: &'a EventId) -> StoreFuture<'a, ()> {
+        let event = event.clone();
+        Box::pin(self.writer.call(move |conn| {
+            changed(
+                conn,
+                FORGET_ITEM,
+                params![id, &*event.provider, &*event.key],
+            )
+            .map(|_| ())
         }))
     }
 
