@@ -168,6 +168,13 @@ pub fn judge(
                 error: format!("worker crashed: {error}"),
             }
         }
+        // A replay nobody redelivers: a dead letter again, to be replayed later.
+        DeliveryOutcome::NotStarted(error) if replay => {
+            return Verdict::Dead {
+                error: format!("the replay did not start: {error}"),
+                reason: DeadReason::ReplayFailed,
+            }
+        }
         DeliveryOutcome::NotStarted(error) => return Verdict::Release { error },
         DeliveryOutcome::Refused { status, .. } if !is_retryable_status(status) => {
             return Verdict::Dead {
@@ -311,6 +318,22 @@ mod tests {
             ),
             Verdict::Release {
                 error: "late".into()
+            }
+        );
+    }
+
+    #[test]
+    fn a_replay_that_never_started_is_a_dead_letter_again() {
+        assert_eq!(
+            judge(
+                DeliveryOutcome::NotStarted("released at shutdown".into()),
+                2,
+                &policy(),
+                Redeliverer::Nobody
+            ),
+            Verdict::Dead {
+                error: "the replay did not start: released at shutdown".into(),
+                reason: DeadReason::ReplayFailed,
             }
         );
     }
