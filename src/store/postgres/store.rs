@@ -85,11 +85,7 @@ impl PgStore {
                 format!("store.schema {schema:?} must be letters, digits and '_'").into(),
             ));
         }
-        let (url, tls) = tls::split(&config.url)?;
-        let mut pg: tokio_postgres::Config = url
-            .parse()
-            .map_err(|e| StoreError::Query(format!("store.url: {e}").into()))?;
-        pg.ssl_mode(tls.mode);
+        let (mut pg, tls) = tls::config(&config.url)?;
         // Planner settings: the hot statements probe the primary key per input key (see
         // batch.rs) on cached generic plans (custom plans cost as much planning as
         // execution). A plan cached on an empty, never-analyzed table must not become a scan
@@ -102,7 +98,7 @@ impl PgStore {
             millis(config.deadline()).max(1)
         ));
         pg.connect_timeout(CONNECT_TIMEOUT);
-        read_write_by_default(&mut pg, &url);
+        read_write_by_default(&mut pg, &config.url);
         if pg.get_application_name().is_none() {
             pg.application_name(APPLICATION_NAME);
         }

@@ -41,7 +41,7 @@ fn error(text: String) -> StoreError {
 
 /// Splits `sslmode` and `sslrootcert` off a `postgres://` URL or a key=value string, and
 /// reads them by libpq's rules.
-pub(crate) fn split(url: &str) -> Result<(String, Tls), StoreError> {
+fn split(url: &str) -> Result<(String, Tls), StoreError> {
     split_with_home(url, std::env::var_os("HOME").map(PathBuf::from))
 }
 
@@ -135,12 +135,20 @@ fn resolve(
     }
 }
 
-/// Whether `url` authenticates its server over TLS, and the hosts it names.
-pub(crate) fn authenticated_hosts(url: &str) -> Result<(bool, Vec<String>), StoreError> {
+/// tokio-postgres's settings for `url`, with the `sslmode` read here, and what it asks of
+/// TLS.
+pub(crate) fn config(url: &str) -> Result<(tokio_postgres::Config, Tls), StoreError> {
     let (rest, tls) = split(url)?;
-    let config: tokio_postgres::Config = rest
+    let mut config: tokio_postgres::Config = rest
         .parse()
         .map_err(|e| error(format!("does not parse: {e}")))?;
+    config.ssl_mode(tls.mode);
+    Ok((config, tls))
+}
+
+/// Whether `url` authenticates its server over TLS, and the hosts it names.
+pub(crate) fn authenticated_hosts(url: &str) -> Result<(bool, Vec<String>), StoreError> {
+    let (config, tls) = config(url)?;
     let hosts = config
         .get_hosts()
         .iter()
