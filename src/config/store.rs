@@ -1,7 +1,11 @@
 //! `[store]`: where the rows live, and the URL redaction that keeps its passwords out of
-//! logs and `check-config`.
+//! logs and `check-config`. Also libpq's key=value grammar ([`key_values`]), the one reading
+//! of that form for the redaction and the Postgres store's TLS parameters alike.
 
 use std::fmt;
+use std::iter::Peekable;
+use std::ops::Range;
+use std::str::CharIndices;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -90,7 +94,14 @@ fn serialize_redacted<S: serde::Serializer>(url: &str, s: S) -> Result<S::Ok, S:
 /// *last* `@` is redacted, and the query is looked for only after it. When in doubt this
 /// redacts too much, never too little.
 pub fn redact_url_password(url: &str) -> String {
-    let Some(scheme_end) = url.find("://").map(|i| i + 3) else {
+    let scheme_end = url.find("://").filter(|&i| {
+        i > 0
+            && url[..i]
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'+' | b'-' | b'.'))
+    });
+    let Some(scheme_end) = scheme_end.map(|i| i + 3) else {
+        // Not a URL, though a value may hold "://".
         return redact_key_values(url);
     };
     let (head, rest) = url.split_at(scheme_end);
@@ -128,41 +139,124 @@ fn is_password(name: &str) -> bool {
     name.eq_ignore_ascii_case("password") || name.eq_ignore_ascii_case("sslpassword")
 }
 
-/// The key=value form with password values (quoted or not) replaced by `***`.
+/// The key=value form with password values (quoted or not) replaced by `***`; from a
+/// parameter that does not parse on, all of it (the connection refuses such a string, but
+/// its error names it). Text without any `=` is not that form, and has no password.
 fn redact_key_values(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    let mut rest = text;
-    while let Some(eq) = rest.find('=') {
-        let name = rest[..eq].rsplit(char::is_whitespace).next().unwrap_or("");
-        out.push_str(&rest[..=eq]);
-        rest = &rest[eq + 1..];
-        let value_end = if rest.starts_with('\'') {
-            // A quoted value ends at the next unescaped quote.
-            let mut end = rest.len();
-            let mut escaped = false;
-            for (i, c) in rest.char_indices().skip(1) {
-                match c {
-                    '\\' if !escaped => escaped = true,
-                    '\'' if !escaped => {
-                        end = i + 1;
-                        break;
-                    }
-                    _ => escaped = false,
-                }
-            }
-            end
-        } else {
-            rest.find(char::is_whitespace).unwrap_or(rest.len())
-        };
-        if is_password(name.trim()) {
-            out.push_str("***");
-        } else {
-            out.push_str(&rest[..value_end]);
-        }
-        rest = &rest[value_end..];
+    if !text.contains('=') {
+        return text.to_owned();
     }
-    out.push_str(rest);
+    let mut out = String::with_capacity(text.len());
+    let mut copied = 0;
+    for param in key_values(text) {
+        match param {
+            Ok(param) if is_password(param.key) => {
+                out.push_str(&text[copied..param.value_written.start]);
+                out.push_str("***");
+                copied = param.value_written.end;
+            }
+            Ok(_) => {}
+            Err(malformed) => {
+                out.push_str(&text[copied..malformed.at]);
+                out.push_str("***");
+                return out;
+            }
+        }
+    }
+    out.push_str(&text[copied..]);
     out
+}
+
+/// One parameter of libpq's key=value connection string (`host=db password='a b'`).
+pub struct KeyValue<'a> {
+    /// The key as written; keys are case-sensitive (`SSLMODE` is not `sslmode`).
+    pub key: &'a str,
+    /// The value with its quotes and backslash escapes undone.
+    pub value: String,
+    /// The whole parameter as written, from its key to the end of its value: copied
+    /// verbatim, it means the same to libpq and tokio-postgres.
+    pub written: Range<usize>,
+    /// The value as written, quotes included.
+    pub value_written: Range<usize>,
+}
+
+/// A key=value string that stops following libpq's grammar. It names where, never what:
+/// the text may be a password.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("{what} in the parameter at byte {at}")]
+pub struct Malformed {
+    /// Where the parameter that does not parse begins.
+    pub at: usize,
+    /// What is wrong with it.
+    pub what: &'static str,
+}
+
+/// The parameters of a key=value connection string, read as libpq and tokio-postgres read
+/// them: `key = value` with optional whitespace around `=`, the value bare up to the next
+/// whitespace or in single quotes, `\` escaping the next character in both. Stops after
+/// the first [`Malformed`] parameter.
+pub fn key_values(text: &str) -> impl Iterator<Item = Result<KeyValue<'_>, Malformed>> {
+    let mut chars = text.char_indices().peekable();
+    let mut failed = false;
+    std::iter::from_fn(move || {
+        if failed {
+            return None;
+        }
+        let param = next_key_value(text, &mut chars)?;
+        failed = param.is_err();
+        Some(param)
+    })
+}
+
+/// The parameter at `chars`, `None` at the end of `text`.
+fn next_key_value<'a>(
+    text: &'a str,
+    chars: &mut Peekable<CharIndices<'a>>,
+) -> Option<Result<KeyValue<'a>, Malformed>> {
+    let skip_whitespace = |chars: &mut Peekable<CharIndices<'a>>| {
+        while chars.next_if(|&(_, c)| c.is_whitespace()).is_some() {}
+    };
+    let position = |chars: &mut Peekable<CharIndices<'a>>| chars.peek().map_or(text.len(), |c| c.0);
+    skip_whitespace(chars);
+    let start = chars.peek()?.0;
+    let malformed = |what| Some(Err(Malformed { at: start, what }));
+    while chars
+        .next_if(|&(_, c)| !c.is_whitespace() && c != '=')
+        .is_some()
+    {}
+    let key_end = position(chars);
+    if key_end == start {
+        return malformed("'=' without a key");
+    }
+    skip_whitespace(chars);
+    if chars.next_if(|&(_, c)| c == '=').is_none() {
+        return malformed("a key without '='");
+    }
+    skip_whitespace(chars);
+    let value_start = position(chars);
+    let quoted = chars.next_if(|&(_, c)| c == '\'').is_some();
+    let mut value = String::new();
+    let mut closed = !quoted;
+    while let Some((_, c)) = chars.next_if(|&(_, c)| quoted || !c.is_whitespace()) {
+        match c {
+            '\\' => value.extend(chars.next().map(|(_, escaped)| escaped)),
+            '\'' if quoted => {
+                closed = true;
+                break;
+            }
+            c => value.push(c),
+        }
+    }
+    if !closed {
+        return malformed("an unterminated quoted value");
+    }
+    let end = position(chars);
+    Some(Ok(KeyValue {
+        key: &text[start..key_end],
+        value,
+        written: start..end,
+        value_written: value_start..end,
+    }))
 }
 
 /// An `http(s)://` URL with the password of its userinfo and every query value replaced
@@ -285,5 +379,49 @@ mod tests {
             ..StoreConfig::default()
         };
         assert!(!format!("{store:?}").contains("hunter2"));
+    }
+
+    #[test]
+    fn a_key_value_password_is_redacted_however_it_is_spaced_or_quoted() {
+        for (url, redacted) in [
+            ("host=db password = hunter2", "host=db password = ***"),
+            ("password= hunter2 user=app", "password= *** user=app"),
+            ("host=db password =hunter2", "host=db password =***"),
+            ("password = 'a b\\'c' user=app", "password = *** user=app"),
+            ("password='a b\\'c'", "password=***"),
+            ("password=a\\ b\\ c user=app", "password=*** user=app"),
+            (
+                "sslpassword\t=\t'a b' host=db",
+                "sslpassword\t=\t*** host=db",
+            ),
+        ] {
+            assert_eq!(redact_url_password(url), redacted, "{url}");
+        }
+        let store = StoreConfig {
+            url: "host=db password = 'a b\\'c'".into(),
+            ..StoreConfig::default()
+        };
+        let shown = format!("{store:?} {}", toml::to_string(&store).unwrap());
+        for part in ["a b", "'c", "b\\"] {
+            assert!(!shown.contains(part), "{shown}");
+        }
+    }
+
+    #[test]
+    fn a_key_value_string_that_does_not_parse_is_redacted_from_where_it_stops() {
+        // A key without '=' (tokio-postgres refuses it too): everything from it is hidden.
+        assert_eq!(
+            redact_url_password("host=db password 'hunter2'"),
+            "host=db ***"
+        );
+        assert_eq!(
+            redact_url_password("host=db password='hunter2"),
+            "host=db ***"
+        );
+        // "://" inside a value does not make it a URL.
+        assert_eq!(
+            redact_url_password("host=db password=hunter2 application_name=a://b"),
+            "host=db password=*** application_name=a://b"
+        );
     }
 }
