@@ -5,7 +5,7 @@
 //! |---|---|---|
 //! | `disable` | never | — |
 //! | `allow`, `prefer` (the default, as in libpq) | when the server offers TLS | no |
-//! | `require` | always; a server without TLS is an error | no — but with an `sslrootcert` file, as `verify-ca` (libpq's rule) |
+//! | `require` | always; a server without TLS is an error | no — but with a root certificate file (`sslrootcert`, or the default below), as `verify-ca` (libpq's rule) |
 //! | `verify-ca` | always | chain to `sslrootcert` |
 //! | `verify-full` | always | chain to `sslrootcert`, and the host name |
 //!
@@ -14,13 +14,16 @@
 //! silent fall-back to the system roots, which any public certificate chains to).
 //! `sslrootcert=system` (PostgreSQL 16's meaning) is the system roots with `verify-full`;
 //! with a weaker `sslmode` it is an error. Both parameters are taken out here
-//! (tokio-postgres knows only the first three modes); the rest is tokio-postgres's.
+//! (tokio-postgres knows only the first three modes), the key=value form read by libpq's
+//! grammar ([`key_values`]); the rest is tokio-postgres's, and an `sslmode` it still finds
+//! there is refused, never overwritten.
 
 use std::path::PathBuf;
 
 use tokio_postgres::config::SslMode;
 use tokio_postgres_rustls::MakeRustlsConnect;
 
+use crate::config::store::key_values;
 use crate::store::api::StoreError;
 use crate::tls::{client_config, Verify};
 
@@ -47,7 +50,8 @@ fn split(url: &str) -> Result<(String, Tls), StoreError> {
 
 /// [`split`], with libpq's default root certificate looked for under `home`.
 fn split_with_home(url: &str, home: Option<PathBuf>) -> Result<(String, Tls), StoreError> {
-    let (rest, mode, root) = if url.contains("://") {
+    // tokio-postgres's test for its URL form; anything else is key=value to it.
+    let (rest, mode, root) = if url.starts_with("postgres://") || url.starts_with("postgresql://") {
         let (base, query) = url.split_once('?').unwrap_or((url, ""));
         let (mut mode, mut root, mut kept) = (None, None, Vec::new());
         for param in query.split('&').filter(|p| !p.is_empty()) {
@@ -65,11 +69,13 @@ fn split_with_home(url: &str, home: Option<PathBuf>) -> Result<(String, Tls), St
         (rest, mode, root)
     } else {
         let (mut mode, mut root, mut kept) = (None, None, Vec::new());
-        for token in url.split_whitespace() {
-            match token.split_once('=') {
-                Some(("sslmode", m)) => mode = Some(m.trim_matches('\'').to_owned()),
-                Some(("sslrootcert", r)) => root = Some(r.trim_matches('\'').to_owned()),
-                _ => kept.push(token),
+        for param in key_values(url) {
+            let param = param.map_err(|e| error(format!("does not parse: {e}")))?;
+            match param.key {
+                "sslmode" => mode = Some(param.value),
+                "sslrootcert" => root = Some(param.value),
+                // As written, quotes and escapes included.
+                _ => kept.push(&url[param.written]),
             }
         }
         (kept.join(" "), mode, root)
@@ -110,7 +116,7 @@ fn resolve(
     match mode.unwrap_or("prefer") {
         "disable" => tls(SslMode::Disable, Verify::Encrypt, None),
         "allow" | "prefer" => tls(SslMode::Prefer, Verify::Encrypt, None),
-        "require" => match root {
+        "require" => match anchors() {
             Some(file) => tls(SslMode::Require, Verify::Chain, Some(file)),
             None => tls(SslMode::Require, Verify::Encrypt, None),
         },
@@ -142,6 +148,16 @@ pub(crate) fn config(url: &str) -> Result<(tokio_postgres::Config, Tls), StoreEr
     let mut config: tokio_postgres::Config = rest
         .parse()
         .map_err(|e| error(format!("does not parse: {e}")))?;
+    // `split` took every `sslmode` out, so tokio-postgres kept its default. Had it read one
+    // in a spelling `split` missed, setting ours would replace it unseen, perhaps with a
+    // weaker one.
+    if config.get_ssl_mode() != tokio_postgres::Config::new().get_ssl_mode() {
+        return Err(error(
+            "names sslmode in a way hookgate does not read (a percent-encoded key?): \
+             write it plainly, sslmode=..."
+                .into(),
+        ));
+    }
     config.ssl_mode(tls.mode);
     Ok((config, tls))
 }
@@ -222,10 +238,23 @@ mod tests {
         std::fs::create_dir_all(home.join(".postgresql")).unwrap();
         let ca = home.join(".postgresql/root.crt");
         std::fs::write(&ca, "not read here").unwrap();
-        let (_, tls) =
-            split_with_home("postgres://h/db?sslmode=verify-full", Some(home.clone())).unwrap();
+        let read = |url: &str| {
+            let (_, tls) = split_with_home(url, Some(home.clone())).unwrap();
+            (tls.mode, tls.verify, tls.root_cert)
+        };
+        let full = read("postgres://h/db?sslmode=verify-full");
+        // require with a root certificate file is verify-ca, the default file included.
+        let require = read("postgres://h/db?sslmode=require");
+        let require_kv = read("host=h sslmode=require");
         std::fs::remove_dir_all(&home).unwrap();
-        assert_eq!((tls.verify, tls.root_cert), (Verify::Full, Some(ca)));
+        assert_eq!(full, (SslMode::Require, Verify::Full, Some(ca.clone())));
+        assert_eq!(require, (SslMode::Require, Verify::Chain, Some(ca.clone())));
+        assert_eq!(require_kv, (SslMode::Require, Verify::Chain, Some(ca)));
+        // Without the file, require only encrypts.
+        assert_eq!(
+            read("postgres://h/db?sslmode=require"),
+            (SslMode::Require, Verify::Encrypt, None)
+        );
     }
 
     #[test]
@@ -298,5 +327,54 @@ mod tests {
         assert!(read("host=db sslmode=verify-ca").is_err());
         let (_, tls) = read("host=db sslmode=require sslrootcert=/ca.pem").unwrap();
         assert_eq!(tls.verify, Verify::Chain);
+    }
+
+    #[test]
+    fn spaces_around_the_equals_sign_do_not_hide_sslmode_or_sslrootcert() {
+        let (rest, tls) = read("host = db sslmode = require").unwrap();
+        assert_eq!(rest, "host = db");
+        assert_eq!((tls.mode, tls.verify), (SslMode::Require, Verify::Encrypt));
+        let (rest, tls) = read("host=db sslmode='verify-full' sslrootcert = '/x/ca.pem'").unwrap();
+        assert_eq!(rest, "host=db");
+        assert_eq!(
+            (tls.mode, tls.verify, tls.root_cert),
+            (
+                SslMode::Require,
+                Verify::Full,
+                Some(PathBuf::from("/x/ca.pem"))
+            )
+        );
+        // The whole connection, as the pool gets it: tokio-postgres is told require.
+        let (pg, _) = config("host = db sslmode = require").unwrap();
+        assert_eq!(pg.get_ssl_mode(), SslMode::Require);
+    }
+
+    #[test]
+    fn the_other_key_value_parameters_reach_tokio_postgres_as_written() {
+        let url = "host = db user= app dbname ='my db' sslmode = require \
+                   password = 'a b\\'c' application_name=x\\ y";
+        let (pg, tls) = config(url).unwrap();
+        assert_eq!(tls.mode, SslMode::Require);
+        assert_eq!(pg.get_ssl_mode(), SslMode::Require);
+        assert_eq!(
+            pg.get_hosts(),
+            [tokio_postgres::config::Host::Tcp("db".into())]
+        );
+        assert_eq!(pg.get_user(), Some("app"));
+        assert_eq!(pg.get_dbname(), Some("my db"));
+        assert_eq!(pg.get_password(), Some(&b"a b'c"[..]));
+        assert_eq!(pg.get_application_name(), Some("x y"));
+    }
+
+    #[test]
+    fn an_sslmode_tokio_postgres_reads_and_hookgate_does_not_is_refused() {
+        // A percent-encoded key: tokio-postgres decodes it, this file's reading does not.
+        for url in [
+            "postgres://h/db?ssl%6Dode=disable",
+            "postgres://h/db?sslmode=verify-full&sslrootcert=/ca.pem&ssl%6dode=disable",
+        ] {
+            let e = config(url).unwrap_err();
+            assert!(e.to_string().contains("sslmode"), "{url}: {e}");
+        }
     }
 }
