@@ -17,12 +17,15 @@ const HISTORY: &str = "
 SELECT attempt, path, node, mode, outcome, started_at, ended_at, target_status, error, answer
 FROM webhook_attempts WHERE provider = ?1 AND event_key = ?2 ORDER BY attempt";
 
-/// The conditions of a search, `?1`…`?10` (each ignored when NULL).
+/// The conditions of a search, `?1`…`?11` (each ignored when NULL). The key prefix is the
+/// range `?4 <= event_key < ?11` ([`key_range`]): SQLite's `LIKE` ignores ASCII case. No
+/// index serves it while the provider test is `?1 IS NULL OR …` (checked with `EXPLAIN
+/// QUERY PLAN`).
 const SEARCH_WHERE: &str = "
 WHERE (?1 IS NULL OR provider = ?1)
   AND (?2 IS NULL OR status = ?2)
   AND (?3 IS NULL OR last_path = ?3)
-  AND (?4 IS NULL OR event_key LIKE ?4 ESCAPE '\\')
+  AND (?4 IS NULL OR (event_key >= ?4 AND (?11 IS NULL OR event_key < ?11)))
   AND (?5 IS NULL OR mode = ?5)
   AND (?6 IS NULL OR dead_reason = ?6)
   AND (?7 IS NULL OR created_at >= ?7)
@@ -114,19 +117,44 @@ fn job(r: &Row<'_>) -> rusqlite::Result<ReplayJob> {
     })
 }
 
-/// The ten filter parameters of [`SEARCH_WHERE`].
-fn filter_params(filter: &SearchFilter) -> [Box<dyn rusqlite::ToSql + Send>; 10] {
+/// The keys that start with `prefix`, exactly and case-sensitively, as the half-open range
+/// `[prefix, end)` in SQLite's `BINARY` order (UTF-8 bytes, so code point order). `end` is
+/// `prefix` with its last character raised by one, trailing U+10FFFF dropped first; a key
+/// in the range agrees with `prefix` up to its last character and lies between that
+/// character and the next. `None`: no upper bound (an empty prefix, or all U+10FFFF).
+fn key_range(prefix: &str) -> (String, Option<String>) {
+    let mut end = prefix.to_owned();
+    while let Some(last) = end.pop() {
+        let next = match last {
+            '\u{D7FF}' => Some('\u{E000}'),
+            c => char::from_u32(u32::from(c) + 1),
+        };
+        if let Some(next) = next {
+            end.push(next);
+            return (prefix.to_owned(), Some(end));
+        }
+    }
+    (prefix.to_owned(), None)
+}
+
+/// The eleven filter parameters of [`SEARCH_WHERE`].
+fn filter_params(filter: &SearchFilter) -> [Box<dyn rusqlite::ToSql + Send>; 11] {
+    let (key_from, key_until) = match filter.key_prefix.as_deref().map(key_range) {
+        Some((from, until)) => (Some(from), until),
+        None => (None, None),
+    };
     [
         Box::new(filter.provider.clone()),
         Box::new(filter.status.map(|s| s.as_str())),
         Box::new(filter.path.clone()),
-        Box::new(filter.key_pattern()),
+        Box::new(key_from),
         Box::new(filter.mode.clone()),
         Box::new(filter.reason.clone()),
         Box::new(filter.created_after),
         Box::new(filter.created_before),
         Box::new(filter.updated_after),
         Box::new(filter.updated_before),
+        Box::new(key_until),
     ]
 }
 
@@ -186,9 +214,9 @@ impl OperatorStore for SqliteOperator {
             // Whole microseconds, rounded as `PageCursor` rounds them.
             let sql = select_record(&format!(
                 "{SEARCH_WHERE}
-                 AND (?11 IS NULL OR (CAST(round(updated_at * 1000000) AS INTEGER), provider,
-                      event_key) < (?11, ?12, ?13))
-                 ORDER BY updated_at DESC, provider DESC, event_key DESC LIMIT ?14"
+                 AND (?12 IS NULL OR (CAST(round(updated_at * 1000000) AS INTEGER), provider,
+                      event_key) < (?12, ?13, ?14))
+                 ORDER BY updated_at DESC, provider DESC, event_key DESC LIMIT ?15"
             ));
             let mut values: Vec<Box<dyn rusqlite::ToSql + Send>> =
                 filter_params(&filter).into_iter().collect();
@@ -382,5 +410,123 @@ impl OperatorStore for SqliteOperator {
                 .map_err(sql_error)?;
             rows.map(|r| r.map_err(sql_error)).collect()
         }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::api::Store;
+    use crate::store::sqlite::SqliteStore;
+
+    /// A migrated store in a directory of its own, removed when dropped.
+    struct TempStore {
+        dir: std::path::PathBuf,
+        store: SqliteStore,
+    }
+
+    impl TempStore {
+        async fn new() -> Self {
+            let dir = std::env::temp_dir().join(format!("hookgate-prefix-{}", fastrand::u64(..)));
+            let store = SqliteStore::open(&dir.join("events.db"), Duration::from_secs(5)).unwrap();
+            store.migrate().await.unwrap();
+            Self { dir, store }
+        }
+    }
+
+    impl Drop for TempStore {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+
+    /// The keys a search with `prefix` finds (sorted), after checking that `count` agrees.
+    async fn found(store: &SqliteStore, prefix: &str) -> Vec<String> {
+        let filter = SearchFilter {
+            key_prefix: Some(prefix.into()),
+            ..SearchFilter::default()
+        };
+        let rows = store.operator().search(&filter, None, 100).await.unwrap();
+        let mut keys: Vec<String> = rows.into_iter().map(|r| r.id.key.to_string()).collect();
+        keys.sort();
+        let counted = store.operator().count(&filter).await.unwrap();
+        assert_eq!(counted, keys.len() as u64, "count and search of {prefix:?}");
+        keys
+    }
+
+    #[tokio::test]
+    async fn a_key_prefix_matches_case_exact_keys_and_its_metacharacters_literally() {
+        let t = TempStore::new().await;
+        let keys = [
+            "evt_Ab1",
+            "evt_ab2",
+            "evt_A%c",
+            "evt_A_d",
+            "evt_AÉ",
+            "evt_Aé",
+            "evt_A*[x]",
+            "evt_Az",
+            "evu_A",
+            "evt_\u{10FFFF}x",
+            "evt_\u{10FFFF}",
+        ];
+        for key in keys {
+            let id = EventId::new("stripe", key);
+            store_claim(&t.store, &id).await;
+        }
+        let t = &t.store;
+        assert_eq!(
+            found(t, "evt_A").await,
+            [
+                "evt_A%c",
+                "evt_A*[x]",
+                "evt_A_d",
+                "evt_Ab1",
+                "evt_Az",
+                "evt_AÉ",
+                "evt_Aé"
+            ]
+        );
+        assert_eq!(found(t, "evt_A%").await, ["evt_A%c"]);
+        assert_eq!(found(t, "evt_A_").await, ["evt_A_d"]);
+        assert_eq!(found(t, "evt_A*").await, ["evt_A*[x]"]);
+        assert_eq!(found(t, "evt_A*[").await, ["evt_A*[x]"]);
+        assert_eq!(found(t, "evt_a").await, ["evt_ab2"]);
+        assert_eq!(found(t, "evt_Aé").await, ["evt_Aé"]);
+        assert_eq!(found(t, "evt_AÉ").await, ["evt_AÉ"]);
+        assert_eq!(
+            found(t, "evt_\u{10FFFF}").await,
+            ["evt_\u{10FFFF}", "evt_\u{10FFFF}x"]
+        );
+        assert_eq!(
+            found(t, "").await.len(),
+            keys.len(),
+            "an empty prefix matches all"
+        );
+    }
+
+    #[test]
+    fn a_key_range_ends_before_the_next_character() {
+        let end = |prefix: &str| key_range(prefix).1;
+        assert_eq!(end("evt_A").as_deref(), Some("evt_B"));
+        assert_eq!(
+            end("k\u{D7FF}").as_deref(),
+            Some("k\u{E000}"),
+            "past the surrogates"
+        );
+        assert_eq!(end("k\u{10FFFF}").as_deref(), Some("l"));
+        assert_eq!(end("\u{10FFFF}"), None);
+        assert_eq!(end(""), None);
+    }
+
+    async fn store_claim(store: &SqliteStore, id: &EventId) {
+        let won = store
+            .claim(id, None, Duration::from_secs(60), None)
+            .await
+            .unwrap();
+        assert!(
+            matches!(won, crate::claim::ClaimResult::Won { .. }),
+            "{won:?}"
+        );
     }
 }
