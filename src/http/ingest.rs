@@ -129,8 +129,9 @@ async fn accept(
 }
 
 /// Reads the whole body, refusing it as soon as it passes `limit` bytes, or when the
-/// node's budget of body bytes cannot hold it (`reserved` grows with it: by the declared
-/// length at once, else chunk by chunk).
+/// node's budget of body bytes cannot hold it. `reserved` grows chunk by chunk with the
+/// bytes that arrived, never by the declared length: a sender that declares a large body
+/// and sends a few bytes holds a few bytes.
 async fn read_body(
     req: &HttpRequest,
     mut payload: web::Payload,
@@ -146,10 +147,7 @@ async fn read_body(
         return Err(ApiError::TooLarge(limit));
     }
     let over_budget = ApiError::Overloaded("the node holds as many request bodies as it may");
-    if !reserved.grow_to(declared.unwrap_or(0)) {
-        return Err(over_budget);
-    }
-    let mut body = BytesMut::with_capacity(declared.unwrap_or(0));
+    let mut body = BytesMut::new();
     while let Some(chunk) = payload.next().await {
         let chunk = chunk.map_err(|e| ApiError::BadBody(e.to_string()))?;
         let total = body.len() + chunk.len();
