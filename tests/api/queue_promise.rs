@@ -760,6 +760,48 @@ async fn queue_rows_of_a_removed_provider_become_dead_letters(backend: Backend) 
     assert_eq!(dead[0].dead_reason.as_deref(), Some("provider_removed"));
 }
 
+/// A sync row of a provider since removed from every node (a failed one, or one whose
+/// attempt crashed): its sender now gets 404 and no sweep of a configured provider sees it,
+/// so it too becomes a `provider_removed` dead letter — once no attempt holds its lease.
+async fn sync_rows_of_a_removed_provider_become_dead_letters(backend: Backend) {
+    let app = spawn_app_on(backend, |_| {}).await;
+    app.target.set(Behaviour::Status(500));
+    assert_eq!(app.deliver("evt_srm", "{}").await.status, 503);
+    assert_eq!(
+        app.db.status(PROVIDER, "evt_srm").await.as_deref(),
+        Some("failed")
+    );
+    let config = base_config(&app.db, &app.target);
+    let sweeper = |grace| {
+        Sweeper::new(
+            app.store.clone(),
+            config.retention.clone(),
+            Arc::new(Metrics::new()),
+            hookgate::logging::discard(),
+        )
+        .with_horizons(vec![("github".to_owned(), Duration::from_secs(3600))])
+        .with_orphan_grace(grace)
+    };
+    assert_eq!(
+        sweeper(Duration::from_secs(3600))
+            .abandon_once()
+            .await
+            .unwrap(),
+        0,
+        "within its grace"
+    );
+    assert_eq!(sweeper(Duration::ZERO).abandon_once().await.unwrap(), 1);
+    let row = app
+        .store
+        .lookup(&EventId::new(PROVIDER, "evt_srm"))
+        .await
+        .unwrap()
+        .expect("row");
+    assert_eq!(row.status.as_str(), "dead");
+    assert_eq!(row.dead_reason.as_deref(), Some("provider_removed"));
+    assert_eq!(row.payload.as_deref(), Some(&b"{}"[..]), "kept to replay");
+}
+
 /// A node that is shutting down takes no more queue rows: its scheduler finds nothing to
 /// do (and so does not spin) while its last delivery runs.
 async fn a_draining_node_takes_no_queue_rows(backend: Backend) {
@@ -804,6 +846,7 @@ on_both_stores!(
     a_paused_queue_provider_holds_a_sync_rows_redelivery,
     a_sync_rows_redelivery_reaches_a_queue_target_slower_than_the_lease,
     queue_rows_of_a_removed_provider_become_dead_letters,
+    sync_rows_of_a_removed_provider_become_dead_letters,
     a_draining_node_takes_no_queue_rows,
 );
 

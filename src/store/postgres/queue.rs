@@ -7,7 +7,9 @@ use std::time::Duration;
 use actix_web::web::Bytes;
 
 use super::pool::Inner;
-use super::queue_sql::{ABANDON, DUE, ENQUEUE, ORPHAN, QUEUE_DEPTH, RENEW, TAKE, TAKE_DUE};
+use super::queue_sql::{
+    ABANDON, DUE, ENQUEUE, ORPHAN, ORPHAN_SYNC, QUEUE_DEPTH, RENEW, TAKE, TAKE_DUE,
+};
 use super::rows::{db_error, existing, get, parse_path};
 use crate::key::EventId;
 use crate::store::api::{millis, Enqueued, Fenced, QueueDepth, QueueRow, StoreError, Taken};
@@ -173,10 +175,14 @@ pub(crate) async fn orphan(
     let grace_ms = millis(grace);
     inner
         .run(async |client| {
-            client
-                .execute(ORPHAN, &[&known, &i64::from(batch), &grace_ms])
+            let params: [&(dyn tokio_postgres::types::ToSql + Sync); 3] =
+                [&known, &i64::from(batch), &grace_ms];
+            let queued = client.execute(ORPHAN, &params).await.map_err(db_error)?;
+            let sync = client
+                .execute(ORPHAN_SYNC, &params)
                 .await
-                .map_err(db_error)
+                .map_err(db_error)?;
+            Ok(queued + sync)
         })
         .await
 }

@@ -167,6 +167,24 @@ WHERE (provider, event_key) IN (
     LIMIT $2
     FOR UPDATE SKIP LOCKED)";
 
+/// Orphan, sync rows: those of a provider that is none of `$1`, nobody delivered for `$3`
+/// ms — `failed`, or `in_progress` with an expired lease — become dead letters
+/// (`provider_removed`), at most `$2` at a time. Their senders now get 404, and no sweep of
+/// a configured provider ([`ABANDON`]) sees them. Read by the `(status, updated_at)` index.
+pub(crate) const ORPHAN_SYNC: &str = "
+UPDATE webhook_events
+SET status = 'dead', dead_reason = 'provider_removed', locked_until = NULL,
+    last_error = COALESCE(last_error, 'its provider is no longer configured'),
+    updated_at = now()
+WHERE (provider, event_key) IN (
+    SELECT provider, event_key FROM webhook_events
+    WHERE mode = 'sync' AND status IN ('failed', 'in_progress')
+      AND NOT (provider = ANY($1))
+      AND (status = 'failed' OR locked_until <= now())
+      AND updated_at <= now() - $3::bigint * interval '1 millisecond'
+    LIMIT $2
+    FOR UPDATE SKIP LOCKED)";
+
 /// Queue depth per provider: unfinished queue rows and how long the oldest due one has
 /// waited. A plain read over the partial index.
 pub(crate) const QUEUE_DEPTH: &str = "

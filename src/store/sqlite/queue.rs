@@ -111,6 +111,21 @@ WHERE rowid IN (
       AND updated_at <= unixepoch('subsec') - ?3 / 1000.0
     LIMIT ?2)";
 
+/// Orphan, sync rows: `failed` ones, or `in_progress` with an expired lease, of providers
+/// not in `?1` (see Postgres's `ORPHAN_SYNC`); read from the status index.
+const ORPHAN_SYNC: &str = "
+UPDATE webhook_events
+SET status = 'dead', dead_reason = 'provider_removed', locked_until = NULL,
+    last_error = COALESCE(last_error, 'its provider is no longer configured'),
+    updated_at = unixepoch('subsec')
+WHERE rowid IN (
+    SELECT rowid FROM webhook_events INDEXED BY webhook_events_status_updated
+    WHERE status IN ('failed', 'in_progress') AND mode = 'sync'
+      AND provider NOT IN (SELECT value FROM json_each(?1))
+      AND (status = 'failed' OR locked_until <= unixepoch('subsec'))
+      AND updated_at <= unixepoch('subsec') - ?3 / 1000.0
+    LIMIT ?2)";
+
 /// Unfinished queue rows per provider and the age of the oldest due one, read from the
 /// partial due index alone (`INDEXED BY`: without statistics the planner would walk the
 /// status index — every `in_progress` and `failed` row, sync ones included — on the single
@@ -317,10 +332,13 @@ pub(crate) fn orphan(
 ) -> Result<u64, StoreError> {
     let known =
         serde_json::to_string(known).map_err(|e| StoreError::Query(e.to_string().into()))?;
-    let changed = conn
-        .prepare_cached(ORPHAN)
-        .and_then(|mut s| s.execute(params![known, batch, millis(grace)]))
-        .map_err(sql_error)?;
+    let mut changed = 0;
+    for sql in [ORPHAN, ORPHAN_SYNC] {
+        changed += conn
+            .prepare_cached(sql)
+            .and_then(|mut s| s.execute(params![known, batch, millis(grace)]))
+            .map_err(sql_error)?;
+    }
     Ok(changed as u64)
 }
 
