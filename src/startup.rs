@@ -155,6 +155,7 @@ impl Application {
         ));
         let upkeeping = actix_rt::spawn(Arc::clone(&upkeep).run_forever());
         warn_if_not_durable(Arc::clone(&store), log.clone());
+        warn_if_not_authenticated(&config.store.url, &log);
         let metrics_for_watch = Arc::clone(&metrics);
         let state = web::Data::new(AppState {
             providers,
@@ -352,6 +353,18 @@ async fn stop_on_signal(stopper: Stopper) {
         let _ = tokio::signal::ctrl_c().await;
     }
     stopper.stop().await;
+}
+
+/// Logs `store.not_authenticated` when a Postgres on another host is reached without
+/// authenticating it (`sslmode` prefer or require with no root certificate): what
+/// `check-config` warns of, said again where the node runs.
+fn warn_if_not_authenticated(url: &str, log: &Logger) {
+    if crate::store::sqlite::SqliteStore::path_of(url).is_some() {
+        return;
+    }
+    if let Ok(Some(why)) = crate::store::postgres::tls_warning(url) {
+        slog::warn!(log, "store.not_authenticated"; "why" => why);
+    }
 }
 
 /// Logs `store.not_durable` for each database setting under which an acknowledged commit
