@@ -19,14 +19,14 @@ use std::net::TcpListener;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use actix_web::dev::{Server, ServerHandle};
+use actix_web::dev::{Server, ServerHandle, Service as _};
 use actix_web::http::KeepAlive;
 use actix_web::{web, App, HttpServer};
 use anyhow::Context as _;
 use slog::{info, Logger};
 
 use crate::config::{cpus, Config};
-use crate::http::{routes, AppState};
+use crate::http::{routes, AppState, ConnWatch};
 use crate::metrics::Metrics;
 use crate::provider::Provider;
 use crate::retention::Sweeper;
@@ -287,22 +287,55 @@ fn http_server(
     state: web::Data<AppState>,
 ) -> anyhow::Result<Server> {
     let http_workers = config.server.http_workers.unwrap_or_else(cpus).max(1);
-    Ok(
-        HttpServer::new(move || App::new().app_data(state.clone()).configure(routes))
-            .listen(listener)?
-            .workers(http_workers)
-            // Signals are ours: the shards must stop claiming before the server stops.
-            .disable_signals()
-            .client_request_timeout(config.server.read_timeout)
-            .keep_alive(keep_alive(config.server.keep_alive))
-            .max_connections(config.server.max_connections.div_ceil(http_workers))
-            .shutdown_timeout(config.shutdown_limit().as_secs().max(1))
-            .run(),
-    )
+    // With keep-alive off every request is a connection's first, whose head actix times.
+    let watch = (!config.server.keep_alive.is_zero()).then(|| {
+        let watch = ConnWatch::new(config.server.keep_alive, config.server.read_timeout);
+        actix_rt::spawn(close_stuck_connections(Arc::clone(&watch)));
+        watch
+    });
+    Ok(HttpServer::new(move || {
+        App::new()
+            .app_data(state.clone())
+            .wrap_fn(|req, service| {
+                let busy = ConnWatch::busy(&req);
+                let answered = service.call(req);
+                async move {
+                    let answer = answered.await;
+                    drop(busy);
+                    answer
+                }
+            })
+            .configure(routes)
+    })
+    .on_connect(move |io, data| {
+        if let Some(watch) = &watch {
+            watch.on_connect(io, data);
+        }
+    })
+    .listen(listener)?
+    .workers(http_workers)
+    // Signals are ours: the shards must stop claiming before the server stops.
+    .disable_signals()
+    .client_request_timeout(config.server.read_timeout)
+    .keep_alive(keep_alive(config.server.keep_alive))
+    .max_connections(config.server.max_connections.div_ceil(http_workers))
+    .shutdown_timeout(config.shutdown_limit().as_secs().max(1))
+    .run())
 }
 
-/// The server's keep-alive: off at zero, so that every request is a connection's first,
-/// whose head actix-http times (it times no later one).
+/// How often stuck connections are looked for.
+const STUCK_EVERY: Duration = Duration::from_secs(1);
+
+/// Closes, every [`STUCK_EVERY`], the connections stuck in a request head that never ends
+/// (see [`ConnWatch`]).
+async fn close_stuck_connections(watch: Arc<ConnWatch>) {
+    loop {
+        tokio::time::sleep(STUCK_EVERY).await;
+        watch.sweep();
+    }
+}
+
+/// The server's keep-alive: off at zero (every connection closed after its answer).
 fn keep_alive(idle: Duration) -> KeepAlive {
     if idle.is_zero() {
         KeepAlive::Disabled

@@ -90,7 +90,7 @@ struct Args {
     /// HTTP worker threads (default: hookgate's default).
     #[arg(long)]
     http_workers: Option<usize>,
-    /// The node's `server.keep_alive` (default: hookgate's default, off).
+    /// The node's `server.keep_alive` (default: hookgate's default, 5 s; 0s: off).
     #[arg(long, value_parser = humantime::parse_duration)]
     keep_alive: Option<Duration>,
     /// Drive a running hookgate at this `…/webhooks/{provider}` URL instead.

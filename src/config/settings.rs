@@ -59,10 +59,9 @@ pub struct ServerConfig {
     /// 408 and its connection is closed.
     #[serde(with = "humantime_serde")]
     pub read_timeout: Duration,
-    /// How long a connection may wait for its next request after an answer; zero (the
-    /// default) closes every connection after its answer. actix-http times only a
-    /// connection's *first* request head, so a client that starts a second request and
-    /// stalls holds its connection: turn this on only behind a proxy you trust.
+    /// How long a connection may wait for its next request after an answer; zero closes
+    /// every connection after its answer. A connection idle (or stuck in a request head
+    /// that never ends) for this plus `read_timeout` after its last answer is closed.
     #[serde(with = "humantime_serde")]
     pub keep_alive: Duration,
     /// Open connections the node accepts at once (over all HTTP workers).
@@ -89,7 +88,7 @@ impl Default for ServerConfig {
             admission_queue: None,
             admission_wait: Duration::from_secs(1),
             read_timeout: Duration::from_secs(10),
-            keep_alive: Duration::ZERO,
+            keep_alive: Duration::from_secs(5),
             max_connections: 10_000,
             mailbox_capacity: 1024,
             max_body_bytes: 1024 * 1024,

@@ -8,6 +8,7 @@
 mod admin;
 mod admin_api;
 mod budget;
+mod conn_watch;
 mod console;
 mod error;
 mod event_json;
@@ -17,6 +18,7 @@ mod routes;
 mod state;
 
 pub use budget::BodyBudget;
+pub use conn_watch::ConnWatch;
 pub use error::ApiError;
 pub use event_json::{attempt_json, event_json};
 pub use routes::routes;
