@@ -124,6 +124,10 @@ pub const EVENTS: &[(&str, &str)] = &[
         "the database may lose acknowledged commits: setting, value",
     ),
     (
+        "store.not_authenticated",
+        "a Postgres on another host is reached without authenticating it: why",
+    ),
+    (
         "readyz.store_unavailable",
         "/readyz found the store unreachable",
     ),
