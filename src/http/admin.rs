@@ -2,12 +2,16 @@
 //!
 //! Enabled only when `[admin] token_env` names a variable holding a token; otherwise every
 //! `/admin/` route is 404. The token is compared in constant time (over SHA-256 digests, so
-//! its length does not leak either).
+//! its length does not leak either). Every admin handler calls [`authorize`] first and
+//! extracts nothing that reads or refuses the request: the body and the query string are
+//! parsed after it, so a caller without the token is answered 401 before a byte of its
+//! body is read.
 
 use std::sync::Arc;
 
 use actix_web::http::header;
 use actix_web::{guard, web, HttpRequest, HttpResponse};
+use serde::de::DeserializeOwned;
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
@@ -44,7 +48,7 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
         .route("/dead/{provider}/{key}/replay", web::post().to(replay));
 }
 
-/// Refuses the request unless it carries the configured bearer token.
+/// Refuses the request unless it carries the configured bearer token. Reads headers only.
 pub(super) fn authorize(req: &HttpRequest, state: &AppState) -> Result<(), ApiError> {
     let Some(token) = &state.admin_token else {
         return Err(ApiError::NotFound);
@@ -62,6 +66,14 @@ pub(super) fn authorize(req: &HttpRequest, state: &AppState) -> Result<(), ApiEr
     } else {
         Err(ApiError::Unauthorized)
     }
+}
+
+/// The query string as `T`, or a 400 in the API's words. Called after [`authorize`]: as an
+/// extractor it would run before the token is checked.
+pub(super) fn query<T: DeserializeOwned>(req: &HttpRequest) -> Result<T, ApiError> {
+    web::Query::<T>::from_query(req.query_string())
+        .map(web::Query::into_inner)
+        .map_err(|e| ApiError::BadQuery(e.to_string()))
 }
 
 async fn show_event(
@@ -86,12 +98,9 @@ struct DeadQuery {
     cursor: Option<String>,
 }
 
-async fn list_dead(
-    req: HttpRequest,
-    query: web::Query<DeadQuery>,
-    state: web::Data<AppState>,
-) -> Result<HttpResponse, ApiError> {
+async fn list_dead(req: HttpRequest, state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
     authorize(&req, &state)?;
+    let query: DeadQuery = query(&req)?;
     let limit = query.limit.unwrap_or(DEFAULT_LIMIT).clamp(1, MAX_LIMIT);
     let after = match &query.cursor {
         Some(text) => Some(PageCursor::decode(text).ok_or(ApiError::BadCursor)?),

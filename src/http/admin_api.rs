@@ -1,13 +1,16 @@
 //! The operators' JSON API under `/admin/api/` (behind the bearer token, as all of
 //! `/admin/`): search events, one event with its attempts, replay one, statistics per
 //! provider, pause and resume a provider, and bulk replays (plan, start, follow, cancel).
-//! Answers are bounded in rows and bytes and paged by opaque cursors.
+//! Answers are bounded in rows and bytes and paged by opaque cursors; request bodies are
+//! read only after the token is checked, within `server.read_timeout` and
+//! [`MAX_BODY_BYTES`].
 
 use actix_web::{web, HttpRequest, HttpResponse};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::admin::{authorize, bounded, replay};
+use super::admin::{authorize, bounded, query, replay};
+use super::body;
 use super::error::ApiError;
 use super::event_json::{attempt_json, event_json};
 use super::state::AppState;
@@ -23,6 +26,9 @@ const MAX_LIMIT: u32 = 500;
 const JOB_ITEMS: u32 = 200;
 /// Replays a second when a job does not say.
 const DEFAULT_RATE: f64 = 10.0;
+/// Most bytes of an operator's request body: a bulk replay's filter and rate take a few
+/// hundred, so 64 KiB leaves room for long key prefixes and little to hold per connection.
+const MAX_BODY_BYTES: usize = 64 << 10;
 
 /// Registers the routes (inside `/admin`).
 pub fn routes(cfg: &mut web::ServiceConfig) {
@@ -85,13 +91,9 @@ impl SearchQuery {
     }
 }
 
-async fn search(
-    req: HttpRequest,
-    query: web::Query<SearchQuery>,
-    state: web::Data<AppState>,
-) -> Result<HttpResponse, ApiError> {
+async fn search(req: HttpRequest, state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
     authorize(&req, &state)?;
-    let query = query.into_inner();
+    let query: SearchQuery = query(&req)?;
     let filter = query.filter()?;
     let limit = query.limit.unwrap_or(DEFAULT_LIMIT).clamp(1, MAX_LIMIT);
     let after = match &query.cursor {
@@ -223,6 +225,19 @@ struct JobRequest {
     rate: Option<f64>,
 }
 
+impl JobRequest {
+    /// The request in `payload`, read after [`authorize`] (a `web::Json` extractor would
+    /// read the body before the token is checked, with no deadline).
+    async fn read(
+        req: &HttpRequest,
+        payload: web::Payload,
+        state: &AppState,
+    ) -> Result<Self, ApiError> {
+        let (bytes, _reserved) = body::read(req, payload, MAX_BODY_BYTES, state).await?;
+        serde_json::from_slice(&bytes).map_err(|e| ApiError::BadJson(e.to_string()))
+    }
+}
+
 /// The filter as a bulk replay reads it, or a 400.
 fn replay_filter(filter: SearchFilter) -> Result<SearchFilter, ApiError> {
     replay_jobs::normalize(filter).ok_or(ApiError::BadRequest(
@@ -232,22 +247,22 @@ fn replay_filter(filter: SearchFilter) -> Result<SearchFilter, ApiError> {
 
 async fn plan(
     req: HttpRequest,
-    body: web::Json<JobRequest>,
+    payload: web::Payload,
     state: web::Data<AppState>,
 ) -> Result<HttpResponse, ApiError> {
     authorize(&req, &state)?;
-    let filter = replay_filter(body.into_inner().filter)?;
+    let filter = replay_filter(JobRequest::read(&req, payload, &state).await?.filter)?;
     let count = state.store.operator().count(&filter).await?;
     Ok(HttpResponse::Ok().json(json!({ "count": count, "filter": filter })))
 }
 
 async fn start_job(
     req: HttpRequest,
-    body: web::Json<JobRequest>,
+    payload: web::Payload,
     state: web::Data<AppState>,
 ) -> Result<HttpResponse, ApiError> {
     authorize(&req, &state)?;
-    let JobRequest { filter, rate } = body.into_inner();
+    let JobRequest { filter, rate } = JobRequest::read(&req, payload, &state).await?;
     let filter = replay_filter(filter)?;
     let rate = rate.unwrap_or(DEFAULT_RATE);
     if !(rate.is_finite() && rate > 0.0 && rate <= 10_000.0) {
@@ -273,13 +288,9 @@ async fn jobs(req: HttpRequest, state: web::Data<AppState>) -> Result<HttpRespon
     Ok(HttpResponse::Ok().json(json!({ "jobs": jobs })))
 }
 
-async fn job(
-    req: HttpRequest,
-    path: web::Path<i64>,
-    state: web::Data<AppState>,
-) -> Result<HttpResponse, ApiError> {
+async fn job(req: HttpRequest, state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
     authorize(&req, &state)?;
-    let id = path.into_inner();
+    let id = job_id(&req)?;
     let operator = state.store.operator();
     let job = operator
         .job(id)
@@ -293,11 +304,10 @@ async fn job(
 
 async fn cancel_job(
     req: HttpRequest,
-    path: web::Path<i64>,
     state: web::Data<AppState>,
 ) -> Result<HttpResponse, ApiError> {
     authorize(&req, &state)?;
-    let id = path.into_inner();
+    let id = job_id(&req)?;
     let operator = state.store.operator();
     operator.cancel_job(id).await?;
     let job = operator
@@ -305,6 +315,15 @@ async fn cancel_job(
         .await?
         .ok_or_else(|| ApiError::NoSuchEvent(format!("replay job {id}")))?;
     Ok(HttpResponse::Ok().json(job_json(&job)))
+}
+
+/// The `{id}` of a job's path, read after [`authorize`] (a `web::Path<i64>` extractor would
+/// answer a caller without the token 404 in actix's words); one that is not a number names
+/// no job.
+fn job_id(req: &HttpRequest) -> Result<i64, ApiError> {
+    let text = req.match_info().query("id");
+    text.parse()
+        .map_err(|_| ApiError::NoSuchEvent(format!("replay job {text}")))
 }
 
 fn job_json(job: &ReplayJob) -> Value {

@@ -18,7 +18,7 @@ pub enum ApiError {
     /// No `[[providers]]` entry has this name.
     #[error("unknown provider {0:?}")]
     UnknownProvider(String),
-    /// The body is larger than `server.max_body_bytes`.
+    /// The body is larger than its limit (`server.max_body_bytes`; an operator's, 64 KiB).
     #[error("the body is larger than {0} bytes")]
     TooLarge(usize),
     /// The body could not be read.
@@ -45,6 +45,12 @@ pub enum ApiError {
     /// No row for this key.
     #[error("no event {0}")]
     NoSuchEvent(String),
+    /// An operator's body is not the JSON its call takes (serde's words say where).
+    #[error("the body is not the JSON this call takes: {0}")]
+    BadJson(String),
+    /// An operator's query string is not one its call takes.
+    #[error("the query string is not one this call takes: {0}")]
+    BadQuery(String),
     /// A request the API cannot take, saying why.
     #[error("{0}")]
     BadRequest(&'static str),
@@ -82,6 +88,8 @@ impl ApiError {
             ApiError::Unauthorized => "unauthorized",
             ApiError::NoSuchEvent(_) => "no_such_event",
             ApiError::NotDead(_) => "not_dead",
+            ApiError::BadJson(_) => "invalid_json",
+            ApiError::BadQuery(_) => "bad_query",
             ApiError::BadCursor => "bad_cursor",
             ApiError::BadRequest(_) => "bad_request",
             ApiError::Unavailable(_) => "unavailable",
@@ -99,6 +107,8 @@ impl ResponseError for ApiError {
             ApiError::SlowBody(_) => StatusCode::REQUEST_TIMEOUT,
             ApiError::BadBody(_)
             | ApiError::Key(_)
+            | ApiError::BadJson(_)
+            | ApiError::BadQuery(_)
             | ApiError::BadCursor
             | ApiError::BadRequest(_) => StatusCode::BAD_REQUEST,
             ApiError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,

@@ -12,11 +12,11 @@ use std::time::SystemTime;
 
 use actix_web::http::header::{self, HeaderValue};
 use actix_web::http::StatusCode;
-use actix_web::web::{self, Bytes, BytesMut};
+use actix_web::web::{self, Bytes};
 use actix_web::{HttpRequest, HttpResponse, HttpResponseBuilder};
-use futures_util::StreamExt;
 use serde_json::json;
 
+use super::body;
 use super::budget::Reserved;
 use super::error::ApiError;
 use super::state::AppState;
@@ -105,13 +105,7 @@ async fn accept(
         .providers
         .get(provider)
         .ok_or_else(|| ApiError::UnknownProvider(excerpt(provider)))?;
-    let mut reserved = state.body_budget.reserve();
-    let body = tokio::time::timeout(
-        state.read_timeout,
-        read_body(req, payload, state.max_body_bytes, &mut reserved),
-    )
-    .await
-    .map_err(|_| ApiError::SlowBody(state.read_timeout.as_secs_f64()))??;
+    let (body, reserved) = body::read(req, payload, state.max_body_bytes, state).await?;
     runtime
         .verifier
         .verify(req.headers(), &body, SystemTime::now())?;
@@ -126,40 +120,6 @@ async fn accept(
         target: Arc::clone(&runtime.target),
         mode: runtime.mode,
     })
-}
-
-/// Reads the whole body, refusing it as soon as it passes `limit` bytes, or when the
-/// node's budget of body bytes cannot hold it. `reserved` grows chunk by chunk with the
-/// bytes that arrived, never by the declared length: a sender that declares a large body
-/// and sends a few bytes holds a few bytes.
-async fn read_body(
-    req: &HttpRequest,
-    mut payload: web::Payload,
-    limit: usize,
-    reserved: &mut Reserved,
-) -> Result<Bytes, ApiError> {
-    let declared = req
-        .headers()
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<usize>().ok());
-    if declared.is_some_and(|n| n > limit) {
-        return Err(ApiError::TooLarge(limit));
-    }
-    let over_budget = ApiError::Overloaded("the node holds as many request bodies as it may");
-    let mut body = BytesMut::new();
-    while let Some(chunk) = payload.next().await {
-        let chunk = chunk.map_err(|e| ApiError::BadBody(e.to_string()))?;
-        let total = body.len() + chunk.len();
-        if total > limit {
-            return Err(ApiError::TooLarge(limit));
-        }
-        if !reserved.grow_to(total) {
-            return Err(over_budget);
-        }
-        body.extend_from_slice(&chunk);
-    }
-    Ok(body.freeze())
 }
 
 /// Turns the shard's answer into the sender's response.

@@ -3,10 +3,12 @@
 //! decision about an event is the shard's.
 //!
 //! The files import one another one way (this one only re-exports): `routes` → the
-//! handlers (`ingest`, `admin`, `health`) → `state`, `budget`, `error`, `event_json`.
+//! handlers (`ingest`, `admin`, `health`) → `body`, `state`, `budget`, `error`,
+//! `event_json`.
 
 mod admin;
 mod admin_api;
+mod body;
 mod budget;
 mod conn_watch;
 mod console;

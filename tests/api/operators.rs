@@ -9,6 +9,7 @@ use hookgate::config::Secret;
 use hookgate::key::EventId;
 use hookgate::metrics::Metrics;
 use hookgate::retention::{SweepReport, Sweeper};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::helpers::{eventually, spawn_app, spawn_app_with, Behaviour, TestApp, PROVIDER};
 
@@ -50,6 +51,121 @@ async fn the_admin_api_wants_the_token_and_is_absent_without_one() {
     }
     let replay = format!("/admin/dead/{PROVIDER}/evt_1/replay");
     assert_eq!(closed.post(&replay, &[], String::new()).await.status, 404);
+}
+
+/// One raw request on its own connection (`head` without the blank line, then `body`, then
+/// silence), and everything the server sends until it closes the connection. The 20 s is a
+/// deadline for a hung test, not a timing claim.
+async fn raw(app: &TestApp, head: &str, body: &str) -> String {
+    let address = app.address.trim_start_matches("http://");
+    let mut conn = tokio::net::TcpStream::connect(address).await.unwrap();
+    conn.write_all(format!("{head}\r\n\r\n{body}").as_bytes())
+        .await
+        .unwrap();
+    let mut answer = Vec::new();
+    tokio::time::timeout(Duration::from_secs(20), conn.read_to_end(&mut answer))
+        .await
+        .expect("the server answers and closes the connection")
+        .unwrap();
+    String::from_utf8_lossy(&answer).into_owned()
+}
+
+/// The `error` code of a raw answer's JSON body.
+fn error_code(answer: &str) -> String {
+    let body = answer.split_once("\r\n\r\n").map_or("", |(_, body)| body);
+    let body: serde_json::Value = serde_json::from_str(body).unwrap_or_default();
+    body["error"].as_str().unwrap_or_default().to_owned()
+}
+
+/// The token is checked before a byte of the body is read: a client without it that
+/// declares 2 MB and sends one byte is answered 401 without waiting for the rest, and holds
+/// neither the connection nor a buffer.
+#[actix_web::test]
+async fn an_admin_post_without_the_token_is_refused_before_its_body_is_read() {
+    let app = spawn_app_with(|c| {
+        c.admin.token = Some(Secret::new(TOKEN));
+        c.server.read_timeout = Duration::from_secs(1);
+    })
+    .await;
+    for path in ["/admin/api/replays/plan", "/admin/api/replays"] {
+        let answer = raw(
+            &app,
+            &format!(
+                "POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n\
+                 Content-Length: 2000000"
+            ),
+            "{",
+        )
+        .await;
+        assert!(answer.starts_with("HTTP/1.1 401"), "{path}: {answer}");
+        assert_eq!(error_code(&answer), "unauthorized", "{path}: {answer}");
+    }
+}
+
+/// `POST /admin/api/replays/plan` with the token, declaring `length` bytes and sending one.
+fn operators_head(length: usize) -> String {
+    format!(
+        "POST /admin/api/replays/plan HTTP/1.1\r\nHost: x\r\nAuthorization: {}\r\n\
+         Content-Type: application/json\r\nContent-Length: {length}",
+        bearer(TOKEN)
+    )
+}
+
+/// An operator's body is read like a sender's: within `server.read_timeout`, then 408
+/// and the connection closed.
+#[actix_web::test]
+async fn an_operators_stalled_body_gets_408_within_read_timeout() {
+    let app = spawn_app_with(|c| {
+        c.admin.token = Some(Secret::new(TOKEN));
+        c.server.read_timeout = Duration::from_secs(1);
+    })
+    .await;
+    let stalled = raw(&app, &operators_head(100), "{").await;
+    assert!(stalled.starts_with("HTTP/1.1 408"), "{stalled}");
+    assert_eq!(error_code(&stalled), "request_timeout", "{stalled}");
+}
+
+/// A filter is small: an operator's body past 64 KiB is 413 before it is read.
+#[actix_web::test]
+async fn an_operators_body_over_64_kib_gets_413() {
+    let app = spawn_app_with(|c| {
+        c.admin.token = Some(Secret::new(TOKEN));
+        c.server.read_timeout = Duration::from_secs(1);
+    })
+    .await;
+    let oversized = raw(&app, &operators_head((64 << 10) + 1), "{").await;
+    assert!(oversized.starts_with("HTTP/1.1 413"), "{oversized}");
+    assert_eq!(error_code(&oversized), "body_too_large", "{oversized}");
+}
+
+/// A malformed body or query is a 400 with the API's JSON error, and only after the
+/// token: without it the answer is 401 whatever the request holds.
+#[actix_web::test]
+async fn a_malformed_admin_request_gets_a_json_400_after_the_token() {
+    let app = admin_app().await;
+    let token = bearer(TOKEN);
+    let auth = [("Authorization", token.as_str())];
+    let code = |body: &str| -> String {
+        let body: serde_json::Value = serde_json::from_str(body).unwrap_or_default();
+        body["error"].as_str().unwrap_or_default().to_owned()
+    };
+    for path in ["/admin/api/replays/plan", "/admin/api/replays"] {
+        let answer = app.post(path, &auth, "{not json".to_owned()).await;
+        assert_eq!(answer.status, 400, "{path}: {answer:?}");
+        assert_eq!(code(&answer.body), "invalid_json", "{path}: {answer:?}");
+        let answer = app.post(path, &[], "{not json".to_owned()).await;
+        assert_eq!(answer.status, 401, "{path}: {answer:?}");
+    }
+    for path in ["/admin/dead?limit=x", "/admin/api/events?limit=x"] {
+        let answer = app.get_with(path, &token).await;
+        assert_eq!(answer.status, 400, "{path}: {answer:?}");
+        assert_eq!(code(&answer.body), "bad_query", "{path}: {answer:?}");
+        assert_eq!(app.get(path).await.status, 401, "{path}");
+    }
+    let answer = app.get_with("/admin/api/replays/x", &token).await;
+    assert_eq!(answer.status, 404, "{answer:?}");
+    assert_eq!(code(&answer.body), "no_such_event", "{answer:?}");
+    assert_eq!(app.get("/admin/api/replays/x").await.status, 401);
 }
 
 /// A list of dead letters is bounded by bytes, not only by rows: past a few megabytes of
