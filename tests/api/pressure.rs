@@ -479,6 +479,28 @@ async fn a_stalled_second_request_on_a_connection_does_not_hold_it() {
     assert_eq!(honest.status, 201, "{honest:?}");
 }
 
+/// A request refused before its body is read (an unknown provider: 404), whose chunked body
+/// then never ends: actix goes on reading and discarding the body with no deadline, and the
+/// connection is closed all the same once it has had no request in hand for keep-alive plus
+/// `read_timeout`.
+#[actix_web::test]
+async fn a_refused_request_whose_chunked_body_never_ends_does_not_hold_its_connection() {
+    let app = spawn_app_with(|c| c.server.read_timeout = Duration::from_secs(1)).await;
+    let address = app.address.trim_start_matches("http://").to_owned();
+    let mut conn = tokio::net::TcpStream::connect(&address).await.unwrap();
+    conn.write_all(
+        b"POST /webhooks/nobody HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\
+          Content-Type: application/json\r\n\r\n1\r\n{\r\n",
+    )
+    .await
+    .unwrap();
+    let mut answer = Vec::new();
+    let closed = tokio::time::timeout(Duration::from_secs(20), conn.read_to_end(&mut answer));
+    assert!(closed.await.is_ok(), "the connection is still held");
+    let text = String::from_utf8_lossy(&answer);
+    assert!(text.starts_with("HTTP/1.1 404"), "{text}");
+}
+
 /// A JSON body of exactly `len` bytes with `"id": key`.
 fn padded_body(key: &str, len: usize) -> String {
     let head = format!("{{\"id\":\"{key}\",\"pad\":\"");
