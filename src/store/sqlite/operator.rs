@@ -1,11 +1,14 @@
 //! The embedded store's operator side (see `postgres/operator.rs` for each statement's
-//! meaning): every statement runs on the writer thread, under its single write lock, so a
-//! job's claim and an item's begin see no concurrent writer.
+//! meaning): a statement that writes runs on the writer thread, under its single write
+//! lock, so a job's claim and an item's begin see no concurrent writer; a plain read runs
+//! on the reader thread (`reader`), in a snapshot of its own, and locks nothing a write
+//! waits for.
 
 use std::time::Duration;
 
 use rusqlite::{params, Connection, OptionalExtension, Row};
 
+use super::reader::Reader;
 use super::rows::{record, select_record};
 use super::writer::{sql_error, Writer};
 use crate::key::EventId;
@@ -13,6 +16,7 @@ use crate::store::api::{millis, AttemptRecord, EventRecord, StoreError, StoreFut
 use crate::store::operator::{OperatorStore, ReplayItem, ReplayJob, SearchFilter, StatusCount};
 use crate::store::page::PageCursor;
 
+/// An event's attempts (a plain read: the last committed ones).
 const HISTORY: &str = "
 SELECT attempt, path, node, mode, outcome, started_at, ended_at, target_status, error, answer
 FROM webhook_attempts WHERE provider = ?1 AND event_key = ?2 ORDER BY attempt";
@@ -33,6 +37,9 @@ WHERE (?1 IS NULL OR provider = ?1)
   AND (?9 IS NULL OR updated_at >= ?9)
   AND (?10 IS NULL OR updated_at < ?10)";
 
+/// Rows per provider and status: the whole table, in one snapshot on the reader thread
+/// (seconds on a million rows). It locks nothing: claims and completions go on beside it,
+/// and it does not see them.
 const STATUS_COUNTS: &str = "
 SELECT provider, status, count(*) FROM webhook_events
 GROUP BY provider, status ORDER BY provider, status";
@@ -41,6 +48,7 @@ const PAUSE: &str = "
 INSERT INTO hookgate_paused (provider, paused_at) VALUES (?1, unixepoch('subsec'))
 ON CONFLICT DO NOTHING";
 const RESUME: &str = "DELETE FROM hookgate_paused WHERE provider = ?1";
+/// The paused providers (a plain read).
 const PAUSED: &str = "SELECT provider FROM hookgate_paused ORDER BY provider";
 
 const RETRY_NOW: &str = "
@@ -93,13 +101,17 @@ const CANCEL_JOB: &str = "
 UPDATE hookgate_replay_jobs SET status = 'cancelled', updated_at = unixepoch('subsec')
 WHERE id = ?1 AND status = 'running'";
 
+/// A job's latest results (a plain read: a job running on the writer goes on beside it).
 const JOB_ITEMS: &str = "
 SELECT provider, event_key, outcome, detail, at FROM hookgate_replay_items
 WHERE job_id = ?1 ORDER BY at DESC LIMIT ?2";
 
 /// The operator side of a [`SqliteStore`](super::SqliteStore).
 pub(crate) struct SqliteOperator {
+    /// Runs every statement that writes, and every read a write depends on.
     pub(crate) writer: Writer,
+    /// Runs the plain reads, beside the writer.
+    pub(crate) reader: Reader,
 }
 
 fn job(r: &Row<'_>) -> rusqlite::Result<ReplayJob> {
@@ -180,7 +192,7 @@ fn changed(
 impl OperatorStore for SqliteOperator {
     fn history<'a>(&'a self, id: &'a EventId) -> StoreFuture<'a, Vec<AttemptRecord>> {
         let id = id.clone();
-        Box::pin(self.writer.call(move |conn| {
+        Box::pin(self.reader.call(move |conn| {
             let mut stmt = conn.prepare_cached(HISTORY).map_err(sql_error)?;
             let rows = stmt
                 .query_map(params![&*id.provider, &*id.key], |r| {
@@ -210,7 +222,7 @@ impl OperatorStore for SqliteOperator {
     ) -> StoreFuture<'a, Vec<EventRecord>> {
         let filter = filter.clone();
         let after = after.cloned();
-        Box::pin(self.writer.call(move |conn| {
+        Box::pin(self.reader.call(move |conn| {
             // Whole microseconds, rounded as `PageCursor` rounds them.
             let sql = select_record(&format!(
                 "{SEARCH_WHERE}
@@ -236,7 +248,7 @@ impl OperatorStore for SqliteOperator {
 
     fn count<'a>(&'a self, filter: &'a SearchFilter) -> StoreFuture<'a, u64> {
         let filter = filter.clone();
-        Box::pin(self.writer.call(move |conn| {
+        Box::pin(self.reader.call(move |conn| {
             let values = filter_params(&filter);
             let refs: Vec<&dyn rusqlite::ToSql> = values
                 .iter()
@@ -249,7 +261,7 @@ impl OperatorStore for SqliteOperator {
     }
 
     fn status_counts(&self) -> StoreFuture<'_, Vec<StatusCount>> {
-        Box::pin(self.writer.call(|conn| {
+        Box::pin(self.reader.call(|conn| {
             let mut stmt = conn.prepare_cached(STATUS_COUNTS).map_err(sql_error)?;
             let rows = stmt
                 .query_map([], |r| {
@@ -273,7 +285,7 @@ impl OperatorStore for SqliteOperator {
     }
 
     fn paused(&self) -> StoreFuture<'_, Vec<String>> {
-        Box::pin(self.writer.call(|conn| {
+        Box::pin(self.reader.call(|conn| {
             let mut stmt = conn.prepare_cached(PAUSED).map_err(sql_error)?;
             let rows = stmt.query_map([], |r| r.get(0)).map_err(sql_error)?;
             rows.map(|r| r.map_err(sql_error)).collect()
@@ -299,7 +311,7 @@ impl OperatorStore for SqliteOperator {
     }
 
     fn job(&self, id: i64) -> StoreFuture<'_, Option<ReplayJob>> {
-        Box::pin(self.writer.call(move |conn| {
+        Box::pin(self.reader.call(move |conn| {
             let sql = format!("SELECT {JOB_COLUMNS} FROM hookgate_replay_jobs WHERE id = ?1");
             conn.prepare_cached(&sql)
                 .and_then(|mut s| s.query_row(params![id], job).optional())
@@ -308,7 +320,7 @@ impl OperatorStore for SqliteOperator {
     }
 
     fn jobs(&self, limit: u32) -> StoreFuture<'_, Vec<ReplayJob>> {
-        Box::pin(self.writer.call(move |conn| {
+        Box::pin(self.reader.call(move |conn| {
             let sql =
                 format!("SELECT {JOB_COLUMNS} FROM hookgate_replay_jobs ORDER BY id DESC LIMIT ?1");
             let mut stmt = conn.prepare_cached(&sql).map_err(sql_error)?;
@@ -395,7 +407,7 @@ impl OperatorStore for SqliteOperator {
     }
 
     fn job_items(&self, id: i64, limit: u32) -> StoreFuture<'_, Vec<ReplayItem>> {
-        Box::pin(self.writer.call(move |conn| {
+        Box::pin(self.reader.call(move |conn| {
             let mut stmt = conn.prepare_cached(JOB_ITEMS).map_err(sql_error)?;
             let rows = stmt
                 .query_map(params![id, limit], |r| {
@@ -427,9 +439,17 @@ mod tests {
 
     impl TempStore {
         async fn new() -> Self {
+            Self::with_deadline(Duration::from_secs(5)).await
+        }
+
+        /// Migrated under the usual deadline, then opened again with `deadline`.
+        async fn with_deadline(deadline: Duration) -> Self {
             let dir = std::env::temp_dir().join(format!("hookgate-prefix-{}", fastrand::u64(..)));
-            let store = SqliteStore::open(&dir.join("events.db"), Duration::from_secs(5)).unwrap();
+            let path = dir.join("events.db");
+            let store = SqliteStore::open(&path, Duration::from_secs(5)).unwrap();
             store.migrate().await.unwrap();
+            drop(store);
+            let store = SqliteStore::open(&path, deadline).unwrap();
             Self { dir, store }
         }
     }
@@ -517,6 +537,93 @@ mod tests {
         assert_eq!(end("k\u{10FFFF}").as_deref(), Some("l"));
         assert_eq!(end("\u{10FFFF}"), None);
         assert_eq!(end(""), None);
+    }
+
+    #[tokio::test]
+    async fn a_claim_completes_while_an_operator_read_holds_its_snapshot_open() {
+        let t = TempStore::new().await;
+        store_claim(&t.store, &EventId::new("stripe", "evt_1")).await;
+        let (entered, inside) = std::sync::mpsc::channel::<()>();
+        let (release, released) = std::sync::mpsc::channel::<()>();
+        let (seen, snapshot) = std::sync::mpsc::channel::<i64>();
+        // The next operator read stops part-way through a scan — its read transaction
+        // open — until the claim below has answered, then counts within that snapshot.
+        t.store.set_read_hook(Box::new(move |conn| {
+            let mut scan = conn
+                .prepare("SELECT event_key FROM webhook_events")
+                .unwrap();
+            let mut rows = scan.query([]).unwrap();
+            assert!(rows.next().unwrap().is_some());
+            entered.send(()).unwrap();
+            let _ = released.recv();
+            let rows_seen = conn
+                .query_row("SELECT count(*) FROM webhook_events", [], |r| r.get(0))
+                .unwrap();
+            drop(rows);
+            seen.send(rows_seen).unwrap();
+        }));
+        let read = t.store.operator().status_counts();
+        let claim = async {
+            let began = tokio::task::spawn_blocking(move || inside.recv()).await;
+            assert!(matches!(began, Ok(Ok(()))), "the read began");
+            let won = t
+                .store
+                .claim(
+                    &EventId::new("stripe", "evt_2"),
+                    None,
+                    Duration::from_secs(60),
+                    None,
+                )
+                .await;
+            let _ = release.send(());
+            won
+        };
+        let (counts, won) = tokio::join!(read, claim);
+        let won = won.expect("the claim answers while the read is inside its scan");
+        assert!(
+            matches!(won, crate::claim::ClaimResult::Won { .. }),
+            "{won:?}"
+        );
+        assert_eq!(
+            snapshot.recv().unwrap(),
+            1,
+            "the read's snapshot predates the claim"
+        );
+        let rows: u64 = counts.unwrap().iter().map(|c| c.rows).sum();
+        assert_eq!(
+            rows, 2,
+            "the read itself ran after the hook, in a new snapshot"
+        );
+    }
+
+    #[tokio::test]
+    async fn an_operator_read_past_its_deadline_is_stopped_not_left_running() {
+        let t = TempStore::with_deadline(Duration::from_secs(1)).await;
+        let (ended, end) = std::sync::mpsc::channel();
+        t.store.set_read_hook(Box::new(move |conn| {
+            // Never ends by itself: only an interrupt stops it.
+            let endless = conn.query_row(
+                "WITH RECURSIVE n(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM n)
+                 SELECT count(*) FROM n",
+                [],
+                |r| r.get::<_, i64>(0),
+            );
+            let _ = ended.send(endless.map_err(|e| e.sqlite_error_code()));
+        }));
+        let late = t.store.operator().status_counts().await.unwrap_err();
+        assert!(matches!(late, StoreError::TimedOut(_)), "{late}");
+        // Waiting bounds only a failure: a read left running never sends.
+        let endless =
+            tokio::task::spawn_blocking(move || end.recv_timeout(Duration::from_secs(10)))
+                .await
+                .unwrap()
+                .expect("the read was stopped, not left running");
+        assert_eq!(
+            endless,
+            Err(Some(rusqlite::ErrorCode::OperationInterrupted))
+        );
+        let counts = t.store.operator().status_counts().await;
+        assert!(counts.is_ok(), "the next read runs: {counts:?}");
     }
 
     async fn store_claim(store: &SqliteStore, id: &EventId) {

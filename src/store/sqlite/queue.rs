@@ -1,7 +1,8 @@
 //! The embedded store's queue-mode operations and the abandoning of events no sender will
 //! retry: the same rules as Postgres's (`postgres/queue_sql.rs`), run on the writer thread
 //! inside its `BEGIN IMMEDIATE` transaction, which holds the database's single write lock —
-//! so a take, and the report after a lost enqueue, see no concurrent writer.
+//! so a take, and the report after a lost enqueue, see no concurrent writer. The queue
+//! depth, a plain read, runs on the reader thread instead.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -128,8 +129,8 @@ WHERE rowid IN (
 
 /// Unfinished queue rows per provider and the age of the oldest due one, read from the
 /// partial due index alone (`INDEXED BY`: without statistics the planner would walk the
-/// status index — every `in_progress` and `failed` row, sync ones included — on the single
-/// writer, every few seconds).
+/// status index — every `in_progress` and `failed` row, sync ones included — on every
+/// `/stats` poll and metrics refresh). A plain read on the reader thread: locks nothing.
 const QUEUE_DEPTH: &str = "
 SELECT provider, count(*),
        CAST(COALESCE(MAX(0, unixepoch('subsec') - min(next_attempt_at)

@@ -1,10 +1,13 @@
 //! The embedded store: SQLite through rusqlite's bundled library, in one file. The
 //! zero-setup default; one node (several processes on one file work, one writer at a time).
 //!
-//! Same rows, states, paths and fencing as Postgres. Every operation runs on the writer
-//! thread (`writer`) inside a `BEGIN IMMEDIATE` transaction, which holds the
+//! Same rows, states, paths and fencing as Postgres. Every write, and every read a write
+//! depends on (a lost claim's report, `lookup` after a timed-out outcome), runs on the
+//! writer thread (`writer`) inside a `BEGIN IMMEDIATE` transaction, which holds the
 //! database's single write lock: no other connection — in this process or another — writes
-//! between a claim's upsert and its report. Lease times come from SQLite's clock,
+//! between a claim's upsert and its report. Operators' plain reads (searches, counts,
+//! listings, the queue depth) run beside it on the reader thread (`reader`), read-only, in
+//! WAL snapshots that hold no lock a write waits for. Lease times come from SQLite's clock,
 //! `unixepoch('subsec')`, never from a node's.
 //!
 //! Durability: WAL with `synchronous = FULL`. Every commit (one per batch of operations) is
@@ -16,10 +19,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use actix_web::web::Bytes;
-use rusqlite::{params, Connection, OptionalExtension};
+use rusqlite::{params, Connection, OpenFlags, OptionalExtension};
 
 use super::operator::SqliteOperator;
 use super::queue;
+use super::reader::Reader;
 use super::rows::{fenced, record, select_record};
 use super::writer::{sql_error, Writer};
 use crate::claim::{ClaimResult, Path as ClaimPath, RowState, Status, StoredResult};
@@ -151,6 +155,7 @@ DELETE FROM webhook_events WHERE rowid IN (
 /// The embedded store.
 pub struct SqliteStore {
     writer: Writer,
+    reader: Reader,
     operator: SqliteOperator,
 }
 
@@ -166,7 +171,8 @@ impl SqliteStore {
         create_private(path)?;
         let conn = Connection::open(path).map_err(sql_error)?;
         conn.busy_timeout(BUSY_TIMEOUT).map_err(sql_error)?;
-        conn.pragma_update(None, "journal_mode", "WAL")
+        let journal: String = conn
+            .pragma_update_and_check(None, "journal_mode", "WAL", |r| r.get(0))
             .map_err(sql_error)?;
         conn.pragma_update(None, "synchronous", "FULL")
             .map_err(sql_error)?;
@@ -174,18 +180,47 @@ impl SqliteStore {
         conn.pragma_update(None, "foreign_keys", "ON")
             .map_err(sql_error)?;
         let writer = Writer::start(conn, deadline)?;
+        // A connection of their own for plain reads in WAL mode only: an in-memory database
+        // answers `memory` (a second connection would open another, empty one), and outside
+        // WAL a reader would hold up the writer's commits.
+        let reads = if journal.eq_ignore_ascii_case("wal") {
+            Some(open_reader(path, deadline)?)
+        } else {
+            None
+        };
+        let reader = Reader::start(reads, writer.clone(), deadline)?;
         Ok(Self {
             operator: SqliteOperator {
                 writer: writer.clone(),
+                reader: reader.clone(),
             },
+            reader,
             writer,
         })
+    }
+
+    /// Test only: `hook` runs once, first thing in the next plain read, on its connection.
+    #[cfg(test)]
+    pub(crate) fn set_read_hook(&self, hook: super::reader::ReadHook) {
+        self.reader.set_hook(hook);
     }
 
     /// The path in a `sqlite://PATH` URL (`sqlite:///abs` is absolute).
     pub fn path_of(url: &str) -> Option<&str> {
         url.strip_prefix("sqlite://").filter(|p| !p.is_empty())
     }
+}
+
+/// The reader thread's connection: read-only, so nothing it runs can write; it waits for
+/// a busy file no longer than a read may take.
+fn open_reader(path: &Path, deadline: Duration) -> Result<Connection, StoreError> {
+    let flags = OpenFlags::SQLITE_OPEN_READ_ONLY
+        | OpenFlags::SQLITE_OPEN_URI
+        | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+    let conn = Connection::open_with_flags(path, flags).map_err(sql_error)?;
+    conn.busy_timeout(BUSY_TIMEOUT.min(deadline))
+        .map_err(sql_error)?;
+    Ok(conn)
 }
 
 /// Creates the database file readable and writable by its owner only (it holds payloads
@@ -414,7 +449,7 @@ impl Store for SqliteStore {
             ),
             None => (None, None, None),
         };
-        Box::pin(self.writer.call(move |conn| {
+        Box::pin(self.reader.call(move |conn| {
             // Whole microseconds, rounded as `PageCursor` rounds them.
             let sql = select_record(
                 "WHERE status = 'dead' AND (?1 IS NULL OR provider = ?1)
@@ -523,7 +558,7 @@ impl Store for SqliteStore {
     ) -> StoreFuture<'a, Vec<EventRecord>> {
         let provider = provider.map(str::to_owned);
         let status = status.map(Status::as_str);
-        Box::pin(self.writer.call(move |conn| {
+        Box::pin(self.reader.call(move |conn| {
             let sql = select_record(
                 "WHERE (?1 IS NULL OR provider = ?1) AND (?2 IS NULL OR status = ?2)
                  ORDER BY created_at, rowid LIMIT ?3",
@@ -541,7 +576,7 @@ impl Store for SqliteStore {
     }
 
     fn queue_depth(&self) -> StoreFuture<'_, Vec<QueueDepth>> {
-        Box::pin(self.writer.call(queue::queue_depth))
+        Box::pin(self.reader.call(queue::queue_depth))
     }
 }
 
