@@ -14,8 +14,8 @@ use std::time::Duration;
 
 use crate::claim::Status;
 use crate::key::EventId;
-use crate::store::operator::{ReplayJob, SearchFilter};
-use crate::store::{PageCursor, Store, StoreError};
+use crate::store::operator::{OperatorStore, ReplayJob, SearchFilter};
+use crate::store::{EventRecord, PageCursor, Store, StoreError};
 
 /// Events a job reads at once.
 const PAGE: u32 = 50;
@@ -115,34 +115,61 @@ where
             }
             let outcome = match row.status {
                 Status::Dead => {
-                    let mut pause = gap.max(FIRST_WAIT);
-                    loop {
-                        match replay(row.id.clone()).await {
-                            ItemOutcome::Busy => {}
-                            outcome => break outcome,
-                        }
-                        // Nothing was replayed: the item is this job's to try again, as
-                        // long as the job is still this node's.
-                        tokio::time::sleep(pause).await;
-                        pause = (pause * 2).min(MAX_WAIT);
-                        if !operator.renew_job(job.id, node, lease).await? {
-                            break ItemOutcome::Stopping;
-                        }
-                    }
+                    replay_when_free(operator, job, node, lease, gap, &row, &replay).await
                 }
-                Status::Failed if operator.retry_now(&row.id).await? => ItemOutcome::Retried,
-                _ => ItemOutcome::Skipped("no longer matches".into()),
+                Status::Failed => match operator.retry_now(&row.id).await {
+                    Ok(true) => Ok(ItemOutcome::Retried),
+                    Ok(false) => Ok(ItemOutcome::Skipped("no longer matches".into())),
+                    Err(e) => Err(e),
+                },
+                _ => Ok(ItemOutcome::Skipped("no longer matches".into())),
             };
-            if outcome == ItemOutcome::Stopping {
-                operator.forget_item(job.id, &row.id).await?;
-                return Ok(());
-            }
+            // Nothing replayed: the item is given back (at best: if this fails too, the
+            // event stays begun and the job skips it), for this job or a node taking it
+            // over to begin again.
+            let outcome = match outcome {
+                Ok(ItemOutcome::Stopping) | Err(_) => {
+                    let _ = operator.forget_item(job.id, &row.id).await;
+                    return outcome.map(|_| ());
+                }
+                Ok(outcome) => outcome,
+            };
             let (word, ok, detail) = outcome.record();
             operator.end_item(job.id, &row.id, word, detail, ok).await?;
             tokio::time::sleep(gap).await;
         }
     }
     operator.finish_job(job.id, node).await
+}
+
+/// Replays `row` (a dead letter) once a worker of its shard is free: while every worker is
+/// busy it waits, renewing the job's lease; [`ItemOutcome::Stopping`] when the job is no
+/// longer this node's.
+async fn replay_when_free<F, Fut>(
+    operator: &dyn OperatorStore,
+    job: &ReplayJob,
+    node: &str,
+    lease: Duration,
+    gap: Duration,
+    row: &EventRecord,
+    replay: &F,
+) -> Result<ItemOutcome, StoreError>
+where
+    F: Fn(EventId) -> Fut,
+    Fut: Future<Output = ItemOutcome>,
+{
+    let mut pause = gap.max(FIRST_WAIT);
+    loop {
+        match replay(row.id.clone()).await {
+            ItemOutcome::Busy => {}
+            outcome => return Ok(outcome),
+        }
+        tokio::time::sleep(pause).await;
+        pause = (pause * 2).min(MAX_WAIT);
+        if !operator.renew_job(job.id, node, lease).await? {
+            return Ok(ItemOutcome::Stopping);
+        }
+    }
 }
 
 #[cfg(test)]
