@@ -26,7 +26,7 @@ use anyhow::Context as _;
 use slog::{info, Logger};
 
 use crate::config::{cpus, Config};
-use crate::http::{routes, AppState, ConnWatch};
+use crate::http::{routes, AppState, ConnWatch, Sent};
 use crate::metrics::Metrics;
 use crate::provider::Provider;
 use crate::retention::Sweeper;
@@ -300,9 +300,8 @@ fn http_server(
                 let busy = ConnWatch::busy(&req);
                 let answered = service.call(req);
                 async move {
-                    let answer = answered.await;
-                    drop(busy);
-                    answer
+                    let answer = answered.await?;
+                    Ok(answer.map_body(|_, body| Sent::new(body, busy)))
                 }
             })
             .configure(routes)

@@ -5,18 +5,23 @@
 //!
 //! Each connection is entered when accepted ([`ConnWatch::on_connect`]) with a duplicate of
 //! its socket, and left when actix drops it. The middleware ([`ConnWatch::busy`]) marks a
-//! connection busy from the moment a request's head is parsed until its answer is made.
+//! connection busy from the moment a request's head is parsed until its answer has been
+//! sent ([`Sent`]).
 //! A connection that has been idle — no request in hand — for longer than `keep_alive`
 //! (actix's own timer closes an honest idle one by then) plus `read_timeout` (the time a
 //! head may take) is stuck in a head that never ends: [`ConnWatch::sweep`] shuts its socket
 //! down, and actix closes the connection.
 
 use std::any::Any;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
+use actix_web::body::{BodySize, MessageBody};
 use actix_web::dev::{Extensions, ServiceRequest};
+use actix_web::web::Bytes;
 use dashmap::DashMap;
 
 /// A connection's state, shared by its entry and its requests.
@@ -53,6 +58,40 @@ impl Drop for Entry {
 
 /// A request in hand on its connection; the connection is idle again when it is dropped.
 pub struct Busy(Arc<Conn>);
+
+/// An answer's body that keeps its connection busy until it has been sent whole (or
+/// dropped): a large answer read slowly is not taken for a stuck head.
+pub struct Sent<B> {
+    body: B,
+    busy: Option<Busy>,
+}
+
+impl<B> Sent<B> {
+    /// `body`, keeping `busy` until it has been sent.
+    pub fn new(body: B, busy: Option<Busy>) -> Self {
+        Self { body, busy }
+    }
+}
+
+impl<B: MessageBody + Unpin> MessageBody for Sent<B> {
+    type Error = B::Error;
+
+    fn size(&self) -> BodySize {
+        self.body.size()
+    }
+
+    fn poll_next(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Bytes, Self::Error>>> {
+        let this = self.get_mut();
+        let next = Pin::new(&mut this.body).poll_next(cx);
+        if matches!(next, Poll::Ready(None | Some(Err(_)))) {
+            this.busy = None;
+        }
+        next
+    }
+}
 
 impl Drop for Busy {
     fn drop(&mut self) {
