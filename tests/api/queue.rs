@@ -279,10 +279,10 @@ async fn a_scheduler_pass_racing_an_arrival_keeps_the_providers_limit() {
     let lock = app.db.lock_table().await;
     let scheduler = app.scheduler.clone();
     let pass = actix_rt::spawn(async move { scheduler.run_once().await });
-    app.db.wait_for_lock_waiters(1).await;
+    app.db.wait_for_table_waiters(1).await;
     let arrival = app.deliver("evt_rb", "{}");
     let arrived = async {
-        app.db.wait_for_lock_waiters(2).await;
+        app.db.wait_for_table_waiters(2).await;
         lock.release().await;
     };
     let (answer, ()) = futures_util::join!(arrival, arrived);
@@ -334,7 +334,7 @@ async fn a_row_taken_while_its_provider_was_paused_goes_back_unstarted() {
     let lock = app.db.lock_table().await;
     let scheduler = app.scheduler.clone();
     let pass = actix_rt::spawn(async move { scheduler.run_once().await });
-    app.db.wait_for_lock_waiters(1).await;
+    app.db.wait_for_table_waiters(1).await;
     let pause = format!("/admin/api/providers/{PROVIDER}/pause");
     assert_eq!(app.post(&pause, &auth, String::new()).await.status, 200);
     lock.release().await;

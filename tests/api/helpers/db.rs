@@ -443,6 +443,28 @@ impl TestDb {
         RowLock { client }
     }
 
+    /// Waits until `n` statements wait for this schema's events table, held by
+    /// [`TestDb::lock_table`] (other tests' tables and row locks not counted).
+    pub async fn wait_for_table_waiters(&self, n: i64) {
+        let Inspect::Pg(client) = &self.inspect else {
+            panic!("lock waiters are a Postgres test");
+        };
+        let table = format!("{}.webhook_events", self.schema);
+        super::eventually(&format!("{n} statements to wait for the table"), || async {
+            client
+                .query_one(
+                    "SELECT count(*) FROM pg_locks
+                     WHERE NOT granted AND relation = $1::text::regclass",
+                    &[&table],
+                )
+                .await
+                .expect("pg_locks")
+                .get::<_, i64>(0)
+                >= n
+        })
+        .await;
+    }
+
     /// Waits until some session of this cluster waits on a lock (a claim blocked on a
     /// [`RowLock`]).
     pub async fn wait_for_lock_waiter(&self) {
