@@ -27,7 +27,14 @@ pub enum ConfigError {
     /// An environment variable named for a secret is unset or empty.
     #[error("environment variable {0} (named in the config for a secret) is not set")]
     MissingSecret(String),
+    /// A secret too short for where the node listens; the message names its variable.
+    #[error("{0}")]
+    WeakSecret(String),
 }
+
+/// Fewest characters of an admin token on a listen address other than loopback: guessing
+/// it must not be an option for anyone who can reach the port.
+pub const MIN_ADMIN_TOKEN: usize = 16;
 
 /// Reads environment variable `var` as a secret; unset or empty is an error naming it.
 pub fn secret_from_env(var: &str) -> Result<Secret, ConfigError> {
@@ -71,7 +78,17 @@ impl Config {
     /// variable that is unset or empty is an error naming it.
     pub fn resolve_secrets(&mut self) -> Result<(), ConfigError> {
         if let Some(var) = &self.admin.token_env {
-            self.admin.token = Some(secret_from_env(var)?);
+            let token = secret_from_env(var)?;
+            let length = token.expose().chars().count();
+            if !self.server.on_loopback() && length < MIN_ADMIN_TOKEN {
+                return Err(ConfigError::WeakSecret(format!(
+                    "the admin token in ${var} has {length} characters; on {} (not \
+                     loopback) it needs at least {MIN_ADMIN_TOKEN}: `openssl rand -hex 32` \
+                     makes one",
+                    self.server.listen
+                )));
+            }
+            self.admin.token = Some(token);
         }
         for provider in &mut self.providers {
             if let Some(secret) = &provider.target.signing_secret {
@@ -166,6 +183,29 @@ mod tests {
                 assert!(shown, "[{section}] {key} is not documented in {path}");
             }
         }
+    }
+
+    #[test]
+    fn a_short_admin_token_is_refused_off_loopback_only() {
+        let var = format!("HOOKGATE_TEST_ADMIN_TOKEN_{}", fastrand::u64(..));
+        std::env::set_var(&var, "short");
+        let text = |listen: &str| {
+            format!(
+                "[server]\nlisten = \"{listen}\"\n[admin]\ntoken_env = \"{var}\"\n\
+                 [[providers]]\nname = \"p\"\npreset = \"none\"\n\
+                 allow_unsigned_from_network = true\nkey = [{{ json = \"/id\" }}]\n\
+                 target = {{ url = \"http://127.0.0.1:9/\" }}"
+            )
+        };
+        let mut local = Config::from_toml(&text("127.0.0.1:8080")).unwrap();
+        assert!(local.resolve_secrets().is_ok());
+        let mut network = Config::from_toml(&text("0.0.0.0:8080")).unwrap();
+        let err = network.resolve_secrets().unwrap_err().to_string();
+        assert!(err.contains(&var) && err.contains("at least 16"), "{err}");
+        assert!(!err.contains("short"), "the token is never shown: {err}");
+        std::env::set_var(&var, "0123456789abcdef");
+        assert!(network.resolve_secrets().is_ok());
+        std::env::remove_var(&var);
     }
 
     #[test]
