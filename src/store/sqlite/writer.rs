@@ -210,13 +210,16 @@ fn commit_error(e: rusqlite::Error) -> StoreError {
     }
 }
 
-/// Maps a SQLite error: a busy or locked database is `Unavailable` (retry later);
-/// anything else is a `Query` error.
+/// Maps a SQLite error: a busy or locked database, or a full disk, is `Unavailable`
+/// (nothing written; retry later: an outcome that cannot be written now is tried again
+/// until its deadline, not dropped); anything else is a `Query` error.
 pub(crate) fn sql_error(e: rusqlite::Error) -> StoreError {
     match e.sqlite_error_code() {
-        Some(rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked) => {
-            StoreError::Unavailable(Cause::of(e))
-        }
+        Some(
+            rusqlite::ErrorCode::DatabaseBusy
+            | rusqlite::ErrorCode::DatabaseLocked
+            | rusqlite::ErrorCode::DiskFull,
+        ) => StoreError::Unavailable(Cause::of(e)),
         _ => StoreError::Query(Cause::of(e)),
     }
 }
@@ -326,6 +329,7 @@ mod tests {
             Some(rusqlite::ErrorCode::DiskFull),
             "{big}"
         );
+        assert!(big.is_transient(), "a full disk may free up: {big}");
         let small = answer_small.blocking_recv().unwrap().unwrap_err();
         assert!(small.is_transient(), "{small}");
         assert_eq!(answer_after.blocking_recv().unwrap().unwrap(), 1);
