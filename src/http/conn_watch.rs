@@ -150,29 +150,15 @@ impl ConnWatch {
     }
 
     /// Shuts down every connection idle for longer than keep-alive and the head deadline
-    /// together; how many.
-    pub fn sweep(&self) -> usize {
+    /// together.
+    pub fn sweep(&self) {
         let now = Instant::now();
-        let mut closed = 0;
         for conn in self.conns.iter() {
             let (requests, idle_since) = *conn.state.lock().unwrap_or_else(|e| e.into_inner());
             if requests == 0 && now.duration_since(idle_since) > self.stuck_after {
                 #[cfg(unix)]
-                if conn.socket.shutdown(std::net::Shutdown::Both).is_ok() {
-                    closed += 1;
-                }
+                let _ = conn.socket.shutdown(std::net::Shutdown::Both);
             }
         }
-        closed
-    }
-
-    /// Connections watched now.
-    pub fn len(&self) -> usize {
-        self.conns.len()
-    }
-
-    /// Whether no connection is watched.
-    pub fn is_empty(&self) -> bool {
-        self.conns.is_empty()
     }
 }

@@ -80,8 +80,10 @@ impl Gate {
         );
     }
 
-    /// Deliveries `provider` may start now (0 while paused).
-    pub fn available(&self, provider: &str) -> usize {
+    /// Deliveries `provider` may start now (0 while paused); the scheduler reserves them
+    /// instead ([`Gate::reserve`]).
+    #[cfg(test)]
+    fn available(&self, provider: &str) -> usize {
         let mut buckets = self.buckets.lock().unwrap_or_else(|e| e.into_inner());
         buckets
             .get_mut(provider)
