@@ -7,7 +7,10 @@
 #      for duplicate_done;
 #   3. every load-bench scenario on PostgreSQL, then on SQLite;
 #   4. three more pairs of pgbench and Postgres `unique`, alternated, and their ratios:
-#      this machine is noisy enough that one pair says little.
+#      this machine is noisy enough that one pair says little;
+#   5. CPU per first run against pgbench's CPU per event, three alternated pairs
+#      (scripts/cpu-per-event.sh: the release binary driven from outside, hookgate's
+#      process plus Postgres's backends against pgbench's client plus backends).
 # Usage: scripts/bench.sh [DURATION]   (default 10s per run). Loopback only.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -67,3 +70,6 @@ for pair in 1 2 3; do
     | sed -n 's/.*rps= *\([0-9]*\).*/\1/p')
   echo "pair $pair: pgbench $tps events/s, unique $rps req/s, ratio $(awk "BEGIN {printf \"%.2f\", $rps / $tps}")"
 done
+
+echo "## CPU per first run against pgbench's CPU per event"
+scripts/cpu-per-event.sh "$duration" 3
