@@ -501,6 +501,84 @@ async fn a_refused_request_whose_chunked_body_never_ends_does_not_hold_its_conne
     assert!(text.starts_with("HTTP/1.1 404"), "{text}");
 }
 
+/// Clients that ask for a large answer and never read it hold their connections no longer
+/// than `read_timeout` without taking a byte: with four of them at a node's
+/// `max_connections = 4`, an honest sender still gets in; a client that reads gets the
+/// answer whole. (Before, an answer larger than the socket buffers stayed in hand for ever,
+/// and so did the connection.) With keep-alive on, and off.
+#[actix_web::test]
+async fn clients_that_never_read_their_answers_do_not_hold_their_connections() {
+    for keep_alive in [Duration::from_secs(5), Duration::ZERO] {
+        readers_that_take_nothing_are_cut(keep_alive).await;
+    }
+}
+
+async fn readers_that_take_nothing_are_cut(keep_alive: Duration) {
+    const TOKEN: &str = "slow-reader-admin-token";
+    let app = spawn_app_with(|c| {
+        // Long enough for a debug build to make the large answer before a head's deadline.
+        c.server.read_timeout = Duration::from_secs(3);
+        c.server.keep_alive = keep_alive;
+        c.server.http_workers = Some(1);
+        c.server.max_connections = 4;
+        c.server.max_body_bytes = 16 * 1024 * 1024;
+        c.admin.token = Some(hookgate::config::Secret::new(TOKEN));
+        c.providers[0].keep_payload = hookgate::config::KeepPayload::Always;
+    })
+    .await;
+    // The event's kept payload makes its admin answer about 8 MiB: more than the kernel
+    // holds for a socket whose reader takes nothing (Linux lets a socket's send buffer
+    // grow to 4 MiB by default, `net.ipv4.tcp_wmem`).
+    let big = padded_body("evt_big", 8 * 1024 * 1024);
+    let stored = app.deliver("evt_big", &big).await;
+    assert!((200..300).contains(&stored.status), "{}", stored.body);
+    let address: std::net::SocketAddr = app.address.trim_start_matches("http://").parse().unwrap();
+    let request = format!(
+        "GET /admin/api/events/{PROVIDER}/evt_big HTTP/1.1\r\nHost: x\r\n\
+         Authorization: Bearer {TOKEN}\r\nConnection: close\r\n\r\n"
+    );
+    let ask = || async {
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket.set_recv_buffer_size(4096).unwrap();
+        let mut conn = socket.connect(address).await.unwrap();
+        conn.write_all(request.as_bytes()).await.unwrap();
+        let mut head = [0u8; 12];
+        conn.read_exact(&mut head).await.unwrap();
+        assert_eq!(&head, b"HTTP/1.1 200");
+        conn
+    };
+    let mut readers = Vec::new();
+    for _ in 0..4 {
+        // ...and nothing more is read from it.
+        readers.push(ask().await);
+    }
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    for attempt in 0.. {
+        // A new key each time: an attempt given up here may still be answered there.
+        let key = format!("evt_honest_{attempt}");
+        let honest = tokio::time::timeout(Duration::from_secs(5), app.deliver(&key, "{}"));
+        match honest.await {
+            Ok(answer) => {
+                assert!((200..300).contains(&answer.status), "{answer:?}");
+                break;
+            }
+            Err(_) => assert!(
+                tokio::time::Instant::now() < deadline,
+                "four readers that take nothing still hold every connection"
+            ),
+        }
+    }
+    drop(readers);
+    // A reader that reads, through the same small buffer, gets the whole answer.
+    let mut conn = ask().await;
+    let mut rest = Vec::new();
+    conn.read_to_end(&mut rest).await.unwrap();
+    let text = String::from_utf8(rest).unwrap();
+    let (_, body) = text.split_once("\r\n\r\n").unwrap();
+    let event: serde_json::Value = serde_json::from_str(body).unwrap();
+    assert_eq!(event["payload"].as_str(), Some(big.as_str()));
+}
+
 /// A JSON body of exactly `len` bytes with `"id": key`.
 fn padded_body(key: &str, len: usize) -> String {
     let head = format!("{{\"id\":\"{key}\",\"pad\":\"");
