@@ -26,7 +26,7 @@ use anyhow::Context as _;
 use slog::{info, Logger};
 
 use crate::config::{cpus, Config};
-use crate::http::{routes, AppState, ConnWatch, Sent};
+use crate::http::{bound_writes, routes, AppState, ConnWatch, Sent};
 use crate::metrics::Metrics;
 use crate::provider::Provider;
 use crate::retention::Sweeper;
@@ -287,10 +287,13 @@ fn http_server(
     state: web::Data<AppState>,
 ) -> anyhow::Result<Server> {
     let http_workers = config.server.http_workers.unwrap_or_else(cpus).max(1);
-    // With keep-alive off every request is a connection's first, whose head actix times;
-    // the watch still finds answers their clients do not read.
-    let watch = ConnWatch::new(config.server.keep_alive, config.server.read_timeout);
-    actix_rt::spawn(close_stuck_connections(Arc::clone(&watch)));
+    let read_timeout = config.server.read_timeout;
+    // With keep-alive off every request is a connection's first, whose head actix times.
+    let watch = (!config.server.keep_alive.is_zero()).then(|| {
+        let watch = ConnWatch::new(config.server.keep_alive, config.server.read_timeout);
+        actix_rt::spawn(close_stuck_connections(Arc::clone(&watch)));
+        watch
+    });
     Ok(HttpServer::new(move || {
         App::new()
             .app_data(state.clone())
@@ -304,7 +307,12 @@ fn http_server(
             })
             .configure(routes)
     })
-    .on_connect(move |io, data| watch.on_connect(io, data))
+    .on_connect(move |io, data| {
+        bound_writes(io, read_timeout);
+        if let Some(watch) = &watch {
+            watch.on_connect(io, data);
+        }
+    })
     .listen(listener)?
     .workers(http_workers)
     // Signals are ours: the shards must stop claiming before the server stops.
@@ -320,7 +328,7 @@ fn http_server(
 const STUCK_EVERY: Duration = Duration::from_secs(1);
 
 /// Closes, every [`STUCK_EVERY`], the connections stuck in a request head that never ends
-/// or on an answer their client does not read (see [`ConnWatch`]).
+/// (see [`ConnWatch`]).
 async fn close_stuck_connections(watch: Arc<ConnWatch>) {
     loop {
         tokio::time::sleep(STUCK_EVERY).await;

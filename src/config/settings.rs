@@ -56,8 +56,8 @@ pub struct ServerConfig {
     #[serde(with = "humantime_serde")]
     pub admission_wait: Duration,
     /// Deadline for reading a request's head and body; a sender that stalls longer gets
-    /// 408 and its connection is closed. A client that takes none of its answer for this
-    /// long has its connection closed too.
+    /// 408 and its connection is closed. A client that leaves its answer unread for this
+    /// long has its connection closed too (`TCP_USER_TIMEOUT`).
     #[serde(with = "humantime_serde")]
     pub read_timeout: Duration,
     /// How long a connection may wait for its next request after an answer; zero closes

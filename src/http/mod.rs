@@ -20,7 +20,7 @@ mod routes;
 mod state;
 
 pub use budget::BodyBudget;
-pub use conn_watch::{ConnWatch, Sent};
+pub use conn_watch::{bound_writes, ConnWatch, Sent};
 pub use error::ApiError;
 pub use event_json::{attempt_json, event_json};
 pub use routes::routes;

@@ -502,10 +502,10 @@ async fn a_refused_request_whose_chunked_body_never_ends_does_not_hold_its_conne
 }
 
 /// Clients that ask for a large answer and never read it hold their connections no longer
-/// than `read_timeout` without taking a byte: with four of them at a node's
-/// `max_connections = 4`, an honest sender still gets in; a client that reads gets the
-/// answer whole. (Before, an answer larger than the socket buffers stayed in hand for ever,
-/// and so did the connection.) With keep-alive on, and off.
+/// than about `read_timeout` without taking a byte: with four of them at a node's
+/// `max_connections = 4`, an honest sender still gets in; a client that reads, slowly for a
+/// while, gets the answer whole. (Before, an answer larger than the socket buffers stayed
+/// in hand for ever, and so did the connection.) With keep-alive on, and off.
 #[actix_web::test]
 async fn clients_that_never_read_their_answers_do_not_hold_their_connections() {
     for keep_alive in [Duration::from_secs(5), Duration::ZERO] {
@@ -569,10 +569,22 @@ async fn readers_that_take_nothing_are_cut(keep_alive: Duration) {
         }
     }
     drop(readers);
-    // A reader that reads, through the same small buffer, gets the whole answer.
+    // A reader that reads, through the same small buffer, gets the whole answer, even one
+    // that reads slowly (16 KiB every 50 ms) for longer than `read_timeout` first.
     let mut conn = ask().await;
-    let mut rest = Vec::new();
-    conn.read_to_end(&mut rest).await.unwrap();
+    let mut rest = b"HTTP/1.1 200".to_vec();
+    let slow_until = tokio::time::Instant::now() + Duration::from_secs(4);
+    let mut slice = vec![0u8; 16 * 1024];
+    while tokio::time::Instant::now() < slow_until {
+        let n = conn.read(&mut slice).await.unwrap();
+        assert!(n > 0, "a slow reader was cut after {} bytes", rest.len());
+        rest.extend_from_slice(&slice[..n]);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    tokio::time::timeout(Duration::from_secs(30), conn.read_to_end(&mut rest))
+        .await
+        .expect("the answer is sent within 30 s")
+        .unwrap();
     let text = String::from_utf8(rest).unwrap();
     let (_, body) = text.split_once("\r\n\r\n").unwrap();
     let event: serde_json::Value = serde_json::from_str(body).unwrap();
