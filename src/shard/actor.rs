@@ -312,6 +312,18 @@ impl Shard {
         self.refuse(requests, reason, cause);
     }
 
+    /// Answers a request taken off the waiting queue, and every request that waited on its
+    /// key, 503 `paused`: its provider was paused while it waited; nothing was claimed.
+    fn hold_waiting(&mut self, w: Waiting) {
+        self.metrics.admission_waiting(self.index, -1);
+        let waiters = self.in_flight.forget(&w.event.id, w.token);
+        for (event, reply) in std::iter::once((w.event, w.reply)).chain(waiters) {
+            let answer = Answer::paused(self.settings.paused_retry_after);
+            self.log_claim(&event, answer.path, None);
+            let _ = reply.send(answer);
+        }
+    }
+
     /// Sends the claim for `event`, whose attempt `worker` will run if it is won.
     fn claim(
         &mut self,
@@ -358,12 +370,12 @@ impl Shard {
     /// scheduler a worker is free.
     pub(super) fn free_worker(&mut self, worker: usize, ctx: &mut Context<Self>) {
         // While draining nothing waits (`Drain` refused the queue) and nothing is claimed.
-        let next = if self.draining {
-            None
-        } else {
-            self.waiting.pop_front()
-        };
-        if let Some(w) = next {
+        while let Some(w) = (!self.draining).then(|| self.waiting.pop_front()).flatten() {
+            if self.gate.held(&w.event.id.provider) {
+                // Paused by an operator while it waited: the sender keeps it.
+                self.hold_waiting(w);
+                continue;
+            }
             self.metrics.admission_waiting(self.index, -1);
             self.claim(w.event, w.reply, w.token, worker, ctx);
             return;

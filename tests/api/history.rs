@@ -449,7 +449,66 @@ async fn a_target_answer_with_nul_bytes_is_recorded_in_either_mode(backend: Back
     assert_eq!(sync.target.count(&TestApp::idem("evt_nul")), 2);
 }
 
+/// A sync request that passed the door and is waiting for a worker when an operator pauses
+/// its provider is answered 503 `paused` when a worker frees up, and is not delivered: a
+/// pause holds every delivery not yet started, not only the requests that arrive after it.
+async fn a_request_waiting_for_a_worker_is_held_by_a_pause(backend: Backend) {
+    let app = std::rc::Rc::new(
+        admin_app(backend, |c| {
+            c.server.shards = Some(1);
+            c.server.workers_per_shard = 1;
+            c.server.admission_queue = Some(1);
+            c.server.admission_wait = Duration::from_secs(60);
+        })
+        .await,
+    );
+    app.target.set(Behaviour::Hang);
+    let send = |key: &'static str| {
+        let app = std::rc::Rc::clone(&app);
+        actix_rt::spawn(async move { app.deliver(key, "{}").await })
+    };
+    let running = send("evt_running");
+    eventually("the first delivery to reach the target", || async {
+        app.target.count(&TestApp::idem("evt_running")) == 1
+    })
+    .await;
+    let waiting = send("evt_waiting");
+    eventually("the second request to wait for the worker", || async {
+        app.get("/metrics")
+            .await
+            .body
+            .lines()
+            .any(|l| l.starts_with("hookgate_admission_waiting{") && l.ends_with(" 1"))
+    })
+    .await;
+    let (status, _) = post_json(
+        &app,
+        &format!("/admin/api/providers/{PROVIDER}/pause"),
+        Value::Null,
+    )
+    .await;
+    assert_eq!(status, 200);
+
+    app.target.set(Behaviour::Accept);
+    app.target.release();
+    let running = running.await.unwrap();
+    assert_eq!(running.status, 201, "started before the pause: {running:?}");
+    let waiting = waiting.await.unwrap();
+    assert_eq!(
+        (waiting.status, waiting.path.as_str()),
+        (503, "paused"),
+        "{waiting:?}"
+    );
+    assert_eq!(app.target.count(&TestApp::idem("evt_waiting")), 0);
+    assert_eq!(
+        app.db.count_rows().await,
+        1,
+        "the held request claimed nothing"
+    );
+}
+
 on_both_stores!(
+    a_request_waiting_for_a_worker_is_held_by_a_pause,
     an_event_that_failed_twice_shows_three_attempts_and_a_plain_one_none,
     a_target_answer_with_nul_bytes_is_recorded_in_either_mode,
     a_crashed_attempt_is_replayable_when_the_payload_is_kept_always,
