@@ -5,9 +5,9 @@
 //! event (an event begun once is never replayed again by the job, even by a node that
 //! takes the job over after a crash), and stops at once when cancelled. An event whose
 //! shard has no free worker waits for one (the job renewing its lease meanwhile); one met
-//! while the node shuts down is given back, and the job left for its lease to run out. It only looks at
-//! rows changed before it was created: a replay that fails makes its row newer, so it is
-//! never picked up twice.
+//! while the node shuts down is given back, and the job left for its lease to run out. It
+//! only looks at rows changed before it was created: a replay that fails makes its row
+//! newer, so it is never picked up twice.
 
 use std::future::Future;
 use std::time::Duration;
@@ -117,11 +117,13 @@ where
                 Status::Dead => {
                     replay_when_free(operator, job, node, lease, gap, &row, &replay).await
                 }
-                Status::Failed => match operator.retry_now(&row.id).await {
-                    Ok(true) => Ok(ItemOutcome::Retried),
-                    Ok(false) => Ok(ItemOutcome::Skipped("no longer matches".into())),
-                    Err(e) => Err(e),
-                },
+                Status::Failed => operator.retry_now(&row.id).await.map(|retried| {
+                    if retried {
+                        ItemOutcome::Retried
+                    } else {
+                        ItemOutcome::Skipped("no longer matches".into())
+                    }
+                }),
                 _ => Ok(ItemOutcome::Skipped("no longer matches".into())),
             };
             // Nothing replayed: the item is given back (at best: if this fails too, the

@@ -306,22 +306,26 @@ impl Shard {
     /// Refuses a request taken off the waiting queue, and every request that waited on its
     /// key; nothing was claimed for any of them.
     pub(super) fn refuse_waiting(&mut self, w: Waiting, reason: RetryReason, cause: &str) {
-        self.metrics.admission_waiting(self.index, -1);
-        let waiters = self.in_flight.forget(&w.event.id, w.token);
-        let requests = std::iter::once((w.event, w.reply)).chain(waiters).collect();
+        let requests = self.unwait(w);
         self.refuse(requests, reason, cause);
     }
 
     /// Answers a request taken off the waiting queue, and every request that waited on its
     /// key, 503 `paused`: its provider was paused while it waited; nothing was claimed.
     fn hold_waiting(&mut self, w: Waiting) {
-        self.metrics.admission_waiting(self.index, -1);
-        let waiters = self.in_flight.forget(&w.event.id, w.token);
-        for (event, reply) in std::iter::once((w.event, w.reply)).chain(waiters) {
+        for (event, reply) in self.unwait(w) {
             let answer = Answer::paused(self.settings.paused_retry_after);
             self.log_claim(&event, answer.path, None);
             let _ = reply.send(answer);
         }
+    }
+
+    /// A request taken off the waiting queue without a claim, with every request that
+    /// waited on its key.
+    fn unwait(&mut self, w: Waiting) -> Vec<(Arc<Event>, oneshot::Sender<Answer>)> {
+        self.metrics.admission_waiting(self.index, -1);
+        let waiters = self.in_flight.forget(&w.event.id, w.token);
+        std::iter::once((w.event, w.reply)).chain(waiters).collect()
     }
 
     /// Sends the claim for `event`, whose attempt `worker` will run if it is won.
@@ -370,7 +374,10 @@ impl Shard {
     /// scheduler a worker is free.
     pub(super) fn free_worker(&mut self, worker: usize, ctx: &mut Context<Self>) {
         // While draining nothing waits (`Drain` refused the queue) and nothing is claimed.
-        while let Some(w) = (!self.draining).then(|| self.waiting.pop_front()).flatten() {
+        while !self.draining {
+            let Some(w) = self.waiting.pop_front() else {
+                break;
+            };
             if self.gate.held(&w.event.id.provider) {
                 // Paused by an operator while it waited: the sender keeps it.
                 self.hold_waiting(w);

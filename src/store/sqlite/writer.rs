@@ -1,6 +1,7 @@
 //! The embedded store's writer thread: owns the SQLite connection that writes and runs
-//! every job sent to it, batched: all jobs waiting when it wakes run inside one `BEGIN IMMEDIATE …
-//! COMMIT` (group commit), and each job's answer is released only after that commit.
+//! every job sent to it, batched: all jobs waiting when it wakes run inside one
+//! `BEGIN IMMEDIATE … COMMIT` (group commit), and each job's answer is released only after
+//! that commit.
 //!
 //! Blocking SQLite calls never run on an async runtime thread. A failed job does not spoil
 //! its batch: each runs inside its own savepoint. A savepoint that cannot be ended (the
