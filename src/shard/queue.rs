@@ -15,7 +15,9 @@ use actix::prelude::*;
 use tokio::sync::oneshot;
 
 use super::actor::{Shard, MAX_WAITERS};
-use super::answer::{cached_answer, mismatch_with, Answer, Reply, RetryReason};
+use super::answer::{
+    cached_answer, mismatch_with, Answer, Reply, RetryReason, BUSY_RETRY_AFTER_SECS,
+};
 use super::attempt::Attempt;
 use super::event::Event;
 use super::messages::{Enqueue, Start};
@@ -143,9 +145,22 @@ impl Handler<Start> for Shard {
 
 impl Shard {
     /// A queue request answered from memory: an attempt of the key running here, or a done
-    /// result in the cache.
+    /// result in the cache. While the key's first enqueue is still on its way (an entry
+    /// with no attempt, whose waiters are full), the row is not known durable: 409, as a
+    /// sync request is answered — a 202 would tell the sender to stop, and the enqueue may
+    /// yet fail.
     fn queued_from_memory(&self, event: &Event) -> Option<Answer> {
         if let Some(entry) = self.in_flight.get(&event.id) {
+            if entry.attempts.is_none() {
+                let busy = Answer {
+                    path: Path::InProgressElsewhere,
+                    attempts: None,
+                    reply: Reply::Busy {
+                        retry_after: BUSY_RETRY_AFTER_SECS,
+                    },
+                };
+                return Some(mismatch_with(&self.log, event, &entry.event, None).unwrap_or(busy));
+            }
             return Some(self.duplicate_queued(event, &entry.event, entry.attempts));
         }
         cached_answer(

@@ -361,6 +361,69 @@ async fn a_row_taken_while_its_provider_was_paused_goes_back_unstarted() {
     assert_eq!(app.target.count(&idem), 2);
 }
 
+/// A flood of one key while its first enqueue is on its way (the table locked): more
+/// requests than may wait on that enqueue arrive, then the enqueue fails at the store's
+/// deadline. No request may be answered 202 — an acknowledgement tells the sender to stop —
+/// while no row is known durable: the ones past the waiters' cap are answered 409, as a
+/// sync request would be, and the rest 503 when the enqueue fails.
+async fn a_flood_of_one_key_is_never_acknowledged_before_its_row_is_durable(backend: Backend) {
+    const REQUESTS: usize = 1100;
+    let app = spawn_app_on(backend, |c| {
+        queue_mode(c);
+        c.store.statement_timeout = Some(Duration::from_secs(5));
+        c.server.mailbox_capacity = 4 * REQUESTS;
+    })
+    .await;
+    // No connection limit: every request reaches the node at once (awc's default is 100).
+    let client = awc::Client::builder()
+        .connector(awc::Connector::new().limit(0))
+        .timeout(Duration::from_secs(60))
+        .finish();
+    let url = format!("{}/webhooks/{PROVIDER}", app.address);
+    let lock = app.db.lock_table().await;
+    let requests = (0..REQUESTS).map(|_| {
+        let request = client
+            .post(&url)
+            .insert_header(("Content-Type", "application/json"))
+            .insert_header(("X-Idempotency-Key", "evt_flood"));
+        async move {
+            let answer = request.send_body(r#"{"id":"evt_flood"}"#).await;
+            let answer = answer.expect("an answer");
+            let path = answer
+                .headers()
+                .get("Hookgate-Path")
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or_default()
+                .to_owned();
+            (answer.status().as_u16(), path)
+        }
+    });
+    let answers = futures_util::future::join_all(requests).await;
+    lock.release().await;
+
+    let acknowledged: Vec<_> = answers
+        .iter()
+        .filter(|(status, _)| *status == 202)
+        .collect();
+    assert!(
+        acknowledged.is_empty(),
+        "{} of {REQUESTS} answered 202 with no row written: {:?}",
+        acknowledged.len(),
+        &acknowledged[..acknowledged.len().min(3)]
+    );
+    let busy = answers
+        .iter()
+        .filter(|(s, p)| *s == 409 && p == "in_progress_elsewhere");
+    assert!(busy.count() > 0, "no request went past the waiters' cap");
+    assert!(
+        answers.iter().all(|(s, _)| *s == 409 || *s == 503),
+        "{:?}",
+        answers.iter().find(|(s, _)| *s != 409 && *s != 503)
+    );
+    assert_eq!(app.db.status(PROVIDER, "evt_flood").await, None, "no row");
+    assert_eq!(app.target.count(&TestApp::idem("evt_flood")), 0);
+}
+
 on_both_stores!(
     a_queued_event_is_answered_202_and_delivered_once_at_once,
     a_redelivery_while_queued_or_running_changes_nothing,
@@ -369,6 +432,7 @@ on_both_stores!(
     the_lease_is_renewed_while_a_long_delivery_runs,
     the_provider_limit_holds_deliveries_back_until_a_slot_frees,
     a_stale_failed_sync_row_becomes_a_sender_gave_up_dead_letter,
+    a_flood_of_one_key_is_never_acknowledged_before_its_row_is_durable,
 );
 
 /// Log lines reach stdout as they happen, each whole, not when a buffer fills or the
