@@ -101,6 +101,7 @@ pub struct Metrics {
     queue_taken: Family<ProviderLabels, Counter>,
     panics: Family<ActorLabels, Counter>,
     paused: Family<ProviderLabels, Gauge>,
+    target_pause: Family<ProviderLabels, Gauge<f64, std::sync::atomic::AtomicU64>>,
 }
 
 impl Default for Metrics {
@@ -142,6 +143,14 @@ impl Metrics {
             "provider_paused",
             "Whether an operator paused the provider (1): nothing of it is delivered",
             paused.clone(),
+        );
+        let target_pause =
+            Family::<ProviderLabels, Gauge<f64, std::sync::atomic::AtomicU64>>::default();
+        registry.register(
+            "target_pause_seconds",
+            "Seconds left of the pause the provider's target asked for with Retry-After, on \
+             this node (at most queue.max_target_pause; 0 when none)",
+            target_pause.clone(),
         );
         registry.register(
             "log_lines_dropped",
@@ -267,6 +276,7 @@ impl Metrics {
             queue_taken,
             panics,
             paused,
+            target_pause,
         }
     }
 
@@ -346,6 +356,7 @@ impl Metrics {
             }
             self.queue_depth(provider, 0, 0.0);
             self.paused(provider, false);
+            self.target_pause(provider, 0.0);
             self.queue_taken
                 .get_or_create(&ProviderLabels {
                     provider: provider.to_owned(),
@@ -446,6 +457,16 @@ impl Metrics {
                 provider: provider.to_owned(),
             })
             .set(i64::from(paused));
+    }
+
+    /// Seconds left of the pause `provider`'s target asked for (set when `/metrics` is
+    /// read).
+    pub fn target_pause(&self, provider: &str, seconds: f64) {
+        self.target_pause
+            .get_or_create(&ProviderLabels {
+                provider: provider.to_owned(),
+            })
+            .set(seconds);
     }
 
     /// A taken queue row was given back without reaching the target.

@@ -4,10 +4,12 @@
 //! node at a time under a lease it renews before every event, records what it did with each
 //! event (an event begun once is never replayed again by the job, even by a node that
 //! takes the job over after a crash), and stops at once when cancelled. An event whose
-//! shard has no free worker waits for one (the job renewing its lease meanwhile); one met
-//! while the node shuts down is given back, and the job left for its lease to run out. It
-//! only looks at rows changed before it was created: a replay that fails makes its row
-//! newer, so it is never picked up twice.
+//! shard has no free worker, whose provider is paused (by an operator, or by its target's
+//! `Retry-After`) or whose store did not answer waits and is tried again (the job renewing
+//! its lease meanwhile; a pause is noted on the event's item, where the job's progress
+//! shows it); one met while the node shuts down is given back, and the job left for its
+//! lease to run out. It only looks at rows changed before it was created: a replay that
+//! fails makes its row newer, so it is never picked up twice.
 
 use std::future::Future;
 use std::time::Duration;
@@ -39,6 +41,12 @@ pub enum ItemOutcome {
     Error(String),
     /// Not begun, nothing changed: every worker of its shard is busy. Tried again shortly.
     Busy,
+    /// Not begun, nothing changed: its provider is paused (saying by what). Tried again
+    /// until it is resumed.
+    Paused(String),
+    /// Not begun, nothing changed: the store did not answer (a passing outage or lock).
+    /// Tried again while the job's lease can still be renewed.
+    Unavailable(String),
     /// Not begun, nothing changed: the node is shutting down. The job stops here; it (and
     /// this event) is taken up again after its lease, by this node or another.
     Stopping,
@@ -54,6 +62,7 @@ impl ItemOutcome {
             ItemOutcome::Skipped(why) => ("skipped", false, Some(why)),
             ItemOutcome::Error(why) => ("error", false, Some(why)),
             ItemOutcome::Busy => ("error", false, Some("every worker was busy")),
+            ItemOutcome::Paused(why) | ItemOutcome::Unavailable(why) => ("error", false, Some(why)),
             ItemOutcome::Stopping => ("error", false, Some("the node was shutting down")),
         }
     }
@@ -144,9 +153,10 @@ where
     operator.finish_job(job.id, node).await
 }
 
-/// Replays `row` (a dead letter) once a worker of its shard is free: while every worker is
-/// busy it waits, renewing the job's lease; [`ItemOutcome::Stopping`] when the job is no
-/// longer this node's.
+/// Replays `row` (a dead letter) once it can start: while every worker of its shard is
+/// busy, its provider is paused or the store does not answer, it waits and tries again,
+/// renewing the job's lease — a pause noted on the item for the job's progress to show,
+/// until it ends; [`ItemOutcome::Stopping`] when the job is no longer this node's.
 async fn replay_when_free<F, Fut>(
     operator: &dyn OperatorStore,
     job: &ReplayJob,
@@ -161,9 +171,19 @@ where
     Fut: Future<Output = ItemOutcome>,
 {
     let mut pause = gap.max(FIRST_WAIT);
+    let mut noted: Option<String> = None;
     loop {
-        match replay(row.id.clone()).await {
-            ItemOutcome::Busy => {}
+        let outcome = replay(row.id.clone()).await;
+        let note = match &outcome {
+            ItemOutcome::Paused(why) => Some(format!("waiting: {why}")),
+            _ => None,
+        };
+        if note != noted {
+            operator.note_item(job.id, &row.id, note.as_deref()).await?;
+            noted = note;
+        }
+        match outcome {
+            ItemOutcome::Busy | ItemOutcome::Paused(_) | ItemOutcome::Unavailable(_) => {}
             outcome => return Ok(outcome),
         }
         tokio::time::sleep(pause).await;

@@ -272,6 +272,7 @@ fn shard_settings(config: &Config, shards: usize) -> ShardSettings {
             .unwrap_or(config.server.workers_per_shard),
         admission_wait: config.server.admission_wait,
         paused_retry_after: paused_retry_after(config),
+        max_target_pause: config.queue.max_target_pause,
     }
 }
 

@@ -14,6 +14,7 @@ use crate::key::EventId;
 use crate::metrics::Metrics;
 use crate::provider::Target;
 use crate::replay_jobs::{self, ItemOutcome};
+use crate::shard::gate::Hold;
 use crate::shard::{Dispatcher, Reply, RetryReason};
 use crate::store::{Store, StoreError};
 
@@ -105,6 +106,7 @@ impl Upkeep {
         let Some(target) = self.targets.get(&id.provider) else {
             return ItemOutcome::Skipped("its provider is not configured here".into());
         };
+        let provider = Arc::clone(&id.provider);
         let answer = self.dispatcher.replay(id, Arc::clone(target)).await;
         match answer.reply {
             Reply::Result(_) => ItemOutcome::Done,
@@ -118,6 +120,18 @@ impl Upkeep {
                 reason: RetryReason::Overloaded | RetryReason::StoreBusy,
                 ..
             } => ItemOutcome::Busy,
+            Reply::RetryLater {
+                reason: RetryReason::Paused,
+                ..
+            } => {
+                let hold = self.dispatcher.gate().hold_of(&provider);
+                let why = hold.map_or_else(|| "the provider is paused".into(), Hold::describe);
+                ItemOutcome::Paused(why)
+            }
+            Reply::RetryLater {
+                reason: RetryReason::StoreUnavailable,
+                ..
+            } => ItemOutcome::Unavailable("the store did not answer".into()),
             Reply::RetryLater {
                 reason: RetryReason::ShuttingDown,
                 ..

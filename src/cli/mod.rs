@@ -381,7 +381,13 @@ pub async fn bulk_replay(
             job.id
         );
     }
-    replay_jobs::run(&*store, &job, &node, lease, |event| async move {
+    let store_ref = &*store;
+    replay_jobs::run(store_ref, &job, &node, lease, |event| async move {
+        match paused(store_ref, &event.provider).await {
+            Ok(Some(why)) => return ItemOutcome::Paused(why),
+            Ok(None) => {}
+            Err(e) => return ItemOutcome::Unavailable(format!("{e:#}")),
+        }
         match replay(config, event).await {
             Ok(line) if line.ends_with("; done") => ItemOutcome::Done,
             Ok(line) => ItemOutcome::Dead(line),
@@ -411,6 +417,9 @@ pub async fn replay(config: &Config, id: EventId) -> anyhow::Result<String> {
     let horizon = config.sender_horizon(provider);
     let runtime = Provider::from_config(provider, horizon).map_err(anyhow::Error::msg)?;
     let store = store::open(&config.store).await?;
+    if let Some(why) = paused(&*store, &id.provider).await? {
+        anyhow::bail!("{id} not replayed: {why}; resume it to replay its events");
+    }
     let lease = config.lease.duration;
     let sent = Instant::now();
     let Some(reopened) = store.replay(&id, lease).await? else {
@@ -460,6 +469,16 @@ pub async fn replay(config: &Config, id: EventId) -> anyhow::Result<String> {
         ),
         other => anyhow::bail!("replayed {id} (attempt {attempts}): unexpected {other:?}"),
     })
+}
+
+/// Why `provider`'s deliveries are held for every node, if an operator paused it (a
+/// target's own pause is a node's, and this process is none).
+async fn paused(store: &dyn store::Store, provider: &str) -> anyhow::Result<Option<String>> {
+    let paused = store.operator().paused().await?;
+    Ok(paused
+        .iter()
+        .any(|p| p == provider)
+        .then(|| format!("provider {provider} is paused by an operator")))
 }
 
 /// The store durability line of `check-config`: a Postgres store is asked whether an

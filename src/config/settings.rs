@@ -202,12 +202,18 @@ pub struct QueueConfig {
     /// once, without waiting for a poll).
     #[serde(with = "humantime_serde")]
     pub poll_interval: Duration,
+    /// Longest a target's `Retry-After` holds its whole provider on a node: the answered
+    /// event itself waits as long as the header says (up to `retry.cap`), but one event's
+    /// absurd header must not stop every other event of the provider for hours.
+    #[serde(with = "humantime_serde")]
+    pub max_target_pause: Duration,
 }
 
 impl Default for QueueConfig {
     fn default() -> Self {
         Self {
             poll_interval: Duration::from_secs(1),
+            max_target_pause: Duration::from_secs(60),
         }
     }
 }

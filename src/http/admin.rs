@@ -21,6 +21,7 @@ use super::event_json::event_json;
 use super::state::AppState;
 use crate::claim::Path;
 use crate::key::EventId;
+use crate::shard::gate::Hold;
 use crate::shard::Reply;
 use crate::store::{EventRecord, PageCursor};
 
@@ -163,11 +164,22 @@ pub(super) async fn replay(
         .get(&provider)
         .ok_or_else(|| ApiError::UnknownProvider(provider.clone()))?;
     let id = EventId::new(Arc::clone(&runtime.name), key);
+    let paused = |hold: Option<Hold>| ApiError::Paused {
+        provider: runtime.name.to_string(),
+        why: hold.map_or_else(|| "held".into(), Hold::describe),
+    };
+    let gate = state.dispatcher.gate();
+    if let Some(hold) = gate.hold_of(&runtime.name) {
+        return Err(paused(Some(hold)));
+    }
     let answer = state
         .dispatcher
         .replay(id.clone(), Arc::clone(&runtime.target))
         .await;
     if let Reply::RetryLater { reason, .. } = answer.reply {
+        if answer.path == Path::Paused {
+            return Err(paused(gate.hold_of(&runtime.name)));
+        }
         if answer.path != Path::Replay {
             return Err(ApiError::Unavailable(reason.as_str()));
         }

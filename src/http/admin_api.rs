@@ -160,10 +160,12 @@ async fn stats(req: HttpRequest, state: web::Data<AppState>) -> Result<HttpRespo
                     json!({ "minute": minute, "counts": counts })
                 })
                 .collect();
+            let gate = state.dispatcher.gate();
             json!({
                 "name": name,
                 "mode": runtime.mode.as_str(),
-                "paused": state.dispatcher.gate().held(name),
+                "paused": gate.held(name),
+                "target_pause_s": gate.target_pause_left(name).map(|left| left.as_secs_f64()),
                 "counts": counts,
                 "queue": {
                     "rows": depth.map_or(0, |d| d.rows),
@@ -212,6 +214,8 @@ async fn set_paused(
         .await?;
     state.upkeep.refresh_pauses().await?;
     if !paused {
+        // A resume also ends the pause the provider's target asked for, on this node.
+        state.dispatcher.gate().end_target_pause(&runtime.name);
         state.dispatcher.signals().arrived();
     }
     Ok(HttpResponse::Ok().json(json!({ "provider": &*runtime.name, "paused": paused })))
@@ -298,6 +302,13 @@ async fn job(req: HttpRequest, state: web::Data<AppState>) -> Result<HttpRespons
         .ok_or_else(|| ApiError::NoSuchEvent(format!("replay job {id}")))?;
     let items = operator.job_items(id, JOB_ITEMS).await?;
     let mut body = job_json(&job);
+    // What the event it is on waits for (its provider's pause), as its item notes it.
+    let waiting = items
+        .iter()
+        .find(|item| item.outcome == "running")
+        .and_then(|item| item.detail.as_deref())
+        .filter(|_| job.status == "running");
+    body["waiting"] = json!(waiting);
     body["items"] = json!(items);
     Ok(HttpResponse::Ok().json(body))
 }

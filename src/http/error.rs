@@ -60,6 +60,15 @@ pub enum ApiError {
     /// Only dead letters can be replayed.
     #[error("the event is {0}, not dead; only dead letters can be replayed")]
     NotDead(&'static str),
+    /// The event's provider is paused (by an operator, or by its target's `Retry-After`):
+    /// nothing is delivered to it, replays included, until it is resumed.
+    #[error("provider {provider} is paused: {why}; resume it to replay its events")]
+    Paused {
+        /// The provider.
+        provider: String,
+        /// What holds it.
+        why: String,
+    },
     /// The node cannot take the request now.
     #[error("try again later ({0})")]
     Unavailable(&'static str),
@@ -88,6 +97,7 @@ impl ApiError {
             ApiError::Unauthorized => "unauthorized",
             ApiError::NoSuchEvent(_) => "no_such_event",
             ApiError::NotDead(_) => "not_dead",
+            ApiError::Paused { .. } => "paused",
             ApiError::BadJson(_) => "invalid_json",
             ApiError::BadQuery(_) => "bad_query",
             ApiError::BadCursor => "bad_cursor",
@@ -114,7 +124,7 @@ impl ResponseError for ApiError {
             ApiError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             ApiError::Unauthorized | ApiError::Signature(_) => StatusCode::UNAUTHORIZED,
             ApiError::NoSuchEvent(_) => StatusCode::NOT_FOUND,
-            ApiError::NotDead(_) => StatusCode::CONFLICT,
+            ApiError::NotDead(_) | ApiError::Paused { .. } => StatusCode::CONFLICT,
             ApiError::Unavailable(_) | ApiError::Overloaded(_) | ApiError::Store(_) => {
                 StatusCode::SERVICE_UNAVAILABLE
             }

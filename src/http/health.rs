@@ -64,6 +64,11 @@ pub async fn readyz(state: web::Data<AppState>) -> HttpResponse {
 /// The node's metrics in the Prometheus text format.
 pub async fn metrics(state: web::Data<AppState>) -> HttpResponse {
     state.metrics.body_bytes_in_flight(state.body_budget.used());
+    let gate = state.dispatcher.gate();
+    for provider in state.providers.keys() {
+        let left = gate.target_pause_left(provider).unwrap_or_default();
+        state.metrics.target_pause(provider, left.as_secs_f64());
+    }
     HttpResponse::Ok()
         .content_type("text/plain; version=0.0.4; charset=utf-8")
         .body(state.metrics.render())

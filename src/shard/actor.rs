@@ -60,6 +60,8 @@ pub struct ShardSettings {
     pub admission_wait: Duration,
     /// `Retry-After` (seconds) of a 503 `paused` answer.
     pub paused_retry_after: u64,
+    /// Longest a target's `Retry-After` holds its whole provider (`queue.max_target_pause`).
+    pub max_target_pause: Duration,
 }
 
 /// A request admitted to wait for a free worker; nothing is claimed for it yet.

@@ -166,12 +166,65 @@ impl Gate {
         buckets.get(provider).is_some_and(|b| b.held)
     }
 
-    /// Starts no delivery of `provider` for `pause` (the target asked for it).
+    /// Starts no delivery of `provider` for `pause` (the target asked for it; the caller
+    /// bounds it by `queue.max_target_pause`).
     pub fn pause(&self, provider: &str, pause: Duration) {
         let mut buckets = self.buckets.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(bucket) = buckets.get_mut(provider) {
             let until = crate::deadline::from_now(pause);
             bucket.paused_until = Some(bucket.paused_until.map_or(until, |t| t.max(until)));
+        }
+    }
+
+    /// What holds `provider`'s deliveries now, if anything: an operator's pause first.
+    pub fn hold_of(&self, provider: &str) -> Option<Hold> {
+        let buckets = self.buckets.lock().unwrap_or_else(|e| e.into_inner());
+        let bucket = buckets.get(provider)?;
+        if bucket.held {
+            return Some(Hold::Operator);
+        }
+        let left = bucket
+            .paused_until?
+            .checked_duration_since(Instant::now())?;
+        (!left.is_zero()).then_some(Hold::Target(left))
+    }
+
+    /// How long the pause `provider`'s target asked for has left, if one runs.
+    pub fn target_pause_left(&self, provider: &str) -> Option<Duration> {
+        let buckets = self.buckets.lock().unwrap_or_else(|e| e.into_inner());
+        let until = buckets.get(provider)?.paused_until?;
+        until
+            .checked_duration_since(Instant::now())
+            .filter(|left| !left.is_zero())
+    }
+
+    /// Ends the pause `provider`'s target asked for (an operator resumed the provider).
+    pub fn end_target_pause(&self, provider: &str) {
+        let mut buckets = self.buckets.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(bucket) = buckets.get_mut(provider) {
+            bucket.paused_until = None;
+        }
+    }
+}
+
+/// What holds a provider's deliveries on this node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Hold {
+    /// An operator paused it (for every node, through the store).
+    Operator,
+    /// Its target asked for time (`Retry-After`); this much is left.
+    Target(Duration),
+}
+
+impl Hold {
+    /// Says what holds the provider, for an operator or a log line.
+    pub fn describe(self) -> String {
+        match self {
+            Hold::Operator => "an operator paused the provider".into(),
+            Hold::Target(left) => format!(
+                "the target asked for time (Retry-After), {} s left",
+                left.as_secs().max(1)
+            ),
         }
     }
 }
@@ -220,6 +273,23 @@ mod tests {
         // Two tokens spent (one reserved and kept, one acquired), one given back.
         assert_eq!(g.available("p"), 1);
         assert_eq!(g.reserve("other", 7), 7, "an unknown provider is unlimited");
+    }
+
+    #[test]
+    fn a_hold_names_the_operators_pause_first_and_a_targets_pause_ends_on_demand() {
+        let g = gate(None, None);
+        assert_eq!(g.hold_of("p"), None);
+        g.pause("p", Duration::from_secs(60));
+        assert!(
+            matches!(g.hold_of("p"), Some(Hold::Target(left)) if left <= Duration::from_secs(60))
+        );
+        g.hold("p", true);
+        assert_eq!(g.hold_of("p"), Some(Hold::Operator));
+        g.hold("p", false);
+        g.end_target_pause("p");
+        assert_eq!(g.hold_of("p"), None);
+        assert_eq!(g.target_pause_left("p"), None);
+        assert!(!g.stopped("p"));
     }
 
     #[test]

@@ -10,8 +10,9 @@ use tokio::sync::oneshot;
 
 use super::actor::Shard;
 use super::answer::{Answer, Reply, RetryReason};
-use super::attempt::Attempt;
+use super::attempt::{ceil_secs, Attempt};
 use super::event::Event;
+use super::gate::Hold;
 use super::messages::{Drain, Drained, Replay};
 use super::slots::Running;
 use crate::claim::Path;
@@ -50,6 +51,15 @@ impl Handler<Replay> for Shard {
         }
         if self.draining {
             let _ = reply.send(Answer::refused(RetryReason::ShuttingDown));
+            return;
+        }
+        // A replay is a delivery like any other: held while its provider is.
+        if let Some(hold) = self.gate.hold_of(&id.provider) {
+            let retry_after = match hold {
+                Hold::Operator => self.settings.paused_retry_after,
+                Hold::Target(left) => ceil_secs(left),
+            };
+            let _ = reply.send(Answer::paused(retry_after));
             return;
         }
         let Some(worker) = self.take_idle() else {

@@ -119,6 +119,11 @@ impl Handler<Start> for Shard {
             );
             return;
         }
+        if let Some(why) = self.held_why(&event.id.provider) {
+            // Paused after the scheduler's take: given back unstarted.
+            self.release(attempt, None, gated, &why, ctx);
+            return;
+        }
         self.log_claim(&event, taken.path, Some(taken.attempts));
         let token = self.in_flight.begin(&event, Some(taken.attempts));
         // The entry holds the key from here on.
@@ -214,18 +219,30 @@ impl Shard {
                 match worker {
                     Some((worker, sent)) => {
                         self.metrics.queue_taken(&event.id.provider);
-                        self.log_claim(&event, Path::FirstRun, Some(1));
+                        let held = self.held_why(&event.id.provider);
+                        if held.is_none() {
+                            self.log_claim(&event, Path::FirstRun, Some(1));
+                        }
                         let event = Arc::new(event.as_queued());
                         let lease = self.settings.lease;
                         let horizon = event.target.horizon;
                         let attempt = Attempt::held(event, 1, Path::FirstRun, after(sent, lease))
                             .renewed(lease, 1, horizon);
-                        let pending = Pending {
-                            attempt,
-                            token,
-                            gated: true,
-                        };
-                        self.start_pending(pending, worker, ctx);
+                        match held {
+                            // Paused while the row was written: given back unstarted.
+                            Some(why) => {
+                                self.release(attempt, Some(token), true, &why, ctx);
+                                self.free_worker(worker, ctx);
+                            }
+                            None => {
+                                let pending = Pending {
+                                    attempt,
+                                    token,
+                                    gated: true,
+                                };
+                                self.start_pending(pending, worker, ctx);
+                            }
+                        }
                     }
                     // Due now: the scheduler takes it once a worker frees up.
                     None => self.signals.arrived(),
@@ -301,6 +318,13 @@ impl Shard {
         }
     }
 
+    /// Why `provider`'s deliveries may not start now, if they may not: an operator's pause,
+    /// or the one its target asked for. A row taken for it is given back unstarted.
+    fn held_why(&self, provider: &str) -> Option<String> {
+        let hold = self.gate.hold_of(provider)?;
+        Some(format!("held: {}", hold.describe()))
+    }
+
     /// The attempt a taken row is, its lease counted from `sent` (just before the take).
     fn queue_attempt(&self, event: Arc<Event>, taken: &Taken, sent: Instant) -> Attempt {
         let lease = self.settings.lease;
@@ -341,16 +365,17 @@ impl Shard {
     pub(super) fn next_pending(&mut self, ctx: &mut Context<Self>) -> Option<Pending> {
         while let Some(pending) = self.pending.pop_front() {
             self.publish_room();
-            if Instant::now() < pending.attempt.start_by() && !self.draining {
+            let held = self.held_why(&pending.attempt.event.id.provider);
+            if Instant::now() < pending.attempt.start_by() && !self.draining && held.is_none() {
                 return Some(pending);
             }
-            let why = if self.draining {
-                "released at shutdown"
-            } else {
-                "no worker of this node freed up before its lease ran short"
+            let why = match held {
+                _ if self.draining => "released at shutdown".to_owned(),
+                Some(why) => why,
+                None => "no worker of this node freed up before its lease ran short".to_owned(),
             };
             let token = Some(pending.token);
-            self.release(pending.attempt, token, pending.gated, why, ctx);
+            self.release(pending.attempt, token, pending.gated, &why, ctx);
         }
         None
     }

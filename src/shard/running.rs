@@ -70,7 +70,9 @@ impl Shard {
                 act.gate.release(provider);
             }
             if let Verdict::Throttled { retry_after, .. } = recorded.verdict {
-                act.gate.pause(provider, Duration::from_secs(retry_after));
+                // The event itself waits `retry_after`; the provider, a bounded part of it.
+                let pause = Duration::from_secs(retry_after).min(act.settings.max_target_pause);
+                act.gate.pause(provider, pause);
             }
             act.in_flight.forget(&attempt.event.id, running.token);
             act.free_worker(running.worker, ctx);

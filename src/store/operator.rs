@@ -186,6 +186,15 @@ pub trait OperatorStore: Send + Sync {
     /// the event changed): the job, or a node taking it over, begins it again later.
     fn forget_item<'a>(&'a self, id: i64, event: &'a EventId) -> StoreFuture<'a, ()>;
 
+    /// Notes why job `id`'s begun `event` waits (`None`: it no longer does), where its
+    /// progress shows it; the item stays begun.
+    fn note_item<'a>(
+        &'a self,
+        id: i64,
+        event: &'a EventId,
+        detail: Option<&'a str>,
+    ) -> StoreFuture<'a, ()>;
+
     /// Records what job `id` did with `event`, and counts it (`ok`: replayed).
     fn end_item<'a>(
         &'a self,

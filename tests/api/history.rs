@@ -2,14 +2,18 @@
 //! table, payloads kept always, searching, pausing a provider, and bulk replays run once
 //! across nodes.
 
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::time::Duration;
 
 use hookgate::config::{KeepPayload, Mode, Secret};
 use hookgate::key::EventId;
+use hookgate::worker::HttpDelivery;
 use serde_json::{json, Value};
 
 use crate::helpers::{
-    eventually, spawn_app_on, Backend, Behaviour, PanickingDelivery, TestApp, PROVIDER,
+    base_config, eventually, spawn_app_on, start_node_on, Backend, Behaviour, FaultyStore,
+    PanickingDelivery, TestApp, TestDb, TestTarget, PROVIDER,
 };
 
 const TOKEN: &str = "history-admin-token";
@@ -395,6 +399,45 @@ async fn a_bulk_replay_on_a_busy_node_waits_for_a_worker(backend: Backend) {
     }
 }
 
+/// The store fails to reopen each dead letter once (an outage, or a row lock past the
+/// deadline): the bulk job tries each again instead of recording a permanent error, and
+/// every dead letter is replayed once.
+async fn a_bulk_replay_tries_again_what_the_store_failed_to_reopen(backend: Backend) {
+    let db = TestDb::on(backend).await;
+    let target = TestTarget::start().await;
+    let mut config = base_config(&db, &target);
+    config.admin.token = Some(Secret::new(TOKEN));
+    config.queue.poll_interval = Duration::from_secs(3600);
+    let store = Arc::new(FaultyStore::new(db.store_with(config.store.clone()).await));
+    let faults = Arc::clone(&store);
+    let app = start_node_on(db, target, config, Arc::new(HttpDelivery), store).await;
+    app.target.set(Behaviour::Status(400));
+    for n in 0..3 {
+        assert_eq!(app.deliver(&format!("lost_{n}"), "{}").await.status, 200);
+    }
+    app.target.set(Behaviour::Accept);
+    faults.fail_replays(3);
+    let request = json!({ "filter": { "provider": PROVIDER }, "rate": 1000 });
+    let (status, job) = post_json(&app, "/admin/api/replays", request).await;
+    assert_eq!(status, 201, "{job}");
+    assert!(app.upkeep.run_once().await.unwrap(), "the job ran");
+    let job = get_json(&app, &format!("/admin/api/replays/{}", job["id"])).await;
+    assert_eq!(faults.replays_failed.load(Ordering::SeqCst), 3);
+    assert_eq!(
+        (
+            job["status"].clone(),
+            job["replayed"].clone(),
+            job["failed"].clone()
+        ),
+        (json!("done"), json!(3), json!(0)),
+        "{job}"
+    );
+    for n in 0..3 {
+        let key = TestApp::idem(&format!("lost_{n}"));
+        assert_eq!(app.target.count(&key), 2, "{key}: once sent, once replayed");
+    }
+}
+
 /// A target's answer holding NUL bytes (UTF-16 text, a binary format) is kept in the
 /// history as text with each NUL replaced — a text column on Postgres refuses the byte, and
 /// an outcome write that can never land would hold the event forever. In queue mode the
@@ -516,6 +559,7 @@ on_both_stores!(
     a_paused_provider_delivers_nothing_until_resumed,
     a_bulk_replay_replays_each_dead_letter_once_across_nodes,
     a_bulk_replay_on_a_busy_node_waits_for_a_worker,
+    a_bulk_replay_tries_again_what_the_store_failed_to_reopen,
 );
 
 /// The command line: `events history` prints an event's timeline; `dead replay --all`

@@ -34,6 +34,7 @@ mod history;
 mod model;
 mod operators;
 mod paths;
+mod pauses;
 mod plans;
 mod pressure;
 mod providers;

@@ -285,11 +285,12 @@ function providerCard(p, refresh) {
   const others = Object.keys(counts).filter((s) => !STATUSES.includes(s));
   const toggle = el('button', {
     type: 'button',
-    class: p.paused ? 'resume' : 'pause secondary',
+    class: p.paused || p.target_pause_s ? 'resume' : 'pause secondary',
     'data-provider': p.name,
     onclick: async (event) => {
       event.target.disabled = true;
-      const action = p.paused ? 'resume' : 'pause';
+      // A resume also ends the pause the target asked for (on this node).
+      const action = p.paused || p.target_pause_s ? 'resume' : 'pause';
       try {
         const answer = await api('POST', `/providers/${encodeURIComponent(p.name)}/${action}`);
         flash(`${answer.provider} is ${answer.paused ? 'paused' : 'running again'}.`);
@@ -299,13 +300,17 @@ function providerCard(p, refresh) {
         event.target.disabled = false;
       }
     },
-  }, p.paused ? 'Resume' : 'Pause');
+  }, p.paused || p.target_pause_s ? 'Resume' : 'Pause');
   const queue = p.queue ?? { rows: 0, oldest_due_s: 0 };
   return el('section', { class: 'card provider', 'data-provider': p.name },
     el('div', { class: 'provider-head' },
       el('h2', {}, p.name),
       el('span', { class: 'badge' }, p.mode),
       p.paused ? el('span', { class: 'badge paused state' }, 'paused') : el('span', { class: 'badge state' }, 'running'),
+      p.target_pause_s
+        ? el('span', { class: 'badge paused target-pause' },
+          `target asked for time: ${Math.ceil(p.target_pause_s)} s left`)
+        : null,
       el('span', { class: 'actions' }, toggle)),
     el('table', { class: 'counts' },
       el('tr', {}, [...known, ...others].map((s) => el('th', { class: 'num' }, s))),
@@ -731,6 +736,7 @@ async function jobPage(mine, id) {
           el('span', { id: 'job-counts' },
             `${job.replayed} replayed, ${job.failed} failed, of ${job.total}`),
           el('span', { id: 'job-state', class: `badge job-${classWord(job.status)}` }, job.status),
+          job.waiting ? el('span', { id: 'job-waiting', class: 'badge paused' }, job.waiting) : null,
           cancel),
         el('dl', { class: 'fields' },
           el('dt', {}, 'Filter'), el('dd', { class: 'mono' }, filterText(job.filter)),

@@ -133,6 +133,11 @@ const FORGET_ITEM: &str = "
 DELETE FROM hookgate_replay_items
 WHERE job_id = $1 AND provider = $2 AND event_key = $3 AND outcome = 'running'";
 
+/// Note why a begun item waits. Locks the item; an item already ended is left alone.
+const NOTE_ITEM: &str = "
+UPDATE hookgate_replay_items SET detail = $4
+WHERE job_id = $1 AND provider = $2 AND event_key = $3 AND outcome = 'running'";
+
 /// End an item and count it on its job, in one statement. Locks the item and the job row.
 const END_ITEM: &str = "
 WITH item AS (
@@ -373,6 +378,19 @@ impl OperatorStore for PgOperator {
     fn forget_item<'a>(&'a self, id: i64, event: &'a EventId) -> StoreFuture<'a, ()> {
         Box::pin(async move {
             self.changed(FORGET_ITEM, &[&id, &&*event.provider, &&*event.key])
+                .await
+                .map(|_| ())
+        })
+    }
+
+    fn note_item<'a>(
+        &'a self,
+        id: i64,
+        event: &'a EventId,
+        detail: Option<&'a str>,
+    ) -> StoreFuture<'a, ()> {
+        Box::pin(async move {
+            self.changed(NOTE_ITEM, &[&id, &&*event.provider, &&*event.key, &detail])
                 .await
                 .map(|_| ())
         })

@@ -83,6 +83,11 @@ const FORGET_ITEM: &str = "
 DELETE FROM hookgate_replay_items
 WHERE job_id = ?1 AND provider = ?2 AND event_key = ?3 AND outcome = 'running'";
 
+/// Note why a begun item waits; an item already ended is left alone.
+const NOTE_ITEM: &str = "
+UPDATE hookgate_replay_items SET detail = ?4
+WHERE job_id = ?1 AND provider = ?2 AND event_key = ?3 AND outcome = 'running'";
+
 const END_ITEM: &str = "
 UPDATE hookgate_replay_items SET outcome = ?4, detail = ?5, at = unixepoch('subsec')
 WHERE job_id = ?1 AND provider = ?2 AND event_key = ?3";
@@ -365,6 +370,24 @@ impl OperatorStore for SqliteOperator {
                 conn,
                 FORGET_ITEM,
                 params![id, &*event.provider, &*event.key],
+            )
+            .map(|_| ())
+        }))
+    }
+
+    fn note_item<'a>(
+        &'a self,
+        id: i64,
+        event: &'a EventId,
+        detail: Option<&'a str>,
+    ) -> StoreFuture<'a, ()> {
+        let event = event.clone();
+        let detail = detail.map(str::to_owned);
+        Box::pin(self.writer.call(move |conn| {
+            changed(
+                conn,
+                NOTE_ITEM,
+                params![id, &*event.provider, &*event.key, detail],
             )
             .map(|_| ())
         }))

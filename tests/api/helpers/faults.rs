@@ -2,7 +2,8 @@
 //! wraps, counts the pings, panics when asked to complete a key containing `panic` — a
 //! bug in the code a shard runs, where no worker catches it — and, while the test holds
 //! them ([`FaultyStore::hold_writes`]), keeps outcome writes and lease renewals from
-//! reaching the store, as a database that stalls would.
+//! reaching the store, as a database that stalls would; and fails the next replays it is
+//! told to ([`FaultyStore::fail_replays`]) as a store that did not answer.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -12,7 +13,7 @@ use hookgate::claim::{ClaimResult, Status, StoredResult};
 use hookgate::key::EventId;
 use hookgate::store::{
     Enqueued, EventRecord, Failure, Fenced, History, Kept, QueueDepth, QueueRow, Reopened, Store,
-    StoreFuture, Taken,
+    StoreError, StoreFuture, Taken,
 };
 
 pub struct FaultyStore {
@@ -23,6 +24,10 @@ pub struct FaultyStore {
     hold: tokio::sync::watch::Sender<bool>,
     /// `complete` calls waiting on the hold now.
     held: AtomicUsize,
+    /// `replay` calls still to fail with `StoreError::Unavailable`, reaching nothing.
+    replays_to_fail: AtomicUsize,
+    /// `replay` calls failed so far.
+    pub replays_failed: AtomicUsize,
 }
 
 /// Outcome writes and renewals are held while this lives; dropping it lets them through.
@@ -41,7 +46,14 @@ impl FaultyStore {
             pings: AtomicUsize::new(0),
             hold: tokio::sync::watch::channel(false).0,
             held: AtomicUsize::new(0),
+            replays_to_fail: AtomicUsize::new(0),
+            replays_failed: AtomicUsize::new(0),
         }
+    }
+
+    /// Fails the next `n` `replay` calls as a store that did not answer (nothing reopened).
+    pub fn fail_replays(&self, n: usize) {
+        self.replays_to_fail.store(n, Ordering::SeqCst);
     }
 
     /// Holds every `complete` (an outcome write) and `renew` call before it reaches the
@@ -117,6 +129,14 @@ impl Store for FaultyStore {
         self.inner.lookup(id)
     }
     fn replay<'a>(&'a self, id: &'a EventId, lease: Duration) -> StoreFuture<'a, Option<Reopened>> {
+        let fail = self
+            .replays_to_fail
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+            .is_ok();
+        if fail {
+            self.replays_failed.fetch_add(1, Ordering::SeqCst);
+            return Box::pin(async { Err(StoreError::Unavailable("injected outage".into())) });
+        }
         self.inner.replay(id, lease)
     }
     fn dead_letters<'a>(

@@ -289,6 +289,42 @@ impl TestApp {
         }
     }
 
+    /// Runs the `hookgate` command line with `args` on this node's store, with a config
+    /// naming its provider (sync mode, no signature) and target; answers its output.
+    pub async fn run_cli(&self, args: &[&str]) -> std::process::Output {
+        let dir = std::env::temp_dir().join(format!("hookgate-cli-{}", fastrand::u32(..)));
+        std::fs::create_dir_all(&dir).expect("config dir");
+        let config = dir.join("hookgate.toml");
+        let schema = if self.db.schema.is_empty() {
+            String::new()
+        } else {
+            format!("schema = \"{}\"\n", self.db.schema)
+        };
+        std::fs::write(
+            &config,
+            format!(
+                "[store]\nurl = \"{}\"\n{schema}[[providers]]\nname = \"{PROVIDER}\"\n\
+                 preset = \"none\"\nkey = [{{ header = \"X-Idempotency-Key\" }}]\n\
+                 target = {{ url = \"{}\" }}\n",
+                self.db.url, self.target.url
+            ),
+        )
+        .expect("write the config");
+        let args: Vec<String> = args.iter().map(|a| (*a).to_owned()).collect();
+        let out = actix_web::rt::task::spawn_blocking(move || {
+            std::process::Command::new(env!("CARGO_BIN_EXE_hookgate"))
+                .args(args)
+                .arg("--config")
+                .arg(&config)
+                .output()
+                .expect("run hookgate")
+        })
+        .await
+        .expect("the command line");
+        let _ = std::fs::remove_dir_all(&dir);
+        out
+    }
+
     /// Starts the node's graceful shutdown (as SIGTERM does) without waiting for it.
     pub fn start_shutdown(&self) {
         let stopper = self.stopper.clone();

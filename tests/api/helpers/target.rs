@@ -114,6 +114,13 @@ impl TestTarget {
         self.state.release.send_replace(true);
     }
 
+    /// Lets every held request answer as `behaviour` says (a `Status` or a `Throttle`), and
+    /// answers every later one so too.
+    pub fn release_with(&self, behaviour: Behaviour) {
+        *self.state.behaviour.lock().unwrap() = behaviour;
+        self.state.release.send_replace(true);
+    }
+
     /// Deliveries received for `provider:key`.
     pub fn count(&self, idempotency_key: &str) -> usize {
         self.state
@@ -228,6 +235,18 @@ async fn receive(
         Behaviour::Hang => {
             let mut released = state.release.subscribe();
             let _ = released.wait_for(|r| *r).await;
+            let released_as = *state.behaviour.lock().unwrap();
+            match released_as {
+                Behaviour::Status(code) => {
+                    return HttpResponse::build(code.try_into().unwrap()).finish();
+                }
+                Behaviour::Throttle(code, retry_after) => {
+                    return HttpResponse::build(code.try_into().unwrap())
+                        .insert_header(("Retry-After", retry_after))
+                        .finish();
+                }
+                _ => {}
+            }
         }
     }
     HttpResponse::Created().json(serde_json::json!({ "received": key }))
