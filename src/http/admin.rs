@@ -92,6 +92,7 @@ async fn show_event(
 }
 
 #[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
 struct DeadQuery {
     provider: Option<String>,
     limit: Option<u32>,

@@ -49,8 +49,10 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
 }
 
 /// The search's query string, field by field (a flattened filter would read its numbers
-/// as strings: serde's `flatten` cannot parse a query string's values into numbers).
+/// as strings: serde's `flatten` cannot parse a query string's values into numbers). As
+/// every body and query the API takes, unknown fields are refused, never ignored.
 #[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
 struct SearchQuery {
     provider: Option<String>,
     status: Option<String>,
@@ -223,6 +225,7 @@ async fn set_paused(
 
 /// A bulk replay's request.
 #[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
 struct JobRequest {
     #[serde(default)]
     filter: SearchFilter,

@@ -12,8 +12,11 @@ use super::types::{AttemptRecord, EventRecord, StoreFuture};
 use crate::claim::Status;
 use crate::key::EventId;
 
-/// Which events a search (or a bulk replay) is about; every field narrows it.
+/// Which events a search (or a bulk replay) is about; every field narrows it. An unknown
+/// field is refused, never ignored: a misspelled one would widen a bulk replay to
+/// everything.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct SearchFilter {
     /// Only this provider's.
     pub provider: Option<String>,

@@ -2,6 +2,8 @@
 
 use awc::http::Method;
 
+use hookgate::config::Secret;
+
 use crate::helpers::{spawn_app, spawn_app_with, PROVIDER};
 
 #[actix_web::test]
@@ -143,5 +145,41 @@ async fn an_unknown_provider_name_never_reaches_the_log() {
     for line in &rejected {
         assert_eq!(line["provider"], "unknown", "{line}");
         assert!(line.to_string().len() < 1024, "{line}");
+    }
+}
+
+/// A misspelled field anywhere the admin API takes JSON or a query — a bulk replay's filter
+/// above all, where an ignored field would widen the job to every dead letter — is a 400
+/// naming the field, and nothing is planned, started or listed.
+#[actix_web::test]
+async fn a_misspelled_admin_field_is_refused_and_starts_nothing() {
+    let app = spawn_app_with(|c| c.admin.token = Some(Secret::new("bad-input-token"))).await;
+    let auth = [("Authorization", "Bearer bad-input-token")];
+    app.target.set(crate::helpers::Behaviour::Status(400));
+    assert_eq!(app.deliver("evt_dead", "{}").await.status, 200);
+    let bodies = [
+        r#"{"filter":{"provder":"nobody"}}"#,
+        r#"{"filtr":{"provider":"nobody"}}"#,
+        r#"{"filter":{},"rate":1,"extra":true}"#,
+    ];
+    for path in ["/admin/api/replays/plan", "/admin/api/replays"] {
+        for body in bodies {
+            let answer = app.post(path, &auth, body.to_owned()).await;
+            assert_eq!(answer.status, 400, "{path} {body}: {answer:?}");
+            assert!(answer.body.contains("invalid_json"), "{}", answer.body);
+            assert!(answer.body.contains("unknown field"), "{}", answer.body);
+        }
+    }
+    let jobs = app
+        .get_with("/admin/api/replays", "Bearer bad-input-token")
+        .await;
+    assert_eq!(jobs.body, r#"{"jobs":[]}"#, "a job was started");
+    for path in [
+        "/admin/api/events?provder=nobody",
+        "/admin/dead?provder=nobody",
+    ] {
+        let answer = app.get_with(path, "Bearer bad-input-token").await;
+        assert_eq!(answer.status, 400, "{path}: {answer:?}");
+        assert!(answer.body.contains("bad_query"), "{}", answer.body);
     }
 }
