@@ -4,6 +4,7 @@
 //! runs it through its shards. [`Upkeep::run_once`] is one pass (tests call it by hand).
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -30,6 +31,8 @@ pub struct Upkeep {
     /// whole timeout.
     job_lease: Duration,
     running: tokio::sync::Mutex<()>,
+    /// Passes begun and not ended (see [`Upkeep::passes_in_flight`]).
+    in_flight: AtomicUsize,
     /// Held while the pauses are read and applied: a read that began before a pause was
     /// written cannot apply its older picture after the pause's own refresh.
     pausing: tokio::sync::Mutex<()>,
@@ -59,6 +62,7 @@ impl Upkeep {
             poll,
             job_lease: (longest * 2).max(Duration::from_secs(60)),
             running: tokio::sync::Mutex::new(()),
+            in_flight: AtomicUsize::new(0),
             pausing: tokio::sync::Mutex::new(()),
         }
     }
@@ -79,6 +83,12 @@ impl Upkeep {
     /// run to its end. Answers whether a job ran.
     pub async fn run_once(&self) -> Result<bool, StoreError> {
         self.refresh_pauses().await?;
+        self.run_job().await
+    }
+
+    /// Unless a job already runs here, takes a job no node holds and runs it to its end.
+    /// Answers whether a job ran.
+    async fn run_job(&self) -> Result<bool, StoreError> {
         let Ok(_guard) = self.running.try_lock() else {
             return Ok(false);
         };
@@ -141,17 +151,38 @@ impl Upkeep {
         }
     }
 
-    /// Runs passes every `queue.poll_interval` until the task is dropped.
+    /// Passes begun and not ended: one reading the pauses, and at most one running a job.
+    pub fn passes_in_flight(&self) -> usize {
+        self.in_flight.load(Ordering::SeqCst)
+    }
+
+    /// Reads the pauses every `queue.poll_interval` until the task is dropped, one read at a
+    /// time (a read that waits on a stalled store delays the next, never piles them up),
+    /// and starts a job pass beside them whenever none runs.
     pub async fn run_forever(self: Arc<Self>) {
         loop {
-            let upkeep = Arc::clone(&self);
+            let refreshed = self.counted(self.refresh_pauses()).await;
+            if let Err(e) = refreshed {
+                warn!(self.log, "upkeep.failed"; "error" => %e);
+            }
             // A job runs beside the passes, so pauses keep being read while it runs.
-            actix_rt::spawn(async move {
-                if let Err(e) = upkeep.run_once().await {
-                    warn!(upkeep.log, "upkeep.failed"; "error" => %e);
-                }
-            });
+            if self.running.try_lock().is_ok() {
+                let upkeep = Arc::clone(&self);
+                actix_rt::spawn(async move {
+                    if let Err(e) = upkeep.counted(upkeep.run_job()).await {
+                        warn!(upkeep.log, "upkeep.failed"; "error" => %e);
+                    }
+                });
+            }
             tokio::time::sleep(self.poll).await;
         }
+    }
+
+    /// Runs `pass`, counted in [`Upkeep::passes_in_flight`] while it runs.
+    async fn counted<T>(&self, pass: impl std::future::Future<Output = T>) -> T {
+        self.in_flight.fetch_add(1, Ordering::SeqCst);
+        let ended = pass.await;
+        self.in_flight.fetch_sub(1, Ordering::SeqCst);
+        ended
     }
 }

@@ -264,6 +264,26 @@ async fn a_targets_retry_after_pauses_its_provider_for_a_bounded_time(backend: B
     assert_eq!(app.target.count(&TestApp::idem("evt_slow")), 1);
 }
 
+/// The store stops answering the pause read (its table locked past the deadline) while
+/// passes come every 10 ms: a node keeps one pass at a time, never a growing pile of passes
+/// queued behind the one that waits.
+#[actix_web::test]
+async fn a_pause_read_that_hangs_does_not_pile_up_upkeep_passes() {
+    let app = spawn_app_on(Backend::Postgres, |c| {
+        c.queue.poll_interval = Duration::from_millis(10);
+        c.store.statement_timeout = Some(Duration::from_millis(300));
+    })
+    .await;
+    let lock = app.db.lock_pg_table("hookgate_paused").await;
+    eventually("three pause reads to miss the deadline", || async {
+        app.log.count("upkeep.failed") >= 3
+    })
+    .await;
+    let passes = app.upkeep.passes_in_flight();
+    lock.release().await;
+    assert!(passes <= 2, "{passes} upkeep passes in flight");
+}
+
 on_both_stores!(
     a_row_waiting_in_a_shard_is_held_by_an_operators_pause,
     a_row_waiting_in_a_shard_is_held_by_its_targets_retry_after,

@@ -311,6 +311,19 @@ impl TestDb {
         }
     }
 
+    /// Locks one of the store's tables (`hookgate_paused`, ...) in a transaction left open,
+    /// so that every statement on it waits until [`TableLock::release`] (Postgres only).
+    pub async fn lock_pg_table(&self, table: &str) -> TableLock {
+        let client = self.own_connection().await;
+        client
+            .batch_execute(&format!(
+                "BEGIN; LOCK TABLE {table} IN ACCESS EXCLUSIVE MODE"
+            ))
+            .await
+            .expect("lock the table");
+        TableLock::Pg(client)
+    }
+
     /// `(connections, encrypted ones)` of this cluster whose `application_name` is `name`.
     pub async fn tls_connections(&self, name: &str) -> (i64, i64) {
         let Inspect::Pg(client) = &self.inspect else {
