@@ -1,5 +1,8 @@
-//! Every route of the HTTP surface, and the answers for a wrong method or path.
+//! Every route of the HTTP surface, the answers for a wrong method or path, and the headers
+//! every answer under `/admin/` carries.
 
+use actix_web::http::header;
+use actix_web::middleware::DefaultHeaders;
 use actix_web::web;
 
 use super::error::ApiError;
@@ -20,11 +23,21 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
     .service(
         web::scope("/admin")
             .guard(admin::enabled())
+            .wrap(admin_headers())
             .configure(console::routes)
             .configure(admin::routes)
             .configure(admin_api::routes),
     )
     .default_service(web::to(not_found));
+}
+
+/// Headers on every answer under `/admin/` (errors, redirects and the scope's 404 too):
+/// payloads, kept headers and tokens' answers stay out of browser and proxy caches, and no
+/// answer is read as another type than the one it names.
+fn admin_headers() -> DefaultHeaders {
+    DefaultHeaders::new()
+        .add((header::CACHE_CONTROL, "no-store"))
+        .add((header::X_CONTENT_TYPE_OPTIONS, "nosniff"))
 }
 
 async fn method_not_allowed() -> Result<actix_web::HttpResponse, ApiError> {

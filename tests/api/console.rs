@@ -377,3 +377,67 @@ fn is_root() -> bool {
         .output()
         .is_ok_and(|out| out.stdout.trim_ascii() == b"0")
 }
+
+/// Every answer under `/admin/` — the API's, the older routes', a redirect, and errors
+/// (401, 404, 400) — says not to cache it and not to sniff its type: payloads and kept
+/// headers must not stay in a browser's or a proxy's cache.
+#[actix_web::test]
+async fn every_admin_answer_is_marked_not_to_be_stored_or_sniffed() {
+    let app = spawn_app_on(Backend::Postgres, |c| {
+        c.admin.token = Some(Secret::new(TOKEN))
+    })
+    .await;
+    app.target.set(Behaviour::Status(400));
+    dead_letter(&app, "evt_cached").await;
+    app.target.set(Behaviour::Accept);
+    let client = awc::Client::builder().disable_redirects().finish();
+    let bearer = format!("Bearer {TOKEN}");
+    let key = format!("{PROVIDER}/evt_cached");
+    for (method, path, auth, status) in [
+        ("GET", "/admin/api/stats".to_owned(), true, 200),
+        ("GET", "/admin/api/events?status=dead".to_owned(), true, 200),
+        ("GET", format!("/admin/api/events/{key}"), true, 200),
+        (
+            "GET",
+            format!("/admin/api/events/{PROVIDER}/nope"),
+            true,
+            404,
+        ),
+        (
+            "GET",
+            "/admin/api/events?status=bogus".to_owned(),
+            true,
+            400,
+        ),
+        ("GET", "/admin/api/replays".to_owned(), true, 200),
+        ("GET", "/admin/api/replays/x".to_owned(), true, 404),
+        ("GET", "/admin/api/stats".to_owned(), false, 401),
+        ("GET", "/admin/api/no-such-call".to_owned(), true, 404),
+        ("POST", "/admin/api/stats".to_owned(), true, 404),
+        ("GET", format!("/admin/events/{key}"), true, 200),
+        ("GET", "/admin/dead".to_owned(), true, 200),
+        ("GET", "/admin/dead".to_owned(), false, 401),
+        ("POST", format!("/admin/dead/{key}/replay"), true, 200),
+        ("GET", "/admin".to_owned(), false, 308),
+        ("GET", "/admin/".to_owned(), false, 200),
+    ] {
+        let method = awc::http::Method::from_bytes(method.as_bytes()).expect("method");
+        let mut request = client.request(method.clone(), format!("{}{path}", app.address));
+        if auth {
+            request = request.insert_header(("Authorization", bearer.as_str()));
+        }
+        let response = request.send().await.expect("request");
+        let header = |name: &str| {
+            response
+                .headers()
+                .get(name)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or_default()
+                .to_owned()
+        };
+        let what = format!("{method} {path}");
+        assert_eq!(response.status().as_u16(), status, "{what}");
+        assert_eq!(header("cache-control"), "no-store", "{what}");
+        assert_eq!(header("x-content-type-options"), "nosniff", "{what}");
+    }
+}
