@@ -77,14 +77,35 @@ pub(super) fn query<T: DeserializeOwned>(req: &HttpRequest) -> Result<T, ApiErro
         .map_err(|e| ApiError::BadQuery(e.to_string()))
 }
 
+/// The provider and key of one event, as a path or a query names them.
+#[derive(Deserialize)]
+struct EventParams {
+    provider: String,
+    key: String,
+}
+
+/// The event a request names: `{provider}/{key}` of its path, or, on the routes without
+/// them, `?provider=…&key=…` of its query string. Keys are the senders' to choose and a path
+/// cannot carry every one (a browser collapses `.` and `..` segments, even percent-encoded,
+/// so `/events/stripe/..` reaches the node as `/events/`); the query form carries any key
+/// as it is. Called after [`authorize`]; a query without both is a 400.
+pub(super) fn event_id(req: &HttpRequest) -> Result<EventId, ApiError> {
+    let params: EventParams = if req.match_info().get("key").is_some() {
+        req.match_info()
+            .load()
+            .map_err(|e| ApiError::BadQuery(e.to_string()))?
+    } else {
+        query(req)?
+    };
+    Ok(EventId::new(params.provider, params.key))
+}
+
 async fn show_event(
     req: HttpRequest,
-    path: web::Path<(String, String)>,
     state: web::Data<AppState>,
 ) -> Result<HttpResponse, ApiError> {
     authorize(&req, &state)?;
-    let (provider, key) = path.into_inner();
-    let id = EventId::new(provider, key);
+    let id = event_id(&req)?;
     match state.store.lookup(&id).await? {
         Some(record) => Ok(HttpResponse::Ok().json(event_json(&record))),
         None => Err(ApiError::NoSuchEvent(id.to_string())),
@@ -152,19 +173,19 @@ pub(super) fn bounded(
 }
 
 /// Replays one dead letter (`POST /admin/dead/…/replay`, and the operator API's
-/// `POST /admin/api/events/…/replay`): answers the row as the replay left it.
+/// `POST /admin/api/events/…/replay` and `POST /admin/api/event/replay?provider=&key=`):
+/// answers the row as the replay left it.
 pub(super) async fn replay(
     req: HttpRequest,
-    path: web::Path<(String, String)>,
     state: web::Data<AppState>,
 ) -> Result<HttpResponse, ApiError> {
     authorize(&req, &state)?;
-    let (provider, key) = path.into_inner();
+    let named = event_id(&req)?;
     let runtime = state
         .providers
-        .get(&provider)
-        .ok_or_else(|| ApiError::UnknownProvider(provider.clone()))?;
-    let id = EventId::new(Arc::clone(&runtime.name), key);
+        .get(&*named.provider)
+        .ok_or_else(|| ApiError::UnknownProvider(named.provider.to_string()))?;
+    let id = EventId::new(Arc::clone(&runtime.name), named.key);
     let paused = |hold: Option<Hold>| ApiError::Paused {
         provider: runtime.name.to_string(),
         why: hold.map_or_else(|| "held".into(), Hold::describe),

@@ -9,12 +9,11 @@ use actix_web::{web, HttpRequest, HttpResponse};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::admin::{authorize, bounded, query, replay};
+use super::admin::{authorize, bounded, event_id, query, replay};
 use super::body;
 use super::error::ApiError;
 use super::event_json::{attempt_json, event_json};
 use super::state::AppState;
-use crate::key::EventId;
 use crate::replay_jobs;
 use crate::store::operator::{ReplayJob, SearchFilter};
 use crate::store::PageCursor;
@@ -34,6 +33,9 @@ const MAX_BODY_BYTES: usize = 64 << 10;
 pub fn routes(cfg: &mut web::ServiceConfig) {
     cfg.route("/api/stats", web::get().to(stats))
         .route("/api/events", web::get().to(search))
+        // One event by its query (any key), or by its path (keys a path can carry).
+        .route("/api/event", web::get().to(event))
+        .route("/api/event/replay", web::post().to(replay))
         .route("/api/events/{provider}/{key}", web::get().to(event))
         .route(
             "/api/events/{provider}/{key}/replay",
@@ -115,14 +117,9 @@ async fn search(req: HttpRequest, state: web::Data<AppState>) -> Result<HttpResp
     })))
 }
 
-async fn event(
-    req: HttpRequest,
-    path: web::Path<(String, String)>,
-    state: web::Data<AppState>,
-) -> Result<HttpResponse, ApiError> {
+async fn event(req: HttpRequest, state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
     authorize(&req, &state)?;
-    let (provider, key) = path.into_inner();
-    let id = EventId::new(provider, key);
+    let id = event_id(&req)?;
     let record = state
         .store
         .lookup(&id)

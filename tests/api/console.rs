@@ -7,6 +7,7 @@
 use std::path::{Path, PathBuf};
 
 use hookgate::config::{Mode, Secret};
+use hookgate::key::EventId;
 use serde_json::json;
 
 use crate::helpers::webdriver::{self, Browser};
@@ -240,6 +241,53 @@ async fn an_operator_works_through_the_console_in_a_real_browser() {
     browser.wait_text("#event-row", "replay").await;
     assert_eq!(app.target.count(&TestApp::idem(left)), 2);
     assert_eq!(browser.alert_text().await, None, "a dialog opened");
+
+    // Keys a URL path cannot carry open from the dead letters' list, again from their own
+    // page's address, and are replayed from there.
+    app.target.set(Behaviour::Status(400));
+    for key in ODD_KEYS {
+        dead_letter(&app, key).await;
+    }
+    app.target.set(Behaviour::Accept);
+    for key in ODD_KEYS {
+        browser.goto(&format!("{console}#/dead")).await;
+        browser
+            .click(&format!("#events-table tr.event-row[data-key=\"{key}\"] a"))
+            .await;
+        shows_event(&browser, key).await;
+        let address = browser.script("return location.href", json!([])).await;
+        browser.goto(&console).await;
+        browser.wait_text("#overview h1", "Overview").await;
+        browser.goto(address.as_str().expect("an address")).await;
+        shows_event(&browser, key).await;
+        browser.wait_text("#event-row", "dead").await;
+        browser.click("#replay").await;
+        browser.wait_text("#flash", "now done").await;
+        browser.wait_text("#event-row", "replay").await;
+        let at_target = EventId::new(PROVIDER, key).header_value();
+        assert_eq!(app.target.count(&at_target), 2, "{key}");
+    }
+    assert_eq!(browser.alert_text().await, None, "a dialog opened");
+}
+
+/// Keys that a URL path collapses (`..`, `.`, percent-encoded or not) or splits (`/`, `?`,
+/// `#`): senders choose keys, so the console must carry each as it is.
+const ODD_KEYS: [&str; 6] = ["..", ".", "a/b", "%2e%2e", "q?x=1", "h#x"];
+
+/// Waits until the event page shows the event keyed `key`.
+async fn shows_event(browser: &Browser, key: &str) {
+    browser
+        .wait_until(&format!("the event page of {key:?}"), || async {
+            let shown = browser
+                .script(
+                    "const h = document.querySelector('#event h1 .mono'); \
+                     return h ? h.textContent : null",
+                    json!([]),
+                )
+                .await;
+            (shown == json!(key)).then_some(())
+        })
+        .await;
 }
 
 /// Whether the job page's Cancel button is hidden (the job no longer runs).

@@ -550,6 +550,84 @@ async fn a_request_waiting_for_a_worker_is_held_by_a_pause(backend: Backend) {
     );
 }
 
+/// Keys are the senders' to choose, and a path cannot carry some of them (a browser makes
+/// `/events/stripe/..` into `/events/`): the query form of the API,
+/// `GET /admin/api/event?provider=&key=` and `POST /admin/api/event/replay?provider=&key=`,
+/// opens and replays an event whatever its key. A query without a key, or naming no
+/// provider, is refused and replays nothing; the path form still serves plain keys.
+async fn an_event_with_any_key_is_opened_and_replayed_by_its_query(backend: Backend) {
+    let app = admin_app(backend, |_| {}).await;
+    let keys = ["..", ".", "a/b", "%2e%2e", "q?x=1&y", "h#x", "plus+ space"];
+    app.target.set(Behaviour::Status(400));
+    for key in keys {
+        let answer = app.deliver(key, "{}").await;
+        assert_eq!(answer.body, r#"{"status":"dead_lettered"}"#, "{key}");
+    }
+    app.target.set(Behaviour::Accept);
+    for key in keys {
+        let query = format!("provider={PROVIDER}&key={}", encoded(key));
+        let event = get_json(&app, &format!("/admin/api/event?{query}")).await;
+        assert_eq!(event["event_key"], key);
+        assert_eq!(event["status"], "dead", "{key}");
+        let (status, body) = post_json(
+            &app,
+            &format!("/admin/api/event/replay?{query}"),
+            Value::Null,
+        )
+        .await;
+        assert_eq!(status, 200, "{key}: {body}");
+        assert_eq!(body["event_key"], key);
+        assert_eq!(body["status"], "done", "{key}");
+        let at_target = EventId::new(PROVIDER, key).header_value();
+        assert_eq!(app.target.count(&at_target), 2, "{key}");
+    }
+    let plain = get_json(&app, &format!("/admin/api/events/{PROVIDER}/plus+%20space")).await;
+    assert_eq!(plain["event_key"], "plus+ space");
+
+    app.target.set(Behaviour::Status(400));
+    app.deliver("still_dead", "{}").await;
+    for (path, status) in [
+        (format!("/admin/api/event/replay?provider={PROVIDER}"), 400),
+        ("/admin/api/event/replay?key=still_dead".to_owned(), 400),
+        (
+            "/admin/api/event/replay?provider=nope&key=still_dead".to_owned(),
+            404,
+        ),
+    ] {
+        let (answered, body) = post_json(&app, &path, Value::Null).await;
+        assert_eq!(answered, status, "{path}: {body}");
+    }
+    let missing = app
+        .get_with(&format!("/admin/api/event?provider={PROVIDER}"), &auth())
+        .await;
+    assert_eq!(missing.status, 400, "{}", missing.body);
+    let unknown = app
+        .get_with(
+            &format!("/admin/api/event?provider={PROVIDER}&key=nope"),
+            &auth(),
+        )
+        .await;
+    assert_eq!(unknown.status, 404, "{}", unknown.body);
+    assert_eq!(app.target.count(&TestApp::idem("still_dead")), 1);
+    assert_eq!(
+        app.db.status(PROVIDER, "still_dead").await.as_deref(),
+        Some("dead")
+    );
+}
+
+/// Every byte but letters and digits as `%XX`, for a query string.
+fn encoded(text: &str) -> String {
+    text.bytes()
+        .map(|b| {
+            if b.is_ascii_alphanumeric() {
+                char::from(b).to_string()
+            } else {
+                format!("%{b:02X}")
+            }
+        })
+        .collect()
+}
+
 on_both_stores!(
     a_request_waiting_for_a_worker_is_held_by_a_pause,
     an_event_that_failed_twice_shows_three_attempts_and_a_plain_one_none,
@@ -560,6 +638,7 @@ on_both_stores!(
     a_bulk_replay_replays_each_dead_letter_once_across_nodes,
     a_bulk_replay_on_a_busy_node_waits_for_a_worker,
     a_bulk_replay_tries_again_what_the_store_failed_to_reopen,
+    an_event_with_any_key_is_opened_and_replayed_by_its_query,
 );
 
 /// The command line: `events history` prints an event's timeline; `dead replay --all`

@@ -97,12 +97,17 @@ function toLocalInput(unix) {
   return localTime(new Date(Number(unix) * 1000)).replace(' ', 'T');
 }
 
+/** The console's address of one event. Each part is percent-encoded whole (`/`, `?`, `#`
+ *  and `%` included), and a fragment is never normalized, so any key comes back as it is. */
 function eventHref(provider, key) {
   return `#/event/${encodeURIComponent(provider)}/${encodeURIComponent(key)}`;
 }
 
-function eventApiPath(provider, key) {
-  return `/events/${encodeURIComponent(provider)}/${encodeURIComponent(key)}`;
+/** The API's address of one event (`action`: '' or '/replay'). The key goes in the query
+ *  string, never the path: a browser collapses `.` and `..` path segments, percent-encoded
+ *  or not, so `/events/stripe/..` would ask for `/events/`. */
+function eventApiPath(provider, key, action = '') {
+  return `/event${action}${query({ provider, key })}`;
 }
 
 // ---------------------------------------------------------------------------------------
@@ -542,7 +547,7 @@ function renderEvent(mine, event) {
     onclick: async () => {
       replay.disabled = true;
       try {
-        const after = await api('POST', `${eventApiPath(event.provider, event.event_key)}/replay`);
+        const after = await api('POST', eventApiPath(event.provider, event.event_key, '/replay'));
         if (mine !== generation) return;
         flash(`Replayed: the event is now ${after.status}.`, after.status !== 'done');
         const fresh = await api('GET', eventApiPath(event.provider, event.event_key));
