@@ -11,7 +11,9 @@ use hookgate::key::EventId;
 use serde_json::json;
 
 use crate::helpers::webdriver::{self, Browser};
-use crate::helpers::{eventually, spawn_app_on, Backend, Behaviour, TestApp, PROVIDER};
+use crate::helpers::{
+    eventually, spawn_app_behind_proxy_with, spawn_app_on, Backend, Behaviour, TestApp, PROVIDER,
+};
 
 const TOKEN: &str = "t0ken";
 
@@ -36,7 +38,8 @@ async fn an_operator_works_through_the_console_in_a_real_browser() {
         );
         return;
     }
-    let app = spawn_app_on(Backend::Postgres, |c| {
+    // Behind a proxy the test can cut: the API then fails as it does when the store goes.
+    let (app, proxy) = spawn_app_behind_proxy_with(|c| {
         c.admin.token = Some(Secret::new(TOKEN));
         // Payloads kept once done too, so the event page shows the done event's payload.
         c.providers[0].keep_payload = serde_json::from_value(json!("always")).expect("always");
@@ -52,14 +55,52 @@ async fn an_operator_works_through_the_console_in_a_real_browser() {
     let browser = Browser::start(Path::new(env!("CARGO_TARGET_TMPDIR"))).await;
     let console = format!("{}/admin/", app.address);
 
-    // Log in: a wrong token is refused, the right one opens the overview.
+    // With scripts off the page says why it is empty.
     browser.goto(&console).await;
+    let noscript = browser
+        .script(
+            "const n = document.querySelector('noscript'); return n ? n.textContent : ''",
+            json!([]),
+        )
+        .await;
+    assert!(
+        noscript.as_str().is_some_and(|t| t.contains("JavaScript")),
+        "{noscript}"
+    );
+    // The token is not a password a browser offers to save: no password field, no form.
+    assert_eq!(browser.count("input[type=password], #login form").await, 0);
+
+    // Log in: a token the node cannot check (its store is gone) is not kept, and the
+    // message says the node failed, not the token; a wrong token is refused and not kept;
+    // the right one opens the overview and is kept, the field emptied.
+    proxy.cut();
+    browser.type_into("#token", TOKEN).await;
+    browser.click("#login-button").await;
+    browser
+        .wait_text("#login-error", "could not be checked")
+        .await;
+    assert_eq!(stored_token(&browser).await, json!(null), "kept unchecked");
+    proxy.restore();
+    eventually("the store to answer again", || async {
+        app.get("/readyz").await.status == 200
+    })
+    .await;
     browser.type_into("#token", "wrong").await;
     browser.click("#login-button").await;
     browser.wait_text("#login-error", "refused").await;
+    assert_eq!(
+        stored_token(&browser).await,
+        json!(null),
+        "kept when refused"
+    );
     browser.type_into("#token", TOKEN).await;
     browser.click("#login-button").await;
     browser.wait_text("#overview h1", "Overview").await;
+    assert_eq!(stored_token(&browser).await, json!(TOKEN));
+    let field = browser
+        .script("return document.getElementById('token').value", json!([]))
+        .await;
+    assert_eq!(field, json!(""), "the token left in its field");
     let mode = browser
         .script("return document.compatMode", json!([]))
         .await;
@@ -148,6 +189,11 @@ async fn an_operator_works_through_the_console_in_a_real_browser() {
     }
     assert!(cancel_hidden(&browser).await);
     browser.screenshot(&shots.join("job.png")).await;
+    // A job's address is decoded once: the node is asked for job `<x>`, not `%3Cx%3E`.
+    browser.goto(&format!("{console}#/jobs/%3Cx%3E")).await;
+    browser
+        .wait_text("#view .error-box", "replay job <x>")
+        .await;
 
     // A running job is cancelled: the target holds its first replay meanwhile, and the
     // job replays nothing more once that one ends.
@@ -221,6 +267,26 @@ async fn an_operator_works_through_the_console_in_a_real_browser() {
     })
     .await;
     assert_eq!(browser.alert_text().await, None, "a dialog opened");
+    // A refresh that fails says so and marks what is shown as stale, until one succeeds.
+    proxy.cut();
+    browser
+        .wait_text("#overview #stale", "could not be refreshed")
+        .await;
+    assert_eq!(browser.count("#overview .grid.stale").await, 1);
+    browser.screenshot(&shots.join("stale.png")).await;
+    proxy.restore();
+    browser
+        .wait_until("the stale banner to go", || async {
+            let hidden = browser
+                .script(
+                    "return document.getElementById('stale').hidden \
+                     && !document.querySelector('#overview .stale')",
+                    json!([]),
+                )
+                .await;
+            (hidden == json!(true)).then_some(())
+        })
+        .await;
     // Seconds after the cancelled job's held replay ended, it has replayed nothing more.
     assert_eq!(replays(), 3, "the cancelled job went on");
 
@@ -288,6 +354,13 @@ async fn shows_event(browser: &Browser, key: &str) {
             (shown == json!(key)).then_some(())
         })
         .await;
+}
+
+/// The token the console keeps in the tab's `sessionStorage` (null: none).
+async fn stored_token(browser: &Browser) -> serde_json::Value {
+    browser
+        .script("return sessionStorage.getItem('hookgate.token')", json!([]))
+        .await
 }
 
 /// Whether the job page's Cancel button is hidden (the job no longer runs).

@@ -1,8 +1,8 @@
-// The operator console's script: the token (typed once, kept in sessionStorage), the views
-// the address's #fragment names (overview, events, one event, dead letters, a replay job),
-// and every call to the JSON admin API under /admin/api/. It must never turn data into
-// markup: every payload, header, key, error and answer reaches the page as text
-// (textContent, text nodes, attribute values), never through an HTML parser.
+// The operator console's script: the token (typed once, kept in sessionStorage once the
+// node took it), the views the address's #fragment names (overview, events, one event, dead
+// letters, a replay job), and every call to the JSON admin API under /admin/api/. It must
+// never turn data into markup: every payload, header, key, error and answer reaches the page
+// as text (textContent, text nodes, attribute values), never through an HTML parser.
 
 const API = '/admin/api';
 const TOKEN_KEY = 'hookgate.token';
@@ -129,9 +129,23 @@ function token() {
   return sessionStorage.getItem(TOKEN_KEY);
 }
 
-/** Calls the admin API with the token; a 401 forgets it and shows the token form. */
+/** Calls the admin API with the kept token; a 401 forgets it and shows the token field. */
 async function api(method, path, body) {
-  const headers = { Authorization: `Bearer ${token()}`, Accept: 'application/json' };
+  try {
+    return await call(method, path, body, token());
+  } catch (err) {
+    if (err.status === 401) {
+      sessionStorage.removeItem(TOKEN_KEY);
+      showLogin('The token was refused.');
+    }
+    throw err;
+  }
+}
+
+/** One call to the admin API with `bearer` as the token; any failure is an ApiError
+ *  (status 0: the node did not answer). */
+async function call(method, path, body, bearer) {
+  const headers = { Authorization: `Bearer ${bearer}`, Accept: 'application/json' };
   const init = { method, headers, cache: 'no-store', credentials: 'omit' };
   if (body !== undefined) {
     headers['Content-Type'] = 'application/json';
@@ -152,8 +166,6 @@ async function api(method, path, body) {
     data = { message: text.slice(0, 300) };
   }
   if (response.status === 401) {
-    sessionStorage.removeItem(TOKEN_KEY);
-    showLogin('The token was refused.');
     throw new ApiError(401, 'unauthorized', 'the token was refused');
   }
   if (!response.ok) {
@@ -253,7 +265,7 @@ function route() {
   } else if (section === 'dead') page = dead(mine, params);
   else if (section === 'jobs' && parts.length === 2) {
     section = 'dead';
-    page = jobPage(mine, parts[1]);
+    page = jobPage(mine, decoded(parts[1]));
   } else page = Promise.resolve(el('p', { class: 'error-box' }, 'No such page.'));
   for (const link of document.querySelectorAll('#nav a')) {
     link.classList.toggle('current', link.id === `nav-${section || 'overview'}`);
@@ -269,18 +281,32 @@ function route() {
 // Overview: providers, counts per status, queue depth, paused state, paths per minute.
 
 async function overview(mine) {
-  const root = el('div', { id: 'overview' });
+  // A refresh that fails leaves the last counts on screen, marked stale under a banner
+  // that says since when; the next refresh that succeeds takes both away.
+  const stale = el('p', { id: 'stale', class: 'error-box', role: 'alert', hidden: true });
+  const shown = el('div');
+  const root = el('div', { id: 'overview' }, el('h1', {}, 'Overview'), stale, shown);
+  let shownAt = null;
   const fill = async () => {
     const stats = await api('GET', '/stats');
     if (mine !== generation) return;
     const cards = stats.providers.map((p) => providerCard(p, fill));
-    root.replaceChildren(
-      el('h1', {}, 'Overview'),
+    shown.replaceChildren(
       cards.length ? el('div', { class: 'grid' }, cards) : el('p', { class: 'empty' }, 'No providers.'),
     );
+    shownAt = new Date();
+    stale.hidden = true;
+  };
+  const markStale = (err) => {
+    if (mine !== generation || err.status === 401) return;
+    stale.textContent = `The overview could not be refreshed (${err}): the counts and pause `
+      + `states below are from ${localTime(shownAt)} and may be out of date. `
+      + `Trying again every ${STATS_EVERY / 1000} s.`;
+    stale.hidden = false;
+    for (const node of shown.children) node.classList.add('stale');
   };
   await fill();
-  every(STATS_EVERY, mine, () => fill().catch(() => {}));
+  every(STATS_EVERY, mine, () => fill().catch(markStale));
   return root;
 }
 
@@ -782,18 +808,37 @@ async function jobPage(mine, id) {
 // ---------------------------------------------------------------------------------------
 // Start.
 
-document.getElementById('login-form').addEventListener('submit', async (event) => {
-  event.preventDefault();
+/** Checks the typed token with one call and keeps it only once the node took it: a token
+ *  refused, or one the node could not check, is not kept. */
+async function login() {
   const field = document.getElementById('token');
-  sessionStorage.setItem(TOKEN_KEY, field.value);
+  const typed = field.value;
   field.value = '';
-  try {
-    await api('GET', '/stats');
-  } catch (err) {
-    if (err.status !== 401) showLogin(`The admin API answered ${err}`);
+  sessionStorage.removeItem(TOKEN_KEY);
+  if (!typed) {
+    showLogin('Type the token first.');
     return;
   }
+  try {
+    await call('GET', '/stats', undefined, typed);
+  } catch (err) {
+    showLogin(loginFailure(err));
+    return;
+  }
+  sessionStorage.setItem(TOKEN_KEY, typed);
   route();
+}
+
+/** Why a typed token was not kept: refused (a wrong token), or not checked (the node). */
+function loginFailure(err) {
+  if (err.status === 401) return 'The token was refused.';
+  const why = err.status === 0 ? err.message : `the node answered ${err}`;
+  return `The token could not be checked (${why}); it was not kept. Try again once the node answers.`;
+}
+
+document.getElementById('login-button').addEventListener('click', login);
+document.getElementById('token').addEventListener('keydown', (event) => {
+  if (event.key === 'Enter') login();
 });
 
 document.getElementById('logout').addEventListener('click', () => {
