@@ -12,7 +12,13 @@ use crate::retry::RetryPolicy;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum DeliveryOutcome {
     /// A 2xx answer; the event is done.
-    Delivered(StoredResult),
+    Delivered {
+        /// What a duplicate is answered with (its body empty when the answer was too large
+        /// to keep, or not finished in time).
+        result: StoredResult,
+        /// The first bytes of the answer, for the attempt's history (`None`: none arrived).
+        excerpt: Option<String>,
+    },
     /// A non-2xx answer.
     Refused {
         /// The target's status.
@@ -162,7 +168,7 @@ pub fn judge(
     }
     let replay = redeliverer == Redeliverer::Nobody;
     let (error, target_retry_after) = match outcome {
-        DeliveryOutcome::Delivered(result) => return Verdict::Done(result),
+        DeliveryOutcome::Delivered { result, .. } => return Verdict::Done(result),
         DeliveryOutcome::Crashed(error) => {
             return Verdict::Unknown {
                 error: format!("worker crashed: {error}"),
@@ -424,7 +430,10 @@ mod tests {
         };
         assert_eq!(
             judge(
-                DeliveryOutcome::Delivered(result.clone()),
+                DeliveryOutcome::Delivered {
+                    result: result.clone(),
+                    excerpt: Some("ok".into()),
+                },
                 1,
                 &policy(),
                 Redeliverer::Sender

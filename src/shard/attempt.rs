@@ -85,9 +85,9 @@ struct Seen {
 impl Seen {
     fn of(outcome: &DeliveryOutcome) -> Self {
         match outcome {
-            DeliveryOutcome::Delivered(result) => Seen {
+            DeliveryOutcome::Delivered { result, excerpt } => Seen {
                 status: Some(result.status),
-                excerpt: Some(crate::worker::delivery::excerpt(&result.body)),
+                excerpt: excerpt.clone(),
             },
             DeliveryOutcome::Refused {
                 status, excerpt, ..

@@ -16,9 +16,11 @@ use crate::claim::StoredResult;
 pub use crate::outcome::DeliveryOutcome;
 use crate::signature::standard::sign;
 
-/// Largest target body cached as the replayable result. A larger body is not kept: the
-/// result keeps its status and content type and replays an empty body. Webhook handlers
-/// answer with a few bytes; this bounds the row and the in-memory cache.
+/// Largest target body cached as the replayable result, and the most of an answer read:
+/// past it the node stops reading. A larger body is not kept: the result keeps its status
+/// and content type and replays an empty body, and the history its first bytes. Webhook
+/// handlers answer with a few bytes; this bounds the row, the in-memory cache and what one
+/// answer can make a worker hold.
 pub const RESULT_BODY_LIMIT: usize = 64 * 1024;
 
 /// Everything a delivery needs, already decided by the shard.
@@ -142,27 +144,55 @@ impl Delivery for HttpDelivery {
                 .and_then(|v| retry_after_secs(v, SystemTime::now()));
             let content_type = success.then(|| header("Content-Type")).flatten();
             let content_type = content_type.map(str::to_owned);
-            // A body that is too large, cut off or not finished by the deadline is not kept;
-            // the status is what counts.
-            let body = response.body().limit(RESULT_BODY_LIMIT);
-            let body = tokio::time::timeout_at(deadline, body)
-                .await
-                .ok()
-                .and_then(Result::ok);
+            // A body that is too large, cut off or not finished by the deadline is not kept
+            // (the status is what counts), but its first bytes go to the history.
+            let (read, whole) = read_body(&mut response, deadline).await;
+            let excerpt = (whole || !read.is_empty()).then(|| excerpt(&read));
             if !success {
                 return DeliveryOutcome::Refused {
                     status,
                     retry_after,
-                    excerpt: body.map(|body| excerpt(&body)),
+                    excerpt,
                 };
             }
-            let body = body.map_or_else(Vec::new, |body| body.to_vec());
-            DeliveryOutcome::Delivered(StoredResult {
-                status,
-                content_type,
-                body,
-            })
+            DeliveryOutcome::Delivered {
+                result: StoredResult {
+                    status,
+                    content_type,
+                    body: if whole { read } else { Vec::new() },
+                },
+                excerpt,
+            }
         })
+    }
+}
+
+/// Reads `response`'s body until it ends, [`RESULT_BODY_LIMIT`] is passed, the connection
+/// fails or `deadline` comes: answers the bytes read (at most the limit) and whether they
+/// are the whole body. Reading stops at the limit: the rest is never read into memory, and
+/// the connection, dropped with its answer unfinished, is closed rather than pooled.
+async fn read_body<S>(
+    response: &mut awc::ClientResponse<S>,
+    deadline: tokio::time::Instant,
+) -> (Vec<u8>, bool)
+where
+    S: futures_util::Stream<Item = Result<Bytes, awc::error::PayloadError>> + Unpin,
+{
+    use futures_util::StreamExt as _;
+    let mut read = Vec::new();
+    loop {
+        match tokio::time::timeout_at(deadline, response.next()).await {
+            Ok(None) => return (read, true),
+            Ok(Some(Ok(chunk))) => {
+                let room = RESULT_BODY_LIMIT - read.len();
+                if chunk.len() > room {
+                    read.extend_from_slice(&chunk[..room]);
+                    return (read, false);
+                }
+                read.extend_from_slice(&chunk);
+            }
+            Ok(Some(Err(_))) | Err(_) => return (read, false),
+        }
     }
 }
 

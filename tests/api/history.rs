@@ -13,7 +13,7 @@ use serde_json::{json, Value};
 
 use crate::helpers::{
     base_config, eventually, spawn_app_on, start_node_on, Backend, Behaviour, FaultyStore,
-    PanickingDelivery, TestApp, TestDb, TestTarget, PROVIDER,
+    PanickingDelivery, TestApp, TestDb, TestTarget, ERROR_PAGE, PROVIDER,
 };
 
 const TOKEN: &str = "history-admin-token";
@@ -628,6 +628,35 @@ fn encoded(text: &str) -> String {
         .collect()
 }
 
+/// A target answer larger than the result the node caches (64 KiB) still leaves its first
+/// bytes in the history, which is when an operator needs them (a proxy's HTML error page):
+/// a 502 with a 100 KiB page, then a 2xx of 100 KiB, each kept as its first 512 bytes,
+/// while the large 2xx is still not cached for replays to duplicates.
+async fn a_large_target_answer_keeps_its_first_bytes_in_the_history(backend: Backend) {
+    let app = admin_app(backend, |_| {}).await;
+    let big = 100 << 10;
+    app.target.set(Behaviour::LargePage(502, big));
+    let failed = app.deliver("evt_big", "{}").await;
+    assert_eq!(failed.status, 503, "{failed:?}");
+    app.target.set(Behaviour::Large(big));
+    let done = app.deliver("evt_big", "{}").await;
+    assert_eq!(
+        (done.status, done.path.as_str()),
+        (200, "retry_after_failure")
+    );
+    let again = app.deliver("evt_big", "{}").await;
+    assert_eq!((again.status, again.body.len()), (200, 0), "not cached");
+    let event = get_json(&app, &format!("/admin/api/events/{PROVIDER}/evt_big")).await;
+    let attempts = event["attempts"].as_array().unwrap();
+    assert_eq!(attempts.len(), 2, "{event}");
+    assert_eq!(attempts[0]["target_status"], 502);
+    let page = attempts[0]["answer"].as_str().unwrap_or_default();
+    assert!(page.starts_with(ERROR_PAGE), "{:?}", attempts[0]);
+    assert_eq!(page.len(), 512);
+    assert_eq!(attempts[1]["target_status"], 200);
+    assert_eq!(attempts[1]["answer"], "r".repeat(512));
+}
+
 on_both_stores!(
     a_request_waiting_for_a_worker_is_held_by_a_pause,
     an_event_that_failed_twice_shows_three_attempts_and_a_plain_one_none,
@@ -639,6 +668,7 @@ on_both_stores!(
     a_bulk_replay_on_a_busy_node_waits_for_a_worker,
     a_bulk_replay_tries_again_what_the_store_failed_to_reopen,
     an_event_with_any_key_is_opened_and_replayed_by_its_query,
+    a_large_target_answer_keeps_its_first_bytes_in_the_history,
 );
 
 /// The command line: `events history` prints an event's timeline; `dead replay --all`

@@ -130,11 +130,14 @@ impl Script {
     fn outcome(self, attempt: i32) -> (DeliveryOutcome, String, bool) {
         match self.reply {
             Reply::Ok => (
-                DeliveryOutcome::Delivered(StoredResult {
-                    status: 200,
-                    content_type: Some("application/json".into()),
-                    body: answer_body(attempt).into_bytes(),
-                }),
+                DeliveryOutcome::Delivered {
+                    result: StoredResult {
+                        status: 200,
+                        content_type: Some("application/json".into()),
+                        body: answer_body(attempt).into_bytes(),
+                    },
+                    excerpt: Some(answer_body(attempt)),
+                },
                 "200".into(),
                 true,
             ),

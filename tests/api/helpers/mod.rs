@@ -32,7 +32,7 @@ pub use faults::{FaultyStore, WritesHeld};
 pub use ha::HaPair;
 pub use log::CapturedLog;
 pub use proxy::StoreProxy;
-pub use target::{early_hints_target, Behaviour, TestTarget};
+pub use target::{early_hints_target, Behaviour, TestTarget, ERROR_PAGE};
 
 /// Waits for `condition` to hold, polling, failing the test after a generous deadline.
 pub async fn eventually<F, Fut>(what: &str, mut condition: F)

@@ -25,6 +25,9 @@ pub enum Behaviour {
     Hang,
     /// 200 with a body of this many bytes (`b'r'`), as a large application answer.
     Large(usize),
+    /// This status with an HTML page of this many bytes that starts with [`ERROR_PAGE`], as
+    /// a proxy's or a framework's error page.
+    LargePage(u16, usize),
     /// This status with this `Retry-After` value (a rate-limited or overloaded target).
     Throttle(u16, &'static str),
     /// This status with a body holding NUL bytes ([`BINARY_ANSWER`]), as UTF-16 text or a
@@ -61,6 +64,9 @@ struct TargetState {
     behaviour: Mutex<Behaviour>,
     release: watch::Sender<bool>,
 }
+
+/// How the page [`Behaviour::LargePage`] answers with starts.
+pub const ERROR_PAGE: &str = "<!doctype html><title>502 Bad Gateway</title><h1>upstream down</h1>";
 
 /// The body [`Behaviour::Binary`] answers with.
 const BINARY_ANSWER: &[u8] = b"o\0k\0";
@@ -216,6 +222,13 @@ async fn receive(
             return HttpResponse::build(code.try_into().unwrap()).finish();
         }
         Behaviour::Large(n) => return HttpResponse::Ok().body(vec![b'r'; n]),
+        Behaviour::LargePage(code, n) => {
+            let mut page = ERROR_PAGE.as_bytes().to_vec();
+            page.resize(n.max(page.len()), b'x');
+            return HttpResponse::build(code.try_into().unwrap())
+                .content_type("text/html")
+                .body(page);
+        }
         Behaviour::Binary(code) => {
             return HttpResponse::build(code.try_into().unwrap()).body(BINARY_ANSWER);
         }
