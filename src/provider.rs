@@ -121,11 +121,17 @@ fn signing_key(config: &ProviderConfig) -> Result<Option<Arc<[u8]>>, String> {
     let Some(secret) = &config.target.signing_key else {
         return Ok(None);
     };
+    let var = config
+        .target
+        .signing_secret
+        .as_ref()
+        .map_or("its variable", |s| s.env.as_str());
     decode_secret(secret.expose().as_bytes())
         .map(|key| Some(key.into()))
         .ok_or_else(|| {
             format!(
-                "providers.{}.target.signing_secret is not a whsec_<base64> secret",
+                "providers.{}.target.signing_secret: {var} is not a whsec_<base64> secret \
+                 with a non-empty key",
                 config.name
             )
         })

@@ -32,6 +32,7 @@ use crate::startup::Application;
 use crate::store;
 use crate::worker::{Delivery, HttpDelivery};
 
+mod check;
 mod send;
 
 /// hookgate: claim before work, one record, every attempt labelled.
@@ -152,7 +153,9 @@ pub enum EventsCommand {
 pub async fn run() -> anyhow::Result<()> {
     let cli = Cli::parse();
     match cli.command {
-        Command::CheckConfig => return check_config(&Config::load_unchecked(&cli.config)?).await,
+        Command::CheckConfig => {
+            return check::check_config(&Config::load_unchecked(&cli.config)?).await
+        }
         // Only `[store]` matters: providers need not be valid, nor their secrets set.
         Command::Migrate => {
             let mut config = Config::load_unchecked(&cli.config)?;
@@ -481,30 +484,6 @@ async fn paused(store: &dyn store::Store, provider: &str) -> anyhow::Result<Opti
         .then(|| format!("provider {provider} is paused by an operator")))
 }
 
-/// The store durability line of `check-config`: a Postgres store is asked whether an
-/// acknowledged commit could be lost; the embedded store always syncs its commits.
-async fn durability(config: &Config) -> String {
-    const RULE: &str = "store keeps every acknowledged commit";
-    if store::sqlite::SqliteStore::path_of(&config.store.url).is_some() {
-        return format!("ok   {RULE}: embedded store, WAL with synchronous = FULL");
-    }
-    let asked = async {
-        let store = store::open(&config.store).await?;
-        store.durability_risks().await
-    };
-    match asked.await {
-        Ok(risks) if risks.is_empty() => format!("ok   {RULE}: synchronous_commit and fsync on"),
-        Ok(risks) => {
-            let found: Vec<String> = risks.iter().map(|(k, v)| format!("{k} = {v}")).collect();
-            format!(
-                "WARN {RULE}: {}: a done row could be lost and its event delivered again",
-                found.join(", ")
-            )
-        }
-        Err(e) => format!("skip {RULE}: the store did not answer ({e})"),
-    }
-}
-
 async fn serve(config: Config) -> anyhow::Result<()> {
     let (log, _guard) = crate::logging::init(&config.log)?;
     crate::logging::install_panic_hook(log.clone());
@@ -521,44 +500,4 @@ async fn serve(config: Config) -> anyhow::Result<()> {
         .with_context(|| format!("migrating {}", config.store.redacted_url()))?;
     let app = Application::build(&config, store, Arc::new(HttpDelivery), log).await?;
     app.run_until_stopped().await
-}
-
-/// Prints the effective config and every rule; fails when a rule fails or a secret is
-/// missing.
-async fn check_config(config: &Config) -> anyhow::Result<()> {
-    let mut settled = config.clone();
-    settled.settle();
-    let effective = toml::to_string(&settled).context("printing the config as TOML")?;
-    out!("# effective configuration (secrets redacted): TOML you can paste back\n{effective}")?;
-    out!("# rules checked")?;
-    let rules = config.rules();
-    for rule in &rules {
-        out!("{rule}")?;
-    }
-    out!("{}", durability(config).await)?;
-    if store::sqlite::SqliteStore::path_of(&config.store.url).is_none() {
-        const RULE: &str = "store authenticates its server";
-        match store::postgres::tls_warning(&config.store.url) {
-            Ok(None) => out!("ok   {RULE}")?,
-            Ok(Some(why)) => out!("WARN {RULE}: {why}")?,
-            Err(e) => out!("FAIL {RULE}: {e}")?,
-        }
-    }
-    let mut resolved = config.clone();
-    let secrets = resolved.resolve_secrets();
-    match &secrets {
-        Ok(()) => out!("ok   secrets: every named environment variable is set")?,
-        Err(e) => out!("FAIL secrets: {e}")?,
-    }
-    let failed = rules
-        .iter()
-        .filter(|r| r.status == crate::config::RuleStatus::Fail)
-        .count();
-    if failed > 0 || secrets.is_err() {
-        anyhow::bail!(
-            "the config breaks {} rule(s)",
-            failed + usize::from(secrets.is_err())
-        );
-    }
-    Ok(())
 }

@@ -7,6 +7,7 @@ use std::path::Path;
 use figment::providers::{Env, Format, Toml};
 use figment::Figment;
 
+use super::provider::ProviderConfig;
 use super::settings::Config;
 use super::validate::{self, Rule, RuleStatus};
 use crate::secret::Secret;
@@ -30,6 +31,32 @@ pub enum ConfigError {
     /// A secret too short for where the node listens; the message names its variable.
     #[error("{0}")]
     WeakSecret(String),
+}
+
+impl ProviderConfig {
+    /// Reads this provider's secrets (its signing keys, the demo secret while its variable
+    /// is unset, and `target.signing_secret`) from the variables it names; one unset or
+    /// empty is an error naming it.
+    pub fn resolve_secrets(&mut self) -> Result<(), ConfigError> {
+        if let Some(secret) = &self.target.signing_secret {
+            self.target.signing_key = Some(secret_from_env(&secret.env)?);
+        }
+        self.signing_keys = self
+            .secrets
+            .iter()
+            .map(|s| {
+                let secret = match &s.demo {
+                    Some(demo) if s.demo_in_use() => Secret::new(demo.clone()),
+                    _ => secret_from_env(&s.env)?,
+                };
+                Ok(SigningKey {
+                    secret,
+                    not_after: s.not_after().map_err(ConfigError::Parse)?,
+                })
+            })
+            .collect::<Result<_, ConfigError>>()?;
+        Ok(())
+    }
 }
 
 /// Fewest characters of an admin token on a listen address other than loopback: guessing
@@ -77,6 +104,16 @@ impl Config {
     /// Reads every secret from the environment variables the config names. A named
     /// variable that is unset or empty is an error naming it.
     pub fn resolve_secrets(&mut self) -> Result<(), ConfigError> {
+        self.resolve_admin_token()?;
+        for provider in &mut self.providers {
+            provider.resolve_secrets()?;
+        }
+        Ok(())
+    }
+
+    /// Reads the admin token from `admin.token_env`, if it names a variable: unset or
+    /// empty, or too short for a listen address other than loopback, is an error naming it.
+    pub fn resolve_admin_token(&mut self) -> Result<(), ConfigError> {
         if let Some(var) = &self.admin.token_env {
             let token = secret_from_env(var)?;
             let length = token.expose().chars().count();
@@ -89,25 +126,6 @@ impl Config {
                 )));
             }
             self.admin.token = Some(token);
-        }
-        for provider in &mut self.providers {
-            if let Some(secret) = &provider.target.signing_secret {
-                provider.target.signing_key = Some(secret_from_env(&secret.env)?);
-            }
-            provider.signing_keys = provider
-                .secrets
-                .iter()
-                .map(|s| {
-                    let secret = match &s.demo {
-                        Some(demo) if s.demo_in_use() => Secret::new(demo.clone()),
-                        _ => secret_from_env(&s.env)?,
-                    };
-                    Ok(SigningKey {
-                        secret,
-                        not_after: s.not_after().map_err(ConfigError::Parse)?,
-                    })
-                })
-                .collect::<Result<_, ConfigError>>()?;
         }
         Ok(())
     }

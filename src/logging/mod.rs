@@ -22,10 +22,19 @@ const CHANNEL_SIZE: usize = 16 * 1024;
 /// Keeps the writer thread alive; dropping it writes the last lines.
 pub struct LogGuard(#[allow(dead_code)] writer::Guard);
 
+/// The level `log.level` names, or why it names none (`init` and `check-config` both ask).
+pub fn level(config: &LogConfig) -> Result<Level, String> {
+    Level::from_str(&config.level).map_err(|()| {
+        format!(
+            "log.level {:?} is not a level (critical, error, warning, info, debug, trace)",
+            config.level
+        )
+    })
+}
+
 /// Builds the root logger described by `[log]`.
 pub fn init(config: &LogConfig) -> anyhow::Result<(Logger, LogGuard)> {
-    let level = Level::from_str(&config.level)
-        .map_err(|()| anyhow::anyhow!("log.level {:?} is not a level", config.level))?;
+    let level = level(config).map_err(anyhow::Error::msg)?;
     let format = config.format;
     let format = move |lines: writer::Lines| -> Box<dyn Drain<Ok = (), Err = slog::Never>> {
         match format {

@@ -22,5 +22,5 @@ pub use api::{
     AttemptRecord, Cause, Enqueued, EventRecord, Failure, Fenced, History, Kept, QueueDepth,
     QueueRow, Reopened, Store, StoreError, StoreFuture, Taken,
 };
-pub use open::open;
+pub use open::{check, open};
 pub use page::PageCursor;

@@ -154,3 +154,182 @@ async fn hookgate_send_signs_a_test_event_that_passes_and_a_forged_one_does_not(
     assert_eq!(wrong.status, 401);
     assert_eq!(app.target.count(&TestApp::idem("evt_forged")), 0);
 }
+
+/// Environment variables for one run of the binary.
+type Env<'a> = Vec<(&'a str, &'a str)>;
+
+/// A secret that decodes (Standard Webhooks: `whsec_` + base64 of a key).
+const GOOD_WHSEC: &str = "whsec_aG9va2dhdGUtdGVzdC1rZXktMzItYnl0ZXMtbG9uZyE=";
+
+/// `check-config` is how operators learn whether `serve` will start: for each config
+/// below it fails, naming what to change (a secret's variable, never its value), exactly
+/// when `serve` refuses to start — a Standard Webhooks secret `serve` cannot decode, a
+/// forwarding secret likewise, a target CA file that is not there, a log level that is
+/// none, a listen address that is none, a store schema or trust anchor `serve` refuses —
+/// and a good config passes both.
+#[test]
+fn check_config_fails_exactly_when_serve_refuses_to_start() {
+    let dir = std::env::temp_dir().join(format!(
+        "hookgate-agree-{}-{}",
+        std::process::id(),
+        fastrand::u32(..)
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    let sqlite = format!("sqlite://{}", dir.join("hookgate.db").display());
+    let config = |server: &str, store: &str, provider: &str, log: &str| {
+        format!(
+            "[server]\nlisten = \"{server}\"\n[store]\n{store}\n[log]\nlevel = \"{log}\"\n\
+             [[providers]]\nname = \"sw\"\npreset = \"standard-webhooks\"\n\
+             secrets = [{{ env = \"SW_SECRET\" }}]\n{provider}"
+        )
+    };
+    let store = format!("url = \"{sqlite}\"");
+    let target = "target = { url = \"http://127.0.0.1:9/\" }";
+    let good = config("127.0.0.1:0", &store, target, "info");
+    let with_secret = |value: &'static str| vec![("SW_SECRET", value)];
+
+    assert!(check(&dir, &good, &with_secret(GOOD_WHSEC)).0);
+    assert!(serve_starts(&dir, &good, &with_secret(GOOD_WHSEC)));
+
+    let forwarding = "target = { url = \"http://127.0.0.1:9/\", \
+                      signing_secret = { env = \"FWD_SECRET\" } }";
+    let missing_ca =
+        "target = { url = \"https://127.0.0.1:9/\", ca_file = \"/nonexistent/ca.pem\" }";
+    let pg = |query: &str, schema: &str| {
+        format!("url = \"postgres://app@127.0.0.1:9/h{query}\"\nschema = \"{schema}\"")
+    };
+    // What is wrong, the config, its environment, and what the FAIL line must name.
+    let cases: Vec<(&str, String, Env<'_>, &str)> = vec![
+        (
+            "empty key",
+            good.clone(),
+            with_secret("whsec_"),
+            "SW_SECRET",
+        ),
+        (
+            "not base64",
+            good.clone(),
+            with_secret("whsec_not*base64!"),
+            "SW_SECRET",
+        ),
+        (
+            "forwarding secret",
+            config("127.0.0.1:0", &store, forwarding, "info"),
+            vec![("SW_SECRET", GOOD_WHSEC), ("FWD_SECRET", "whsec_")],
+            "FWD_SECRET",
+        ),
+        (
+            "target CA file",
+            config("127.0.0.1:0", &store, missing_ca, "info"),
+            with_secret(GOOD_WHSEC),
+            "/nonexistent/ca.pem",
+        ),
+        (
+            "log level",
+            config("127.0.0.1:0", &store, target, "loud"),
+            with_secret(GOOD_WHSEC),
+            "log.level",
+        ),
+        (
+            "listen address",
+            config("nowhere", &store, target, "info"),
+            with_secret(GOOD_WHSEC),
+            "server.listen",
+        ),
+        (
+            "store schema",
+            config(
+                "127.0.0.1:0",
+                &pg("?sslmode=disable", "bad-name"),
+                target,
+                "info",
+            ),
+            with_secret(GOOD_WHSEC),
+            "store.schema",
+        ),
+        (
+            "store trust anchor",
+            config(
+                "127.0.0.1:0",
+                &pg(
+                    "?sslmode=verify-full&sslrootcert=/nonexistent/root.pem",
+                    "h",
+                ),
+                target,
+                "info",
+            ),
+            with_secret(GOOD_WHSEC),
+            "/nonexistent/root.pem",
+        ),
+    ];
+    for (what, text, env, named) in cases {
+        let (passed, stdout) = check(&dir, &text, &env);
+        assert!(!passed, "{what}: check-config passed\n{stdout}");
+        let fail = stdout
+            .lines()
+            .find(|l| l.starts_with("FAIL") && l.contains(named));
+        assert!(fail.is_some(), "{what}: no FAIL naming {named}\n{stdout}");
+        // (`whsec_` alone is also the prefix the messages name.)
+        for (_, value) in &env {
+            if *value != GOOD_WHSEC && *value != "whsec_" {
+                assert!(!stdout.contains(value), "{what}: a secret shown\n{stdout}");
+            }
+        }
+        assert!(!serve_starts(&dir, &text, &env), "{what}: serve started");
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// `hookgate check-config` on `text` with `env` (and nothing else named by the config set):
+/// whether it passed, and its output.
+fn check(dir: &std::path::Path, text: &str, env: &[(&str, &str)]) -> (bool, String) {
+    let out = hookgate(dir, "check-config", text, env)
+        .output()
+        .expect("check-config");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+    )
+}
+
+/// Whether `hookgate serve` on `text` starts (logs `hookgate.listening`; it is then
+/// killed) or exits first, refusing.
+fn serve_starts(dir: &std::path::Path, text: &str, env: &[(&str, &str)]) -> bool {
+    use std::io::BufRead;
+    let mut child = hookgate(dir, "serve", text, env)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("serve");
+    let stdout = child.stdout.take().expect("stdout");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let listening = std::io::BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+            .any(|line| line.contains("hookgate.listening"));
+        let _ = tx.send(listening);
+    });
+    let started = rx
+        .recv_timeout(std::time::Duration::from_secs(60))
+        .expect("serve neither started nor exited within a minute");
+    let _ = child.kill();
+    let _ = child.wait();
+    started
+}
+
+fn hookgate(dir: &std::path::Path, command: &str, text: &str, env: &[(&str, &str)]) -> Command {
+    let file = dir.join(format!("c-{}.toml", fastrand::u32(..)));
+    std::fs::write(&file, text).unwrap();
+    let mut hookgate = Command::new(env!("CARGO_BIN_EXE_hookgate"));
+    hookgate
+        .args([command, "--config"])
+        .arg(&file)
+        .current_dir(dir)
+        .env_remove("SW_SECRET")
+        .env_remove("FWD_SECRET");
+    for (name, value) in env {
+        hookgate.env(name, value);
+    }
+    hookgate
+}
