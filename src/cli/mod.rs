@@ -356,14 +356,19 @@ pub async fn history(config: &Config, id: EventId) -> anyhow::Result<Vec<String>
 }
 
 /// `dead replay --all`: the bulk replay job the admin API starts, created and run here —
-/// each dead letter through [`replay`], at most `rate` a second; a node never runs the job
-/// at the same time (this process holds it).
+/// each dead letter through [`replay`], at most `rate` a second. This process takes its
+/// own job by its id and no other; a node that took it first (or took it over, had this
+/// process's hold lapsed) runs it while this process follows it to its end, taking it up
+/// again should that node's hold lapse. No node runs it at the same time.
 pub async fn bulk_replay(
     config: &Config,
     filter: crate::store::operator::SearchFilter,
     rate: f64,
 ) -> anyhow::Result<()> {
     use crate::replay_jobs::{self, ItemOutcome};
+    /// How often a job another process runs is looked at: its progress changes about as
+    /// often, and half a second is nothing beside a bulk replay.
+    const FOLLOW_EVERY: std::time::Duration = std::time::Duration::from_millis(500);
     let filter = replay_jobs::normalize(filter).context("a bulk replay of dead letters")?;
     anyhow::ensure!(rate.is_finite() && rate > 0.0, "--rate must be above 0");
     let store = store::open(&config.store).await?;
@@ -375,17 +380,8 @@ pub async fn bulk_replay(
     eprintln!("replay job {id}: {total} dead letter(s) match");
     let node = crate::node::name();
     let lease = std::time::Duration::from_secs(120);
-    let Some(job) = operator.claim_job(&node, lease).await? else {
-        anyhow::bail!("replay job {id} was taken by a node before this process could run it");
-    };
-    if job.id != id {
-        anyhow::bail!(
-            "an older replay job ({}) is waiting; run it first or cancel it",
-            job.id
-        );
-    }
     let store_ref = &*store;
-    replay_jobs::run(store_ref, &job, &node, lease, |event| async move {
+    let replay_one = |event: EventId| async move {
         match paused(store_ref, &event.provider).await {
             Ok(Some(why)) => return ItemOutcome::Paused(why),
             Ok(None) => {}
@@ -396,9 +392,25 @@ pub async fn bulk_replay(
             Ok(line) => ItemOutcome::Dead(line),
             Err(e) => ItemOutcome::Error(format!("{e:#}")),
         }
-    })
-    .await?;
-    let job = operator.job(id).await?.context("the job is gone")?;
+    };
+    let mut told = false;
+    let job = loop {
+        if let Some(job) = operator.claim_job_by_id(id, &node, lease).await? {
+            replay_jobs::run(&*store, &job, &node, lease, replay_one).await?;
+        }
+        let job = operator.job(id).await?.context("the job is gone")?;
+        if job.status != "running" {
+            break job;
+        }
+        if !told {
+            eprintln!(
+                "replay job {id} is run by {}; following it to its end",
+                job.owner.as_deref().unwrap_or("another node")
+            );
+            told = true;
+        }
+        tokio::time::sleep(FOLLOW_EVERY).await;
+    };
     out!(
         "replay job {id}: {} replayed, {} failed of {} ({})",
         job.replayed,

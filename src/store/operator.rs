@@ -177,6 +177,16 @@ pub trait OperatorStore: Send + Sync {
         lease: Duration,
     ) -> StoreFuture<'a, Option<ReplayJob>>;
 
+    /// Takes job `id` for `node` on the terms of [`claim_job`](Self::claim_job): while it
+    /// runs and nobody holds it (or its holder's lease ran out). `None` when it is not to
+    /// be had (held, ended, or no such job); no other job is looked at.
+    fn claim_job_by_id<'a>(
+        &'a self,
+        id: i64,
+        node: &'a str,
+        lease: Duration,
+    ) -> StoreFuture<'a, Option<ReplayJob>>;
+
     /// Extends `node`'s hold on job `id`; `false` when it is no longer `node`'s running
     /// job (cancelled, or taken over).
     fn renew_job<'a>(&'a self, id: i64, node: &'a str, lease: Duration) -> StoreFuture<'a, bool>;

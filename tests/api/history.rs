@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use hookgate::config::{KeepPayload, Mode, Secret};
 use hookgate::key::EventId;
+use hookgate::store::operator::SearchFilter;
 use hookgate::worker::HttpDelivery;
 use serde_json::{json, Value};
 
@@ -657,6 +658,78 @@ async fn a_large_target_answer_keeps_its_first_bytes_in_the_history(backend: Bac
     assert_eq!(attempts[1]["answer"], "r".repeat(512));
 }
 
+/// `dead replay --all` runs the job it created, to its end, whatever other job waits: an
+/// older job that no node holds is neither taken nor touched, and the command exits 0 with
+/// its own job done (it took the older one, exited 1 and left its own for a node).
+async fn the_command_lines_bulk_replay_runs_its_own_job_and_leaves_an_older_one(backend: Backend) {
+    let mut app = admin_app(backend, |_| {}).await;
+    app.target.set(Behaviour::Status(400));
+    for n in 0..2 {
+        app.deliver(&format!("own_{n}"), "{}").await;
+    }
+    app.target.set(Behaviour::Accept);
+    // No node runs jobs from here on: only the command line could take one.
+    app.shutdown().await;
+    let operator = app.store.operator();
+    let elsewhere = SearchFilter {
+        provider: Some("elsewhere".into()),
+        ..SearchFilter::default()
+    };
+    let older = operator
+        .create_job(&serde_json::to_string(&elsewhere).unwrap(), 0, 1.0)
+        .await
+        .unwrap();
+    let dir = std::env::temp_dir().join(format!("hookgate-own-job-{}", fastrand::u32(..)));
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = dir.join("c.toml");
+    let schema = match backend {
+        Backend::Postgres => format!("schema = \"{}\"\n", app.db.schema),
+        Backend::Sqlite => String::new(),
+    };
+    std::fs::write(
+        &config,
+        format!(
+            "[store]\nurl = \"{}\"\n{schema}[[providers]]\nname = \"{PROVIDER}\"\n\
+             preset = \"none\"\nkey = [{{ header = \"X-Idempotency-Key\" }}]\n\
+             target = {{ url = \"{}\" }}\n",
+            app.db.url, app.target.url
+        ),
+    )
+    .unwrap();
+    let out = actix_web::rt::task::spawn_blocking(move || {
+        std::process::Command::new(env!("CARGO_BIN_EXE_hookgate"))
+            .args(["dead", "replay", "--all", "--rate", "100", "--config"])
+            .arg(config)
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    std::fs::remove_dir_all(dir).unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stdout}{stderr}");
+    let own = older + 1;
+    assert!(
+        stdout.contains(&format!(
+            "replay job {own}: 2 replayed, 0 failed of 2 (done)"
+        )),
+        "{stdout}{stderr}"
+    );
+    for n in 0..2 {
+        assert_eq!(app.target.count(&TestApp::idem(&format!("own_{n}"))), 2);
+    }
+    let untouched = operator.job(older).await.unwrap().unwrap();
+    assert_eq!(
+        (
+            untouched.status.as_str(),
+            untouched.owner,
+            untouched.replayed
+        ),
+        ("running", None, 0)
+    );
+}
+
 on_both_stores!(
     a_request_waiting_for_a_worker_is_held_by_a_pause,
     an_event_that_failed_twice_shows_three_attempts_and_a_plain_one_none,
@@ -669,6 +742,7 @@ on_both_stores!(
     a_bulk_replay_tries_again_what_the_store_failed_to_reopen,
     an_event_with_any_key_is_opened_and_replayed_by_its_query,
     a_large_target_answer_keeps_its_first_bytes_in_the_history,
+    the_command_lines_bulk_replay_runs_its_own_job_and_leaves_an_older_one,
 );
 
 /// The command line: `events history` prints an event's timeline; `dead replay --all`

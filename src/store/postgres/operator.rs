@@ -116,6 +116,19 @@ RETURNING ",
     job_columns!()
 );
 
+/// Claim job `$3` by its id, on CLAIM_JOB's terms. Locks that job's row only; a claim of
+/// the same job at the same moment waits for it, then finds the row held (Postgres checks
+/// the condition again on the row as updated) and takes nothing, and CLAIM_JOB's `SKIP
+/// LOCKED` passes it by.
+const CLAIM_JOB_BY_ID: &str = concat!(
+    "
+UPDATE hookgate_replay_jobs
+SET owner = $1, lease_until = now() + $2::bigint * interval '1 millisecond', updated_at = now()
+WHERE id = $3 AND status = 'running' AND (owner IS NULL OR lease_until < now())
+RETURNING ",
+    job_columns!()
+);
+
 /// Renew: the holder extends its lease while the job still runs and is still its own.
 /// Locks the job's row.
 const RENEW_JOB: &str = "
@@ -353,6 +366,20 @@ impl OperatorStore for PgOperator {
     ) -> StoreFuture<'a, Option<ReplayJob>> {
         Box::pin(async move {
             let rows = self.rows(CLAIM_JOB, &[&node, &millis(lease)]).await?;
+            rows.first().map(job).transpose()
+        })
+    }
+
+    fn claim_job_by_id<'a>(
+        &'a self,
+        id: i64,
+        node: &'a str,
+        lease: Duration,
+    ) -> StoreFuture<'a, Option<ReplayJob>> {
+        Box::pin(async move {
+            let rows = self
+                .rows(CLAIM_JOB_BY_ID, &[&node, &millis(lease), &id])
+                .await?;
             rows.first().map(job).transpose()
         })
     }

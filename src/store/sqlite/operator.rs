@@ -70,6 +70,14 @@ WHERE id = (SELECT id FROM hookgate_replay_jobs
             ORDER BY id LIMIT 1)
 RETURNING id, filter, status, total, replayed, failed, rate, owner, created_at, updated_at";
 
+/// Job `?3` by its id, on CLAIM_JOB's terms; the one writer connection runs it alone.
+const CLAIM_JOB_BY_ID: &str = "
+UPDATE hookgate_replay_jobs
+SET owner = ?1, lease_until = unixepoch('subsec') + ?2 / 1000.0, updated_at = unixepoch('subsec')
+WHERE id = ?3 AND status = 'running'
+  AND (owner IS NULL OR lease_until < unixepoch('subsec'))
+RETURNING id, filter, status, total, replayed, failed, rate, owner, created_at, updated_at";
+
 const RENEW_JOB: &str = "
 UPDATE hookgate_replay_jobs
 SET lease_until = unixepoch('subsec') + ?3 / 1000.0, updated_at = unixepoch('subsec')
@@ -343,6 +351,23 @@ impl OperatorStore for SqliteOperator {
         Box::pin(self.writer.call(move |conn| {
             conn.prepare_cached(CLAIM_JOB)
                 .and_then(|mut s| s.query_row(params![node, millis(lease)], job).optional())
+                .map_err(sql_error)
+        }))
+    }
+
+    fn claim_job_by_id<'a>(
+        &'a self,
+        id: i64,
+        node: &'a str,
+        lease: Duration,
+    ) -> StoreFuture<'a, Option<ReplayJob>> {
+        let node = node.to_owned();
+        Box::pin(self.writer.call(move |conn| {
+            conn.prepare_cached(CLAIM_JOB_BY_ID)
+                .and_then(|mut s| {
+                    s.query_row(params![node, millis(lease), id], job)
+                        .optional()
+                })
                 .map_err(sql_error)
         }))
     }
