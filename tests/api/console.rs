@@ -266,6 +266,30 @@ async fn an_operator_works_through_the_console_in_a_real_browser() {
         app.db.status(QUEUED, "evt_q1").await.as_deref() == Some("done")
     })
     .await;
+    // A target that asks for an hour holds its provider for a bounded time, shown on the
+    // provider's card; a resume ends it.
+    app.target.set(Behaviour::Throttle(429, "3600"));
+    let answer = app
+        .post(
+            &format!("/webhooks/{QUEUED}"),
+            &[("X-Idempotency-Key", "evt_q2")],
+            r#"{"id":"evt_q2"}"#.into(),
+        )
+        .await;
+    assert_eq!(answer.status, 202, "{answer:?}");
+    eventually("the throttled event to be failed", || async {
+        app.db.status(QUEUED, "evt_q2").await.as_deref() == Some("failed")
+    })
+    .await;
+    app.target.set(Behaviour::Accept);
+    browser.goto(&console).await;
+    let badge = format!("[data-provider={QUEUED}] .target-pause");
+    let shown = browser.wait_text(&badge, "target asked for time").await;
+    assert!(shown.contains("s left"), "{shown}");
+    browser
+        .click(&format!("button.resume[data-provider={QUEUED}]"))
+        .await;
+    browser.wait_count(&badge, 0).await;
     assert_eq!(browser.alert_text().await, None, "a dialog opened");
     // A refresh that fails says so and marks what is shown as stale, until one succeeds.
     proxy.cut();

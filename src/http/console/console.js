@@ -338,11 +338,13 @@ function providerCard(p, refresh) {
       el('h2', {}, p.name),
       el('span', { class: 'badge' }, p.mode),
       p.paused ? el('span', { class: 'badge paused state' }, 'paused') : el('span', { class: 'badge state' }, 'running'),
-      p.target_pause_s
-        ? el('span', { class: 'badge paused target-pause' },
-          `target asked for time: ${Math.ceil(p.target_pause_s)} s left`)
-        : null,
       el('span', { class: 'actions' }, toggle)),
+    p.target_pause_s
+      ? el('p', { class: 'target-pause' },
+        el('span', { class: 'badge paused' }, 'held'),
+        ` The target asked for time: ${Math.ceil(p.target_pause_s)} s left on this node. `,
+        'Resume ends it.')
+      : null,
     el('table', { class: 'counts' },
       el('tr', {}, [...known, ...others].map((s) => el('th', { class: 'num' }, s))),
       el('tr', {}, [...known, ...others].map((s) => el('td', { class: 'num', 'data-status': s },
