@@ -299,6 +299,68 @@ async fn a_connection_to_a_server_turned_read_only_is_dropped_and_writes_reach_t
     assert!(refused.len() <= 1, "{refused:#?}");
 }
 
+/// An operator's write (a pause) that meets the old primary fenced read-only retires the
+/// connections opened before it, as a sender's write does: the next operator write opens
+/// a connection that finds the new primary, instead of going back to the read-only server
+/// for as long as the pooled connection lives.
+#[actix_web::test]
+async fn an_operator_write_refused_by_a_read_only_server_does_not_keep_its_connection() {
+    let pair = HaPair::start().await;
+    let db = TestDb::on_url(&pair.url).await;
+    // One connection: the refused write's own is the only one the next write could reuse.
+    let config = hookgate::config::StoreConfig {
+        pool_size: 1,
+        ..db.store_config()
+    };
+    let store = db.store_with(config).await;
+    let operator = store.operator();
+    operator
+        .set_paused(PROVIDER, true)
+        .await
+        .expect("a write on the first primary");
+
+    let first = HaPair::connect(&pair.first_url).await;
+    for sql in [
+        "ALTER SYSTEM SET default_transaction_read_only = on",
+        "SELECT pg_reload_conf()",
+    ] {
+        first
+            .batch_execute(sql)
+            .await
+            .expect("fence the first server");
+    }
+    pair.promote_second_keeping_first().await;
+
+    let refused = operator.set_paused(PROVIDER, false).await;
+    assert!(
+        refused
+            .as_ref()
+            .is_err_and(|e| e.to_string().contains("read-only")),
+        "the pooled connection is on the fenced server: {refused:?}"
+    );
+    operator
+        .set_paused(PROVIDER, false)
+        .await
+        .expect("the next operator write reaches the new primary");
+    assert!(
+        keys_paused(&pair.second_url, &db.schema).await.is_empty(),
+        "the resume landed on the new primary"
+    );
+}
+
+/// The providers paused in `schema`, read on the server at `url` directly.
+async fn keys_paused(url: &str, schema: &str) -> Vec<String> {
+    let client = HaPair::connect(url).await;
+    let rows = client
+        .query(
+            &format!("SELECT provider FROM {schema}.hookgate_paused"),
+            &[],
+        )
+        .await
+        .expect("paused providers");
+    rows.iter().map(|r| r.get(0)).collect()
+}
+
 #[actix_web::test]
 async fn check_config_warns_when_a_server_has_standbys_but_no_commit_waits_for_one() {
     let pair = HaPair::start().await;

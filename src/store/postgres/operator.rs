@@ -1,6 +1,7 @@
 //! The Postgres store's operator side: an event's history, searches, counts, paused
 //! providers and bulk replay jobs. Each statement says what it locks; none is on a sender's
-//! path.
+//! path. Every one runs guarded as the store's own do (`Inner::guarded`): a read-only
+//! server it meets retires the pool's connections.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -201,11 +202,12 @@ impl PgOperator {
         sql: &'static str,
         params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
     ) -> Result<Vec<Row>, StoreError> {
-        self.inner
-            .run(async |client| {
+        let inner = &self.inner;
+        inner
+            .guarded(inner.run(async |client| {
                 let stmt = client.prepare_cached(sql).await.map_err(db_error)?;
                 client.query(&stmt, params).await.map_err(db_error)
-            })
+            }))
             .await
     }
 
@@ -214,11 +216,12 @@ impl PgOperator {
         sql: &'static str,
         params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
     ) -> Result<u64, StoreError> {
-        self.inner
-            .run(async |client| {
+        let inner = &self.inner;
+        inner
+            .guarded(inner.run(async |client| {
                 let stmt = client.prepare_cached(sql).await.map_err(db_error)?;
                 client.execute(&stmt, params).await.map_err(db_error)
-            })
+            }))
             .await
     }
 

@@ -139,6 +139,20 @@ impl Inner {
         StoreError::Unavailable("the server accepts no writes (a standby, or read-only)".into())
     }
 
+    /// Runs `op` (an operation on this pool, [`run`](Self::run)) unless a reconnect backoff
+    /// is running, and records how it went ([`observe`](Self::observe)): the one guard of
+    /// every operation that is not part of a group-commit batch, the store's and the
+    /// operators' alike, so a read-only server met by either retires the connections.
+    pub(crate) async fn guarded<T>(
+        &self,
+        op: impl std::future::Future<Output = Result<T, StoreError>>,
+    ) -> Result<T, StoreError> {
+        self.reconnect.check()?;
+        let result = op.await;
+        self.observe(&result);
+        result
+    }
+
     /// Retires the connections opened so far if `e` came from a read-only server.
     pub(crate) fn note_read_only(&self, e: &StoreError) {
         if is_read_only(e) {

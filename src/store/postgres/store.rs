@@ -203,17 +203,6 @@ impl PgStore {
         }
         result
     }
-
-    /// Runs `op` unless a reconnect backoff is running, and records how it went.
-    async fn guarded<T>(
-        &self,
-        op: impl std::future::Future<Output = Result<T, StoreError>>,
-    ) -> Result<T, StoreError> {
-        self.inner.reconnect.check()?;
-        let result = op.await;
-        self.inner.observe(&result);
-        result
-    }
 }
 
 /// `check-config`'s word on TLS for the Postgres `url`: `None` when the server is
@@ -334,7 +323,7 @@ impl Store for PgStore {
     }
 
     fn durability_risks(&self) -> StoreFuture<'_, Vec<(String, String)>> {
-        Box::pin(self.guarded(self.inner.run(async |client| {
+        Box::pin(self.inner.guarded(self.inner.run(async |client| {
             // Settings and the standbys streaming from this server (logical-replication
             // consumers are not standbys); locks nothing. pg_stat_replication lists every
             // walsender to any role, its sync_state only to a privileged one. Aggregates
@@ -407,7 +396,7 @@ impl Store for PgStore {
         attempts: i32,
         failure: &'a Failure,
     ) -> StoreFuture<'a, Fenced> {
-        Box::pin(self.guarded(async move {
+        Box::pin(self.inner.guarded(async move {
             let status = match failure.dead {
                 Some(_) => Status::Dead,
                 None => Status::Failed,
@@ -442,7 +431,7 @@ impl Store for PgStore {
     }
 
     fn lookup<'a>(&'a self, id: &'a EventId) -> StoreFuture<'a, Option<EventRecord>> {
-        Box::pin(self.guarded(self.inner.run(async |client| {
+        Box::pin(self.inner.guarded(self.inner.run(async |client| {
             let stmt = client.prepare_cached(LOOKUP).await.map_err(db_error)?;
             let row = client
                 .query_opt(&stmt, &[&&*id.provider, &&*id.key])
@@ -454,7 +443,7 @@ impl Store for PgStore {
 
     fn replay<'a>(&'a self, id: &'a EventId, lease: Duration) -> StoreFuture<'a, Option<Reopened>> {
         let lease_ms = millis(lease);
-        Box::pin(self.guarded(self.inner.run(async move |client| {
+        Box::pin(self.inner.guarded(self.inner.run(async move |client| {
             let row = client
                 .query_opt(REPLAY, &[&&*id.provider, &&*id.key, &lease_ms])
                 .await
@@ -482,7 +471,7 @@ impl Store for PgStore {
             Some(c) => (Some(c.updated_us), Some(&*c.id.provider), Some(&*c.id.key)),
             None => (None, None, None),
         };
-        Box::pin(self.guarded(self.inner.run(async move |client| {
+        Box::pin(self.inner.guarded(self.inner.run(async move |client| {
             let rows = client
                 .query(
                     DEAD_LETTERS,
@@ -502,7 +491,7 @@ impl Store for PgStore {
 
     fn sweep(&self, status: Status, older_than: Duration, batch: u32) -> StoreFuture<'_, u64> {
         let age_ms = millis(older_than);
-        Box::pin(self.guarded(self.inner.run(async move |client| {
+        Box::pin(self.inner.guarded(self.inner.run(async move |client| {
             client
                 .execute(SWEEP, &[&status.as_str(), &age_ms, &i64::from(batch)])
                 .await
@@ -515,7 +504,7 @@ impl Store for PgStore {
     }
 
     fn take<'a>(&'a self, id: &'a EventId, lease: Duration) -> StoreFuture<'a, Option<Taken>> {
-        Box::pin(self.guarded(queue::take(&self.inner, id, lease)))
+        Box::pin(self.inner.guarded(queue::take(&self.inner, id, lease)))
     }
 
     fn take_due<'a>(
@@ -525,11 +514,14 @@ impl Store for PgStore {
         lease: Duration,
         busy: &'a [Arc<str>],
     ) -> StoreFuture<'a, Vec<Taken>> {
-        Box::pin(self.guarded(queue::take_due(&self.inner, provider, limit, lease, busy)))
+        Box::pin(
+            self.inner
+                .guarded(queue::take_due(&self.inner, provider, limit, lease, busy)),
+        )
     }
 
     fn due<'a>(&'a self, provider: &'a str, limit: u32) -> StoreFuture<'a, Vec<EventId>> {
-        Box::pin(self.guarded(queue::due(&self.inner, provider, limit)))
+        Box::pin(self.inner.guarded(queue::due(&self.inner, provider, limit)))
     }
 
     fn renew<'a>(
@@ -554,7 +546,10 @@ impl Store for PgStore {
         horizon: Duration,
         batch: u32,
     ) -> StoreFuture<'a, u64> {
-        Box::pin(self.guarded(queue::abandon(&self.inner, provider, horizon, batch)))
+        Box::pin(
+            self.inner
+                .guarded(queue::abandon(&self.inner, provider, horizon, batch)),
+        )
     }
 
     fn orphan<'a>(
@@ -563,7 +558,10 @@ impl Store for PgStore {
         grace: Duration,
         batch: u32,
     ) -> StoreFuture<'a, u64> {
-        Box::pin(self.guarded(queue::orphan(&self.inner, known, grace, batch)))
+        Box::pin(
+            self.inner
+                .guarded(queue::orphan(&self.inner, known, grace, batch)),
+        )
     }
 
     fn list<'a>(
@@ -573,7 +571,7 @@ impl Store for PgStore {
         limit: u32,
     ) -> StoreFuture<'a, Vec<EventRecord>> {
         let status = status.map(Status::as_str);
-        Box::pin(self.guarded(self.inner.run(async move |client| {
+        Box::pin(self.inner.guarded(self.inner.run(async move |client| {
             let rows = client
                 .query(LIST, &[&provider, &status, &i64::from(limit)])
                 .await
@@ -587,7 +585,7 @@ impl Store for PgStore {
     }
 
     fn queue_depth(&self) -> StoreFuture<'_, Vec<QueueDepth>> {
-        Box::pin(self.guarded(queue::queue_depth(&self.inner)))
+        Box::pin(self.inner.guarded(queue::queue_depth(&self.inner)))
     }
 }
 
