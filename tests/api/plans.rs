@@ -3,7 +3,9 @@
 //! while `webhook_events` was empty and never analyzed, they still find rows by the primary
 //! key once it holds 100 000 rows — half of them `in_progress` — never by a sequential scan
 //! nor by walking an index (the status index holds every `in_progress` row). Counted as
-//! rows read by sequential scans plus index entries read, per `pg_stat_user_*`.
+//! rows read by sequential scans plus index entries read, per `pg_stat_user_*`. The
+//! operators' reads of one page (dead letters, a job's results) read about that page,
+//! whatever the tables hold, on plans cached while they were empty.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -104,5 +106,121 @@ async fn claims_and_completions_never_scan_the_table_whatever_its_statistics() {
         read < ROWS,
         "{read} rows or index entries read by scans: at least one walk of the table or \
          of an index"
+    );
+}
+
+/// Rows of the operator-reads table: two thirds dead letters, three providers, one row
+/// changed every millisecond (two at a time: ties for the page order's tie-break).
+const BIG: i64 = 100_000;
+
+/// Items of the bulk replay job whose latest results are read.
+const ITEMS: i64 = 50_000;
+
+/// The most rows and index entries one page of 50 may read: its rows, the ties of its last
+/// update time, and the edge of the index. A read that walks the table reads tens of
+/// thousands.
+const PAGE_READS: i64 = 1_000;
+
+/// One operator read, as the console, the admin API and the command line make them.
+#[derive(Debug, Clone, Copy)]
+enum Read {
+    /// `/admin/dead`, `hookgate dead list`: the newest 50 dead letters.
+    FirstDeadPage,
+    /// A replay job's latest 200 results (its page, polled twice a second).
+    JobItems,
+}
+
+impl Read {
+    const ALL: [Read; 2] = [Read::FirstDeadPage, Read::JobItems];
+
+    async fn run(self, store: &dyn Store, _deep: &hookgate::store::PageCursor) -> usize {
+        match self {
+            Read::FirstDeadPage => store.dead_letters(None, None, 51).await.unwrap().len(),
+            Read::JobItems => store.operator().job_items(1, 200).await.unwrap().len(),
+        }
+    }
+}
+
+/// Every operator read of one page reads about its page, not the table, on plans cached
+/// while the tables were empty: each read runs on a connection of its own eight times on
+/// empty tables (Postgres then caches a generic plan), then once on 100 000 events and a
+/// job of 50 000 results; the rows and index entries it read are counted (its connection
+/// ended, so its counts are reported).
+#[actix_web::test]
+async fn operator_reads_read_their_page_not_the_table_whatever_the_cached_plan() {
+    let db = TestDb::new().await;
+    drop(db.store().await);
+    db.execute(
+        "ALTER TABLE webhook_events SET (autovacuum_enabled = false);
+         ALTER TABLE hookgate_replay_items SET (autovacuum_enabled = false);
+         INSERT INTO hookgate_replay_jobs (id, filter, status, total, rate)
+         VALUES (1, '{}', 'done', 0, 1)",
+    )
+    .await;
+    let empty_cursor = hookgate::store::PageCursor::after(1.0, &EventId::new("p", "k"));
+    let mut stores = Vec::new();
+    for (n, read) in Read::ALL.into_iter().enumerate() {
+        let name = format!("hookgate_reads_{}_{n}", fastrand::u32(..));
+        let store = hookgate::store::open(&StoreConfig {
+            url: format!("{}?application_name={name}", db.url),
+            schema: db.schema.clone(),
+            pool_size: 1,
+            ..StoreConfig::default()
+        })
+        .await
+        .unwrap();
+        for _ in 0..8 {
+            read.run(&*store, &empty_cursor).await;
+        }
+        stores.push((read, name, store));
+    }
+
+    db.execute(&format!(
+        "INSERT INTO webhook_events (provider, event_key, status, attempts, last_path,
+                                     last_error, dead_reason, payload, created_at, updated_at)
+         SELECT 'p' || g % 3, 'old' || g, CASE g % 3 WHEN 0 THEN 'done' ELSE 'dead' END, 1,
+                'first_run', 'target answered 400',
+                CASE g % 3 WHEN 0 THEN NULL ELSE 'non_retryable' END, '\\x7b7d',
+                now() - g * interval '1 millisecond',
+                now() - (g / 2) * interval '1 millisecond'
+         FROM generate_series(1, {BIG}) g;
+         INSERT INTO hookgate_replay_items (job_id, provider, event_key, outcome, at)
+         SELECT 1, 'p1', 'old' || g, 'done', now() - g * interval '1 millisecond'
+         FROM generate_series(1, {ITEMS}) g"
+    ))
+    .await;
+    let row = db
+        .query_one(
+            "SELECT (extract(epoch FROM updated_at) * 1e6)::int8, provider, event_key
+             FROM webhook_events WHERE status = 'dead'
+             ORDER BY updated_at DESC, provider DESC, event_key DESC OFFSET 30000 LIMIT 1",
+            &[],
+        )
+        .await;
+    let deep = hookgate::store::PageCursor {
+        updated_us: row.get(0),
+        id: EventId::new(row.get::<_, String>(1), row.get::<_, String>(2)),
+    };
+
+    let tables = ["webhook_events", "hookgate_replay_items"];
+    let mut over = Vec::new();
+    for (read, name, store) in stores {
+        let before = db.reads(&tables).await;
+        let rows = read.run(&*store, &deep).await;
+        assert!(rows > 0, "{read:?} found nothing");
+        // Counts reach the statistics when the connection ends: close it, then read.
+        drop(store);
+        eventually("the read's connection to end", || async {
+            db.backends(&name).await == 0
+        })
+        .await;
+        let read_now = db.reads(&tables).await - before;
+        if read_now > PAGE_READS {
+            over.push(format!("{read:?}: {read_now} rows or index entries"));
+        }
+    }
+    assert!(
+        over.is_empty(),
+        "reads past one page's worth ({PAGE_READS}): {over:#?}"
     );
 }

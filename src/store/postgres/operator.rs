@@ -172,8 +172,10 @@ const CANCEL_JOB: &str = "
 UPDATE hookgate_replay_jobs SET status = 'cancelled', updated_at = now()
 WHERE id = $1 AND status = 'running'";
 
+/// A job's latest results: a plain read, newest first by the (job_id, at) index; its time
+/// is named apart from the column (see `record_columns!`), so the index gives the order.
 const JOB_ITEMS: &str = "
-SELECT provider, event_key, outcome, detail, extract(epoch FROM at)::float8 AS at
+SELECT provider, event_key, outcome, detail, extract(epoch FROM at)::float8 AS at_unix
 FROM hookgate_replay_items WHERE job_id = $1 ORDER BY at DESC LIMIT $2";
 
 /// The operator side of a [`PgStore`](super::PgStore).
@@ -471,7 +473,7 @@ impl OperatorStore for PgOperator {
                         key: get(row, "event_key")?,
                         outcome: get(row, "outcome")?,
                         detail: get(row, "detail")?,
-                        at: get(row, "at")?,
+                        at: get(row, "at_unix")?,
                     })
                 })
                 .collect()

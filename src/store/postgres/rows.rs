@@ -60,8 +60,8 @@ pub(crate) fn record(row: &Row) -> Result<EventRecord, StoreError> {
         request_headers: get(row, "request_headers")?,
         lease_left: lease_left(row)?,
         mode: get(row, "mode")?,
-        created_at: get(row, "created_at")?,
-        updated_at: get(row, "updated_at")?,
+        created_at: get(row, "created_unix")?,
+        updated_at: get(row, "updated_unix")?,
     })
 }
 

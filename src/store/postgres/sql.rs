@@ -171,15 +171,18 @@ WITH failed AS (
 SELECT count(*)::bigint AS changed FROM failed"
 );
 
-/// The columns of a whole row, for [`LOOKUP`] and [`DEAD_LETTERS`].
+/// The columns of a whole row, for [`LOOKUP`] and [`DEAD_LETTERS`]. The times are named
+/// apart from their columns (`created_unix`, `updated_unix`): an `ORDER BY updated_at`
+/// names the output column when one has that name, and a float computed per row is an
+/// order no index gives — every matching row read and sorted for each page.
 macro_rules! record_columns {
     () => {
         "provider, event_key, status, attempts, last_path, fingerprint, result_status,
          result_content_type, result_body, payload, content_type, request_headers,
          last_error, dead_reason, mode,
          GREATEST(0, extract(epoch FROM locked_until - now()) * 1000)::bigint AS lease_left_ms,
-         extract(epoch FROM created_at)::float8 AS created_at,
-         extract(epoch FROM updated_at)::float8 AS updated_at"
+         extract(epoch FROM created_at)::float8 AS created_unix,
+         extract(epoch FROM updated_at)::float8 AS updated_unix"
     };
 }
 pub(crate) use record_columns;

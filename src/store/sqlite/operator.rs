@@ -114,7 +114,8 @@ const CANCEL_JOB: &str = "
 UPDATE hookgate_replay_jobs SET status = 'cancelled', updated_at = unixepoch('subsec')
 WHERE id = ?1 AND status = 'running'";
 
-/// A job's latest results (a plain read: a job running on the writer goes on beside it).
+/// A job's latest results, newest first by the (job_id, at) index (a plain read: a job
+/// running on the writer goes on beside it).
 const JOB_ITEMS: &str = "
 SELECT provider, event_key, outcome, detail, at FROM hookgate_replay_items
 WHERE job_id = ?1 ORDER BY at DESC LIMIT ?2";
@@ -520,6 +521,26 @@ mod tests {
         let counted = store.operator().count(&filter).await.unwrap();
         assert_eq!(counted, keys.len() as u64, "count and search of {prefix:?}");
         keys
+    }
+
+    /// SQLite's plan of `sql`, one line a step (`EXPLAIN QUERY PLAN`), on `t`'s database.
+    fn plan(t: &TempStore, sql: &str, params: impl rusqlite::Params) -> Vec<String> {
+        let conn = Connection::open(t.dir.join("events.db")).unwrap();
+        let mut stmt = conn.prepare(&format!("EXPLAIN QUERY PLAN {sql}")).unwrap();
+        let rows = stmt.query_map(params, |r| r.get::<_, String>(3)).unwrap();
+        rows.map(Result::unwrap).collect()
+    }
+
+    #[tokio::test]
+    async fn a_jobs_latest_results_come_from_an_index_not_a_sort_of_all_of_them() {
+        let t = TempStore::new().await;
+        let steps = plan(&t, JOB_ITEMS, params![1, 200]);
+        assert!(
+            steps
+                .iter()
+                .all(|s| !s.contains("TEMP B-TREE") && !s.starts_with("SCAN")),
+            "{steps:?}"
+        );
     }
 
     #[tokio::test]

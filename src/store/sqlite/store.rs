@@ -43,6 +43,7 @@ const MIGRATIONS: &[(i32, &str)] = &[
     (3, include_str!("migrations/0003_queue.sql")),
     (4, include_str!("migrations/0004_throttles.sql")),
     (5, include_str!("migrations/0005_history.sql")),
+    (6, include_str!("migrations/0006_replay_items_at.sql")),
 ];
 
 /// Writes `history` for attempt `attempts` of the row, after its outcome (same transaction).

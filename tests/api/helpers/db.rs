@@ -371,6 +371,56 @@ impl TestDb {
         (row.get(0), row.get(1))
     }
 
+    /// Rows read by sequential scans plus entries read from indexes so far, summed over
+    /// `tables` of this schema (`pg_stat_user_tables`, `pg_stat_user_indexes`). A backend
+    /// reports its counts when it goes idle (at most once a second) or ends.
+    pub async fn reads(&self, tables: &[&str]) -> i64 {
+        let Inspect::Pg(client) = &self.inspect else {
+            panic!("a Postgres test");
+        };
+        let tables: Vec<String> = tables.iter().map(|t| (*t).to_owned()).collect();
+        client
+            .query_one(
+                "SELECT COALESCE(sum(COALESCE(t.seq_tup_read, 0)
+                                     + (SELECT COALESCE(sum(i.idx_tup_read), 0)
+                                        FROM pg_stat_user_indexes i WHERE i.relid = t.relid)),
+                                 0)::int8
+                 FROM pg_stat_user_tables t
+                 WHERE t.relname = ANY($1) AND t.schemaname = current_schema()",
+                &[&tables],
+            )
+            .await
+            .expect("pg_stat_user_tables")
+            .get(0)
+    }
+
+    /// The server processes connected as `application_name`.
+    pub async fn backends(&self, application_name: &str) -> i64 {
+        let Inspect::Pg(client) = &self.inspect else {
+            panic!("a Postgres test");
+        };
+        client
+            .query_one(
+                "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1",
+                &[&application_name],
+            )
+            .await
+            .expect("pg_stat_activity")
+            .get(0)
+    }
+
+    /// One row of `sql` (with `params`) on the test's own connection (Postgres).
+    pub async fn query_one(
+        &self,
+        sql: &str,
+        params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
+    ) -> tokio_postgres::Row {
+        let Inspect::Pg(client) = &self.inspect else {
+            panic!("a Postgres test");
+        };
+        client.query_one(sql, params).await.expect(sql)
+    }
+
     /// Rows by status.
     pub async fn count_status(&self, status: &str) -> i64 {
         match &self.inspect {
