@@ -208,7 +208,7 @@ async fn migrate(config: &Config) -> anyhow::Result<()> {
 
 async fn show(config: &Config, id: EventId, dead_only: bool) -> anyhow::Result<()> {
     let store = store::open(&config.store).await?;
-    match store.lookup(&id).await? {
+    match store.operator().event(&id).await? {
         Some(record) if dead_only && record.status != Status::Dead => {
             anyhow::bail!("{id} is {}, not a dead letter", record.status.as_str())
         }
@@ -316,7 +316,7 @@ async fn dead(config: &Config, command: DeadCommand) -> anyhow::Result<()> {
 /// `events history`: one line an attempt, oldest first.
 pub async fn history(config: &Config, id: EventId) -> anyhow::Result<Vec<String>> {
     let store = store::open(&config.store).await?;
-    let Some(row) = store.lookup(&id).await? else {
+    let Some(row) = store.operator().event(&id).await? else {
         anyhow::bail!("no event {id}");
     };
     let attempts = store.operator().history(&id).await?;

@@ -22,8 +22,13 @@ pub struct StoreConfig {
     pub url: String,
     /// Postgres schema holding hookgate's tables (tests use one schema each).
     pub schema: String,
-    /// Connections in the Postgres pool.
+    /// Connections in the Postgres pool for senders' events (claims, completions, the
+    /// queue, retention).
     pub pool_size: usize,
+    /// Connections in the Postgres pool for operators (the admin API, the console, bulk
+    /// replays' bookkeeping), apart from `pool_size`'s: operators' reads never take a
+    /// connection a sender's event needs.
+    pub operator_pool_size: usize,
     /// How long a request waits for the store — a free pooled connection, or (Postgres) its
     /// turn in the next claim batch — before it is answered 503 `overloaded`, unclaimed.
     #[serde(with = "humantime_serde")]
@@ -50,6 +55,9 @@ impl Default for StoreConfig {
             url: "sqlite://data/hookgate.db".into(),
             schema: "public".into(),
             pool_size: 16,
+            // Two: a slow search and the console's other calls (or a bulk replay's
+            // bookkeeping) go on side by side, and few backends are kept per node.
+            operator_pool_size: 2,
             pool_timeout: Duration::from_secs(5),
             statement_timeout: None,
         }
@@ -75,6 +83,7 @@ impl fmt::Debug for StoreConfig {
             .field("url", &self.redacted_url())
             .field("schema", &self.schema)
             .field("pool_size", &self.pool_size)
+            .field("operator_pool_size", &self.operator_pool_size)
             .field("pool_timeout", &self.pool_timeout)
             .field("statement_timeout", &self.statement_timeout)
             .finish()

@@ -55,6 +55,11 @@ fn node_rules(config: &Config) -> Vec<Rule> {
             config.store.pool_size >= 1,
             format!("pool_size = {}", config.store.pool_size),
         ),
+        rule(
+            "store.operator_pool_size >= 1",
+            config.store.operator_pool_size >= 1,
+            format!("operator_pool_size = {}", config.store.operator_pool_size),
+        ),
         match config.store.statement_timeout {
             Some(deadline) => rule(
                 "10ms <= store.statement_timeout < lease.duration",

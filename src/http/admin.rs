@@ -106,7 +106,7 @@ async fn show_event(
 ) -> Result<HttpResponse, ApiError> {
     authorize(&req, &state)?;
     let id = event_id(&req)?;
-    match state.store.lookup(&id).await? {
+    match state.store.operator().event(&id).await? {
         Some(record) => Ok(HttpResponse::Ok().json(event_json(&record))),
         None => Err(ApiError::NoSuchEvent(id.to_string())),
     }
@@ -209,7 +209,8 @@ pub(super) async fn replay(
     // The row says how the replay ended (done, or dead again), or why there was none.
     let record = state
         .store
-        .lookup(&id)
+        .operator()
+        .event(&id)
         .await?
         .ok_or_else(|| ApiError::NoSuchEvent(id.to_string()))?;
     if let Reply::NotReplayable = answer.reply {

@@ -122,7 +122,8 @@ async fn event(req: HttpRequest, state: web::Data<AppState>) -> Result<HttpRespo
     let id = event_id(&req)?;
     let record = state
         .store
-        .lookup(&id)
+        .operator()
+        .event(&id)
         .await?
         .ok_or_else(|| ApiError::NoSuchEvent(id.to_string()))?;
     let attempts = state.store.operator().history(&id).await?;

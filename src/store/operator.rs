@@ -133,6 +133,10 @@ pub struct ReplayItem {
 
 /// The operators' side of a store.
 pub trait OperatorStore: Send + Sync {
+    /// One event's whole row — payload, cached answer and kept headers included — read as
+    /// operators read (on their own connections), not as the claim path does.
+    fn event<'a>(&'a self, id: &'a EventId) -> StoreFuture<'a, Option<EventRecord>>;
+
     /// Every history row of one event, oldest first.
     fn history<'a>(&'a self, id: &'a EventId) -> StoreFuture<'a, Vec<AttemptRecord>>;
 

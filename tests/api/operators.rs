@@ -192,6 +192,57 @@ async fn the_dead_letter_list_is_bounded_by_bytes() {
     assert!((1..6).contains(&shown), "{shown} shown");
 }
 
+/// Operators' work has connections of its own: with more operator requests stuck in the
+/// store (pauses blocked on a lock the test holds on the paused-providers table, until a
+/// deadline far off) than the node has connections for senders, senders are still
+/// answered, at once and claimed; the stuck requests hold operator connections only.
+#[actix_web::test]
+async fn operator_requests_stuck_in_the_store_take_no_connection_a_sender_needs() {
+    let app = std::rc::Rc::new(
+        spawn_app_with(|c| {
+            c.admin.token = Some(Secret::new(TOKEN));
+            c.store.pool_size = 2;
+            // A sender that finds no free connection is refused soon, not after the test.
+            c.store.pool_timeout = Duration::from_secs(1);
+            // The stuck requests stay stuck while the senders are tried.
+            c.store.statement_timeout = Some(Duration::from_secs(25));
+            // No pause poll of the node's own joins the stuck requests.
+            c.queue.poll_interval = Duration::from_secs(3600);
+        })
+        .await,
+    );
+    let lock = app.db.lock_pg_table("hookgate_paused").await;
+    let stuck: Vec<_> = (0..4)
+        .map(|_| {
+            let app = std::rc::Rc::clone(&app);
+            actix_rt::spawn(async move {
+                app.post(
+                    &format!("/admin/api/providers/{PROVIDER}/pause"),
+                    &[("Authorization", &bearer(TOKEN))],
+                    String::new(),
+                )
+                .await
+            })
+        })
+        .collect();
+    // As many statements stuck as the pool that runs them has connections.
+    app.db.wait_for_waiters_on("hookgate_paused", 2).await;
+
+    for n in 0..3 {
+        let answer = app.deliver(&format!("evt_beside_{n}"), "{}").await;
+        assert_eq!(
+            (answer.status, answer.path.as_str()),
+            (201, "first_run"),
+            "a sender beside stuck operators: {answer:?}"
+        );
+    }
+    lock.release().await;
+    for request in stuck {
+        let answer = request.await.unwrap();
+        assert_eq!(answer.status, 200, "{answer:?}");
+    }
+}
+
 /// `/readyz` answers from a store check at most a second old: unauthenticated callers
 /// cannot make it cost a store round trip each.
 #[actix_web::test]

@@ -4,13 +4,14 @@
 //! migrations. This file only re-exports.
 //!
 //! The files import one another one way: `store` (the [`Store`](super::Store)
-//! implementation) → `batch`, `queue` → `pool` → `connection`, `sql`, `queue_sql`, `rows`,
-//! `tls`.
+//! implementation) → `pools`, `operator`, `batch`, `queue` → `pool` → `connection`, `sql`,
+//! `queue_sql`, `rows`, `tls`.
 
 mod batch;
 mod connection;
 mod operator;
 mod pool;
+mod pools;
 mod queue;
 mod queue_sql;
 mod rows;

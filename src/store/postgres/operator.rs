@@ -10,7 +10,7 @@ use tokio_postgres::Row;
 
 use super::pool::Inner;
 use super::rows::{db_error, get, record};
-use super::sql::record_columns;
+use super::sql::{record_columns, LOOKUP};
 use crate::key::EventId;
 use crate::store::api::{millis, AttemptRecord, EventRecord, StoreError, StoreFuture};
 use crate::store::operator::{OperatorStore, ReplayItem, ReplayJob, SearchFilter, StatusCount};
@@ -261,6 +261,13 @@ impl PgOperator {
 }
 
 impl OperatorStore for PgOperator {
+    fn event<'a>(&'a self, id: &'a EventId) -> StoreFuture<'a, Option<EventRecord>> {
+        Box::pin(async move {
+            let rows = self.rows(LOOKUP, &[&&*id.provider, &&*id.key]).await?;
+            rows.first().map(record).transpose()
+        })
+    }
+
     fn history<'a>(&'a self, id: &'a EventId) -> StoreFuture<'a, Vec<AttemptRecord>> {
         Box::pin(async move {
             let rows = self.rows(HISTORY, &[&&*id.provider, &&*id.key]).await?;

@@ -204,6 +204,19 @@ fn changed(
 }
 
 impl OperatorStore for SqliteOperator {
+    fn event<'a>(&'a self, id: &'a EventId) -> StoreFuture<'a, Option<EventRecord>> {
+        let id = id.clone();
+        Box::pin(self.reader.call(move |conn| {
+            conn.prepare_cached(&select_record("WHERE provider = ?1 AND event_key = ?2"))
+                .and_then(|mut s| {
+                    s.query_row(params![&*id.provider, &*id.key], record)
+                        .optional()
+                })
+                .map_err(sql_error)?
+                .transpose()
+        }))
+    }
+
     fn history<'a>(&'a self, id: &'a EventId) -> StoreFuture<'a, Vec<AttemptRecord>> {
         let id = id.clone();
         Box::pin(self.reader.call(move |conn| {

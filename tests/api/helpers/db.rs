@@ -509,11 +509,16 @@ impl TestDb {
     /// Waits until `n` statements wait for this schema's events table, held by
     /// [`TestDb::lock_table`] (other tests' tables and row locks not counted).
     pub async fn wait_for_table_waiters(&self, n: i64) {
+        self.wait_for_waiters_on("webhook_events", n).await;
+    }
+
+    /// Waits until `n` statements wait for this schema's `table` (Postgres).
+    pub async fn wait_for_waiters_on(&self, table: &str, n: i64) {
         let Inspect::Pg(client) = &self.inspect else {
             panic!("lock waiters are a Postgres test");
         };
-        let table = format!("{}.webhook_events", self.schema);
-        super::eventually(&format!("{n} statements to wait for the table"), || async {
+        let table = format!("{}.{table}", self.schema);
+        super::eventually(&format!("{n} statements to wait for {table}"), || async {
             client
                 .query_one(
                     "SELECT count(*) FROM pg_locks
