@@ -17,7 +17,7 @@ use std::time::Duration;
 use crate::claim::Status;
 use crate::key::EventId;
 use crate::store::operator::{OperatorStore, ReplayJob, SearchFilter};
-use crate::store::{EventRecord, PageCursor, Store, StoreError};
+use crate::store::{EventSummary, PageCursor, Store, StoreError};
 
 /// Events a job reads at once.
 const PAGE: u32 = 50;
@@ -163,7 +163,7 @@ async fn replay_when_free<F, Fut>(
     node: &str,
     lease: Duration,
     gap: Duration,
-    row: &EventRecord,
+    row: &EventSummary,
     replay: &F,
 ) -> Result<ItemOutcome, StoreError>
 where

@@ -17,20 +17,21 @@ use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
 use super::error::ApiError;
-use super::event_json::event_json;
+use super::event_json::{event_json, summary_json};
 use super::state::AppState;
 use crate::claim::Path;
 use crate::key::EventId;
 use crate::shard::gate::Hold;
 use crate::shard::Reply;
-use crate::store::{EventRecord, PageCursor};
+use crate::store::{EventSummary, PageCursor};
 
 /// Dead letters listed when no `limit` is given, and the most one request may ask for.
 const DEFAULT_LIMIT: u32 = 50;
 const MAX_LIMIT: u32 = 1000;
 
-/// Most bytes of dead letters one answer carries (their payloads are kept whole): a few
-/// megabytes is enough to read, and bounds what one request can make the node build.
+/// Most bytes of rows one list answer carries. A row's summary has no payload and is a few
+/// hundred bytes, but its last error is text from outside: a few megabytes is enough to
+/// read, and bounds what one request can make the node build.
 const MAX_ANSWER_BYTES: usize = 4 << 20;
 
 /// Matches only while the admin API is on (a token is configured): the guard of the whole
@@ -134,7 +135,7 @@ async fn list_dead(req: HttpRequest, state: web::Data<AppState>) -> Result<HttpR
         .store
         .dead_letters(query.provider.as_deref(), after.as_ref(), limit + 1)
         .await?;
-    let (items, truncated, next_cursor) = bounded(&dead, limit as usize, event_json);
+    let (items, truncated, next_cursor) = bounded(&dead, limit as usize, summary_json);
     Ok(HttpResponse::Ok().json(serde_json::json!({
         "dead": items,
         "truncated": truncated,
@@ -143,13 +144,13 @@ async fn list_dead(req: HttpRequest, state: web::Data<AppState>) -> Result<HttpR
 }
 
 /// At most `limit` of `rows` (the store was asked for one more, to tell whether a next
-/// page exists) as JSON, stopping early past [`MAX_ANSWER_BYTES`]: a thousand rows with
-/// large payloads would make an answer of a gigabyte. Answers the items, whether the bytes
-/// cut the page short, and the cursor of the next page (none on the last).
+/// page exists) as JSON, stopping early past [`MAX_ANSWER_BYTES`]. Answers the items,
+/// whether the bytes cut the page short, and the cursor of the next page (none on the
+/// last).
 pub(super) fn bounded(
-    rows: &[EventRecord],
+    rows: &[EventSummary],
     limit: usize,
-    json: impl Fn(&EventRecord) -> serde_json::Value,
+    json: impl Fn(&EventSummary) -> serde_json::Value,
 ) -> (Vec<serde_json::Value>, bool, Option<String>) {
     let mut items = Vec::new();
     let mut bytes = 0;

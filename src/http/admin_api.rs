@@ -12,7 +12,7 @@ use serde_json::{json, Value};
 use super::admin::{authorize, bounded, event_id, query, replay};
 use super::body;
 use super::error::ApiError;
-use super::event_json::{attempt_json, event_json};
+use super::event_json::{attempt_json, event_json, summary_json};
 use super::state::AppState;
 use crate::replay_jobs;
 use crate::store::operator::{ReplayJob, SearchFilter};
@@ -109,7 +109,7 @@ async fn search(req: HttpRequest, state: web::Data<AppState>) -> Result<HttpResp
         .operator()
         .search(&filter, after.as_ref(), limit + 1)
         .await?;
-    let (events, truncated, next) = bounded(&rows, limit as usize, event_json);
+    let (events, truncated, next) = bounded(&rows, limit as usize, summary_json);
     Ok(HttpResponse::Ok().json(json!({
         "events": events,
         "truncated": truncated,

@@ -1,9 +1,10 @@
-//! An event's row as JSON, for operators: `GET /admin/events/...`, `/admin/dead`, and the
-//! command line's `events show` and `dead show`. Shapes only; reads nothing.
+//! An event's row as JSON, for operators: whole for one event (`GET /admin/events/...`,
+//! the command line's `events show` and `dead show`), as a summary in lists (`/admin/dead`,
+//! the search). Shapes only; reads nothing.
 
 use std::time::Duration;
 
-use crate::store::{AttemptRecord, EventRecord};
+use crate::store::{AttemptRecord, EventRecord, EventSummary};
 
 /// Unix seconds as an RFC 3339 instant (out-of-range values clamped, never a panic).
 fn rfc3339(secs: f64) -> String {
@@ -12,17 +13,32 @@ fn rfc3339(secs: f64) -> String {
     humantime::format_rfc3339_millis(std::time::UNIX_EPOCH + since).to_string()
 }
 
-/// The row as JSON for operators (CLI and admin API); the payload as text when it is
-/// UTF-8, else its size.
+/// A row as a list shows it, as JSON (the search, `/admin/dead`): its state and the size of
+/// its kept payload, never the payload itself.
+pub fn summary_json(row: &EventSummary) -> serde_json::Value {
+    serde_json::json!({
+        "provider": &*row.id.provider,
+        "event_key": &*row.id.key,
+        "status": row.status.as_str(),
+        "attempts": row.attempts,
+        "last_path": row.last_path.map(|p| p.as_str()),
+        "result_status": row.result_status,
+        "last_error": row.last_error,
+        "dead_reason": row.dead_reason,
+        "lease_left_s": row.lease_left.as_secs_f64(),
+        "payload_bytes": row.payload_bytes,
+        // A stored time is the store's own clock, but a REAL can hold anything: a value no
+        // instant can be is shown as the epoch rather than panic.
+        "created_at": rfc3339(row.created_at),
+        "updated_at": rfc3339(row.updated_at),
+        "mode": row.mode,
+    })
+}
+
+/// One event's whole row as JSON for operators (CLI and admin API): its summary, with the
+/// payload as text when it is UTF-8 (else its size), the fingerprint, the content type and
+/// the kept request headers.
 pub fn event_json(record: &EventRecord) -> serde_json::Value {
-    // A stored time is the store's own clock, but a REAL can hold anything: a value no
-    // instant can be is shown as the epoch rather than panic.
-    let time = |secs: f64| {
-        // RFC 3339 ends with the year 9999.
-        const LAST: f64 = 253_402_300_799.0;
-        let since = Duration::try_from_secs_f64(secs.clamp(0.0, LAST)).unwrap_or_default();
-        humantime::format_rfc3339_millis(std::time::UNIX_EPOCH + since).to_string()
-    };
     let payload = record
         .payload
         .as_ref()
@@ -34,24 +50,12 @@ pub fn event_json(record: &EventRecord) -> serde_json::Value {
         .request_headers
         .as_deref()
         .and_then(|h| serde_json::from_str::<serde_json::Value>(h).ok());
-    serde_json::json!({
-        "provider": &*record.id.provider,
-        "event_key": &*record.id.key,
-        "status": record.status.as_str(),
-        "attempts": record.attempts,
-        "last_path": record.last_path.map(|p| p.as_str()),
-        "fingerprint": record.fingerprint,
-        "result_status": record.result.as_ref().map(|r| r.status),
-        "last_error": record.last_error,
-        "dead_reason": record.dead_reason,
-        "lease_left_s": record.lease_left.as_secs_f64(),
-        "content_type": record.content_type,
-        "request_headers": headers,
-        "payload": payload,
-        "created_at": time(record.created_at),
-        "updated_at": time(record.updated_at),
-        "mode": record.mode,
-    })
+    let mut json = summary_json(&record.summary());
+    json["fingerprint"] = record.fingerprint.clone().into();
+    json["content_type"] = record.content_type.clone().into();
+    json["request_headers"] = headers.into();
+    json["payload"] = payload.into();
+    json
 }
 
 /// An attempt from an event's history as JSON.

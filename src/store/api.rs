@@ -14,8 +14,8 @@ use crate::key::EventId;
 
 use super::page::PageCursor;
 pub use super::types::{
-    chain, AttemptRecord, Cause, Enqueued, EventRecord, Failure, Fenced, History, Kept, QueueDepth,
-    QueueRow, Reopened, StoreError, StoreFuture, Taken,
+    chain, AttemptRecord, Cause, Enqueued, EventRecord, EventSummary, Failure, Fenced, History,
+    Kept, QueueDepth, QueueRow, Reopened, StoreError, StoreFuture, Taken,
 };
 pub(crate) use super::types::{millis, storable, within};
 
@@ -66,7 +66,8 @@ pub trait Store: Send + Sync + 'static {
         failure: &'a Failure,
     ) -> StoreFuture<'a, Fenced>;
 
-    /// The whole row, if the key is known.
+    /// The whole row, if the key is known (the claim path's read; operators read one event
+    /// through [`OperatorStore::event`](super::operator::OperatorStore::event)).
     fn lookup<'a>(&'a self, id: &'a EventId) -> StoreFuture<'a, Option<EventRecord>>;
 
     /// Reopens a dead letter for one more attempt holding a lease of `lease` (path
@@ -75,13 +76,13 @@ pub trait Store: Send + Sync + 'static {
     fn replay<'a>(&'a self, id: &'a EventId, lease: Duration) -> StoreFuture<'a, Option<Reopened>>;
 
     /// Dead letters, newest first, optionally of one provider; with `after`, those that
-    /// come after that cursor (the next page). A plain read.
+    /// come after that cursor (the next page). A plain read of summaries: no payload.
     fn dead_letters<'a>(
         &'a self,
         provider: Option<&'a str>,
         after: Option<&'a PageCursor>,
         limit: u32,
-    ) -> StoreFuture<'a, Vec<EventRecord>>;
+    ) -> StoreFuture<'a, Vec<EventSummary>>;
 
     /// Deletes at most `batch` rows of `status` not changed for `older_than`; answers how
     /// many. Callers loop while a full batch was deleted.
@@ -145,13 +146,14 @@ pub trait Store: Send + Sync + 'static {
         batch: u32,
     ) -> StoreFuture<'a, u64>;
 
-    /// Rows, oldest first, optionally of one provider and one status.
+    /// Rows, oldest first, optionally of one provider and one status: summaries, no
+    /// payload.
     fn list<'a>(
         &'a self,
         provider: Option<&'a str>,
         status: Option<Status>,
         limit: u32,
-    ) -> StoreFuture<'a, Vec<EventRecord>>;
+    ) -> StoreFuture<'a, Vec<EventSummary>>;
 
     /// Unfinished queue rows per provider, and the age of the oldest due one.
     fn queue_depth(&self) -> StoreFuture<'_, Vec<QueueDepth>>;

@@ -19,8 +19,8 @@ mod types;
 pub use crate::outcome::DeadReason;
 pub(crate) use api::storable;
 pub use api::{
-    AttemptRecord, Cause, Enqueued, EventRecord, Failure, Fenced, History, Kept, QueueDepth,
-    QueueRow, Reopened, Store, StoreError, StoreFuture, Taken,
+    AttemptRecord, Cause, Enqueued, EventRecord, EventSummary, Failure, Fenced, History, Kept,
+    QueueDepth, QueueRow, Reopened, Store, StoreError, StoreFuture, Taken,
 };
 pub use open::{check, open};
 pub use page::PageCursor;

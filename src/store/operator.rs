@@ -8,7 +8,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use super::page::PageCursor;
-use super::types::{AttemptRecord, EventRecord, StoreFuture};
+use super::types::{AttemptRecord, EventRecord, EventSummary, StoreFuture};
 use crate::claim::Status;
 use crate::key::EventId;
 
@@ -141,13 +141,13 @@ pub trait OperatorStore: Send + Sync {
     fn history<'a>(&'a self, id: &'a EventId) -> StoreFuture<'a, Vec<AttemptRecord>>;
 
     /// Rows matching `filter`, last changed first (ties by provider, then key, descending),
-    /// after `after`; at most `limit`. A plain read.
+    /// after `after`; at most `limit`. A plain read of summaries: no payload.
     fn search<'a>(
         &'a self,
         filter: &'a SearchFilter,
         after: Option<&'a PageCursor>,
         limit: u32,
-    ) -> StoreFuture<'a, Vec<EventRecord>>;
+    ) -> StoreFuture<'a, Vec<EventSummary>>;
 
     /// How many rows match `filter` (a bulk replay's plan). A plain read.
     fn count<'a>(&'a self, filter: &'a SearchFilter) -> StoreFuture<'a, u64>;

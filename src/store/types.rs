@@ -339,7 +339,8 @@ pub struct AttemptRecord {
     pub answer: Option<String>,
 }
 
-/// A whole row, for operators (`hookgate events show`).
+/// A whole row, for operators reading one event (`hookgate events show`, the console's
+/// event page) and for the claim path's read-back.
 #[derive(Debug, Clone)]
 pub struct EventRecord {
     /// Provider and key.
@@ -372,6 +373,60 @@ pub struct EventRecord {
     pub created_at: f64,
     /// Last change, seconds since the Unix epoch (store clock).
     pub updated_at: f64,
+}
+
+/// One event as a list shows it (a search, the dead letters, `events list`): its state and
+/// the size of its kept payload, never the payload, the cached answer or the kept headers,
+/// which can be megabytes a row; those are read one event at a time ([`EventRecord`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct EventSummary {
+    /// Provider and key.
+    pub id: EventId,
+    /// The row's status.
+    pub status: Status,
+    /// Won claims so far.
+    pub attempts: i32,
+    /// The path of the last won claim.
+    pub last_path: Option<Path>,
+    /// The target's status in the cached result of a done row.
+    pub result_status: Option<u16>,
+    /// The last failure.
+    pub last_error: Option<String>,
+    /// Why the row is dead.
+    pub dead_reason: Option<String>,
+    /// The kept payload's size in bytes, when one is kept.
+    pub payload_bytes: Option<u64>,
+    /// Time left on the lease (zero when none is live).
+    pub lease_left: Duration,
+    /// `sync` or `queue`.
+    pub mode: String,
+    /// Row creation, seconds since the Unix epoch (store clock).
+    pub created_at: f64,
+    /// Last change, seconds since the Unix epoch (store clock).
+    pub updated_at: f64,
+}
+
+impl EventRecord {
+    /// The row as a list shows it.
+    pub fn summary(&self) -> EventSummary {
+        EventSummary {
+            id: self.id.clone(),
+            status: self.status,
+            attempts: self.attempts,
+            last_path: self.last_path,
+            result_status: self.result.as_ref().map(|r| r.status),
+            last_error: self.last_error.clone(),
+            dead_reason: self.dead_reason.clone(),
+            payload_bytes: self
+                .payload
+                .as_ref()
+                .map(|p| u64::try_from(p.len()).unwrap_or(u64::MAX)),
+            lease_left: self.lease_left,
+            mode: self.mode.clone(),
+            created_at: self.created_at,
+            updated_at: self.updated_at,
+        }
+    }
 }
 
 /// Runs `op` under `deadline`: past it the caller gets [`StoreError::TimedOut`] and the

@@ -206,6 +206,51 @@ async fn events_are_searched_by_filter_and_paged(backend: Backend) {
     assert_eq!(app.get("/admin/api/events").await.status, 401);
 }
 
+/// Lists never carry payloads: six dead letters of 1 MB each are listed whole in a few
+/// kilobytes — by `/admin/dead`, the search and the command line's `dead list` — each with
+/// its payload's size; one event's page still has its payload whole.
+async fn lists_of_large_dead_letters_carry_their_sizes_not_their_payloads(backend: Backend) {
+    let app = admin_app(backend, |c| c.server.max_body_bytes = 2 << 20).await;
+    app.target.set(Behaviour::Status(400));
+    let filler = "x".repeat(1 << 20);
+    for i in 0..6 {
+        let body = format!(r#"{{"id":"evt_big{i}","filler":"{filler}"}}"#);
+        let answer = app.deliver(&format!("evt_big{i}"), &body).await;
+        assert_eq!(answer.status, 200, "{}", answer.body);
+    }
+    let size = (format!(r#"{{"id":"evt_big0","filler":"{filler}"}}"#)).len();
+    for (path, list) in [
+        ("/admin/dead?limit=1000", "dead"),
+        ("/admin/api/events?status=dead&limit=500", "events"),
+    ] {
+        let answer = app.get_with(path, &auth()).await;
+        assert_eq!(answer.status, 200, "{path}: {}", answer.body);
+        assert!(
+            answer.body.len() < 16 << 10,
+            "{path}: {} bytes",
+            answer.body.len()
+        );
+        let page: Value = serde_json::from_str(&answer.body).unwrap();
+        assert_eq!(page["truncated"], false, "{path}");
+        let items = page[list].as_array().unwrap();
+        assert_eq!(items.len(), 6, "{path}");
+        for item in items {
+            assert!(item.get("payload").is_none(), "{path}: {item}");
+            assert!(item.get("request_headers").is_none(), "{path}: {item}");
+            assert_eq!(item["payload_bytes"], json!(size), "{path}: {item}");
+        }
+    }
+    let rows = app
+        .store
+        .dead_letters(Some(PROVIDER), None, 10)
+        .await
+        .unwrap();
+    assert_eq!(rows.len(), 6);
+    assert!(rows.iter().all(|r| r.payload_bytes == Some(size as u64)));
+    let one = get_json(&app, &format!("/admin/api/events/{PROVIDER}/evt_big3")).await;
+    assert_eq!(one["payload"].as_str().map(str::len), Some(size));
+}
+
 /// A paused queue provider accepts and holds its events on every node; a paused sync
 /// provider answers 503 so the sender keeps them; resumed, everything is delivered.
 async fn a_paused_provider_delivers_nothing_until_resumed(backend: Backend) {
@@ -731,6 +776,7 @@ async fn the_command_lines_bulk_replay_runs_its_own_job_and_leaves_an_older_one(
 }
 
 on_both_stores!(
+    lists_of_large_dead_letters_carry_their_sizes_not_their_payloads,
     a_request_waiting_for_a_worker_is_held_by_a_pause,
     an_event_that_failed_twice_shows_three_attempts_and_a_plain_one_none,
     a_target_answer_with_nul_bytes_is_recorded_in_either_mode,

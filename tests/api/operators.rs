@@ -168,30 +168,6 @@ async fn a_malformed_admin_request_gets_a_json_400_after_the_token() {
     assert_eq!(app.get("/admin/api/replays/x").await.status, 401);
 }
 
-/// A list of dead letters is bounded by bytes, not only by rows: past a few megabytes of
-/// payloads it stops and says it was cut.
-#[actix_web::test]
-async fn the_dead_letter_list_is_bounded_by_bytes() {
-    let app = spawn_app_with(|c| {
-        c.admin.token = Some(Secret::new(TOKEN));
-        c.server.max_body_bytes = 2 << 20;
-    })
-    .await;
-    app.target.set(Behaviour::Status(400));
-    let filler = "x".repeat(1 << 20);
-    for i in 0..6 {
-        let body = format!(r#"{{"id":"evt_big{i}","filler":"{filler}"}}"#);
-        assert_eq!(app.deliver(&format!("evt_big{i}"), &body).await.status, 200);
-    }
-    let list = app.get_with("/admin/dead?limit=1000", &bearer(TOKEN)).await;
-    assert_eq!(list.status, 200);
-    assert!(list.body.len() < 6 << 20, "{} bytes", list.body.len());
-    let list: serde_json::Value = serde_json::from_str(&list.body).unwrap();
-    assert_eq!(list["truncated"], true);
-    let shown = list["dead"].as_array().map_or(0, Vec::len);
-    assert!((1..6).contains(&shown), "{shown} shown");
-}
-
 /// Operators' work has connections of its own: with more operator requests stuck in the
 /// store (pauses blocked on a lock the test holds on the paused-providers table, until a
 /// deadline far off) than the node has connections for senders, senders are still

@@ -224,3 +224,62 @@ async fn operator_reads_read_their_page_not_the_table_whatever_the_cached_plan()
         "reads past one page's worth ({PAGE_READS}): {over:#?}"
     );
 }
+
+/// Lists read no payload: with twenty dead letters of 1 MB each, the dead-letter list, the
+/// search and `events list` read not one block of the table's TOAST (where such payloads
+/// live), while one event's read does.
+#[actix_web::test]
+async fn lists_read_no_payload_and_one_event_reads_its_own() {
+    let db = TestDb::new().await;
+    drop(db.store().await);
+    db.execute(
+        "INSERT INTO webhook_events (provider, event_key, status, attempts, last_path,
+                                     dead_reason, payload)
+         SELECT 'p', 'big' || g, 'dead', 1, 'first_run', 'non_retryable',
+                convert_to((SELECT string_agg(md5(g::text || i::text), '')
+                            FROM generate_series(1, 32768) i), 'UTF8')
+         FROM generate_series(1, 20) g",
+    )
+    .await;
+    let name = format!("hookgate_lists_{}", fastrand::u32(..));
+    let config = StoreConfig {
+        url: format!("{}?application_name={name}", db.url),
+        schema: db.schema.clone(),
+        ..StoreConfig::default()
+    };
+    let read = |one: bool| {
+        let config = config.clone();
+        async move {
+            let store = hookgate::store::open(&config).await.unwrap();
+            if one {
+                let row = store.operator().event(&EventId::new("p", "big7")).await;
+                assert!(row
+                    .unwrap()
+                    .unwrap()
+                    .payload
+                    .is_some_and(|p| p.len() == 1 << 20));
+            } else {
+                assert_eq!(store.dead_letters(None, None, 50).await.unwrap().len(), 20);
+                let filter = hookgate::store::operator::SearchFilter::default();
+                let found = store.operator().search(&filter, None, 50).await.unwrap();
+                assert_eq!(found.len(), 20);
+                assert_eq!(store.list(None, None, 50).await.unwrap().len(), 20);
+            }
+        }
+    };
+    for one in [false, true] {
+        let before = db.toast_reads().await;
+        read(one).await;
+        // Counts reach the statistics when the connections end (the store is dropped).
+        eventually("the reads' connections to end", || async {
+            db.backends(&name).await == 0
+        })
+        .await;
+        let toast = db.toast_reads().await - before;
+        if one {
+            assert!(toast > 0, "one event's read reads its payload");
+        } else {
+            assert_eq!(toast, 0, "TOAST blocks read by lists");
+        }
+    }
+}

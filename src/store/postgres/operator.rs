@@ -9,10 +9,12 @@ use std::time::Duration;
 use tokio_postgres::Row;
 
 use super::pool::Inner;
-use super::rows::{db_error, get, record};
-use super::sql::{record_columns, LOOKUP};
+use super::rows::{db_error, get, record, summary};
+use super::sql::{summary_columns, LOOKUP};
 use crate::key::EventId;
-use crate::store::api::{millis, AttemptRecord, EventRecord, StoreError, StoreFuture};
+use crate::store::api::{
+    millis, AttemptRecord, EventRecord, EventSummary, StoreError, StoreFuture,
+};
 use crate::store::operator::{OperatorStore, ReplayItem, ReplayJob, SearchFilter, StatusCount};
 use crate::store::page::PageCursor;
 
@@ -47,7 +49,7 @@ WHERE ($1::text IS NULL OR provider = $1)
 /// key).
 const SEARCH: &str = concat!(
     "SELECT ",
-    record_columns!(),
+    summary_columns!(),
     search_where!(),
     "
   AND ($11::bigint IS NULL
@@ -296,10 +298,10 @@ impl OperatorStore for PgOperator {
         filter: &'a SearchFilter,
         after: Option<&'a PageCursor>,
         limit: u32,
-    ) -> StoreFuture<'a, Vec<EventRecord>> {
+    ) -> StoreFuture<'a, Vec<EventSummary>> {
         Box::pin(async move {
             let rows = self.search_rows(SEARCH, filter, after, Some(limit)).await?;
-            rows.iter().map(record).collect()
+            rows.iter().map(summary).collect()
         })
     }
 

@@ -9,7 +9,7 @@ use tokio_postgres::Row;
 use crate::claim::{ClaimResult, Path, RowState, Status, StoredResult};
 use crate::config::Mode;
 use crate::key::EventId;
-use crate::store::api::{Cause, Enqueued, EventRecord, StoreError};
+use crate::store::api::{Cause, Enqueued, EventRecord, EventSummary, StoreError};
 
 pub(crate) fn claim_result(row: &Row) -> Result<ClaimResult, StoreError> {
     let won: bool = get(row, "won")?;
@@ -58,6 +58,33 @@ pub(crate) fn record(row: &Row) -> Result<EventRecord, StoreError> {
         dead_reason: get(row, "dead_reason")?,
         content_type: get(row, "content_type")?,
         request_headers: get(row, "request_headers")?,
+        lease_left: lease_left(row)?,
+        mode: get(row, "mode")?,
+        created_at: get(row, "created_unix")?,
+        updated_at: get(row, "updated_unix")?,
+    })
+}
+
+/// A row as a list shows it ([`summary_columns!`](super::sql::summary_columns)).
+pub(crate) fn summary(row: &Row) -> Result<EventSummary, StoreError> {
+    Ok(EventSummary {
+        id: EventId::new(
+            get::<String>(row, "provider")?,
+            get::<String>(row, "event_key")?,
+        ),
+        status: parse_status(&get::<String>(row, "status")?)?,
+        attempts: get(row, "attempts")?,
+        last_path: Path::parse(&get::<String>(row, "last_path")?),
+        result_status: get::<Option<i16>>(row, "result_status")?
+            .map(|s| {
+                u16::try_from(s)
+                    .map_err(|_| StoreError::Corrupt(format!("result_status {s}").into()))
+            })
+            .transpose()?,
+        last_error: get(row, "last_error")?,
+        dead_reason: get(row, "dead_reason")?,
+        payload_bytes: get::<Option<i64>>(row, "payload_bytes")?
+            .map(|n| u64::try_from(n).unwrap_or(0)),
         lease_left: lease_left(row)?,
         mode: get(row, "mode")?,
         created_at: get(row, "created_unix")?,

@@ -171,7 +171,7 @@ WITH failed AS (
 SELECT count(*)::bigint AS changed FROM failed"
 );
 
-/// The columns of a whole row, for [`LOOKUP`] and [`DEAD_LETTERS`]. The times are named
+/// The columns of a whole row, for [`LOOKUP`]. The times are named
 /// apart from their columns (`created_unix`, `updated_unix`): an `ORDER BY updated_at`
 /// names the output column when one has that name, and a float computed per row is an
 /// order no index gives — every matching row read and sorted for each page.
@@ -185,7 +185,21 @@ macro_rules! record_columns {
          extract(epoch FROM updated_at)::float8 AS updated_unix"
     };
 }
-pub(crate) use record_columns;
+
+/// The columns of a row as a list shows it ([`EventSummary`](crate::store::EventSummary)):
+/// no payload, cached answer or kept headers, which can be megabytes a row, stored out of
+/// line (TOAST) and never read for a list. `octet_length` of a payload reads only the size
+/// in its pointer. Times named apart from their columns, as in [`record_columns!`].
+macro_rules! summary_columns {
+    () => {
+        "provider, event_key, status, attempts, last_path, result_status, last_error,
+         dead_reason, mode, octet_length(payload)::int8 AS payload_bytes,
+         GREATEST(0, extract(epoch FROM locked_until - now()) * 1000)::bigint AS lease_left_ms,
+         extract(epoch FROM created_at)::float8 AS created_unix,
+         extract(epoch FROM updated_at)::float8 AS updated_unix"
+    };
+}
+pub(crate) use summary_columns;
 
 /// Lookup: a plain read, no lock; sees the last committed state.
 pub(crate) const LOOKUP: &str = concat!(
@@ -199,7 +213,7 @@ pub(crate) const LOOKUP: &str = concat!(
 /// microseconds, as [`PageCursor`](super::PageCursor) holds them.
 pub(crate) const DEAD_LETTERS: &str = concat!(
     "SELECT ",
-    record_columns!(),
+    summary_columns!(),
     " FROM webhook_events WHERE status = 'dead' AND ($1::text IS NULL OR provider = $1)
       AND ($3::bigint IS NULL
            OR (updated_at, provider, event_key)
@@ -211,7 +225,7 @@ pub(crate) const DEAD_LETTERS: &str = concat!(
 /// plain read, no lock.
 pub(crate) const LIST: &str = concat!(
     "SELECT ",
-    record_columns!(),
+    summary_columns!(),
     " FROM webhook_events WHERE ($1::text IS NULL OR provider = $1)
       AND ($2::text IS NULL OR status = $2) ORDER BY created_at LIMIT $3"
 );

@@ -24,7 +24,7 @@ use super::operator::PgOperator;
 use super::pool::{ClaimCall, CompleteCall, Inner};
 use super::pools::{self, Pools};
 use super::queue;
-use super::rows::{db_error, get, parse_mode, record};
+use super::rows::{db_error, get, parse_mode, record, summary};
 use super::sql::{DEAD_LETTERS, FAIL, LIST, LOOKUP, REPLAY, SWEEP};
 use super::tls;
 use crate::claim::{ClaimResult, Status, StoredResult};
@@ -32,8 +32,8 @@ use crate::config::StoreConfig;
 use crate::key::EventId;
 use crate::store::api::millis;
 use crate::store::api::{
-    Enqueued, EventRecord, Failure, Fenced, History, Kept, QueueDepth, QueueRow, Reopened, Store,
-    StoreError, StoreFuture, Taken,
+    Enqueued, EventRecord, EventSummary, Failure, Fenced, History, Kept, QueueDepth, QueueRow,
+    Reopened, Store, StoreError, StoreFuture, Taken,
 };
 use crate::store::batcher::Batcher;
 use crate::store::operator::OperatorStore;
@@ -370,7 +370,7 @@ impl Store for PgStore {
         provider: Option<&'a str>,
         after: Option<&'a PageCursor>,
         limit: u32,
-    ) -> StoreFuture<'a, Vec<EventRecord>> {
+    ) -> StoreFuture<'a, Vec<EventSummary>> {
         let (us, after_provider, after_key) = match after {
             Some(c) => (Some(c.updated_us), Some(&*c.id.provider), Some(&*c.id.key)),
             None => (None, None, None),
@@ -390,7 +390,7 @@ impl Store for PgStore {
                 )
                 .await
                 .map_err(db_error)?;
-            rows.iter().map(record).collect()
+            rows.iter().map(summary).collect()
         })))
     }
 
@@ -474,7 +474,7 @@ impl Store for PgStore {
         provider: Option<&'a str>,
         status: Option<Status>,
         limit: u32,
-    ) -> StoreFuture<'a, Vec<EventRecord>> {
+    ) -> StoreFuture<'a, Vec<EventSummary>> {
         let status = status.map(Status::as_str);
         let inner = &self.operator.inner;
         Box::pin(inner.guarded(inner.run(async move |client| {
@@ -482,7 +482,7 @@ impl Store for PgStore {
                 .query(LIST, &[&provider, &status, &i64::from(limit)])
                 .await
                 .map_err(db_error)?;
-            rows.iter().map(record).collect()
+            rows.iter().map(summary).collect()
         })))
     }
 

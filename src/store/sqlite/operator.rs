@@ -9,10 +9,12 @@ use std::time::Duration;
 use rusqlite::{params, Connection, OptionalExtension, Row};
 
 use super::reader::Reader;
-use super::rows::{record, select_record};
+use super::rows::{record, select_record, select_summary, summary};
 use super::writer::{sql_error, Writer};
 use crate::key::EventId;
-use crate::store::api::{millis, AttemptRecord, EventRecord, StoreError, StoreFuture};
+use crate::store::api::{
+    millis, AttemptRecord, EventRecord, EventSummary, StoreError, StoreFuture,
+};
 use crate::store::operator::{OperatorStore, ReplayItem, ReplayJob, SearchFilter, StatusCount};
 use crate::store::page::PageCursor;
 
@@ -246,12 +248,12 @@ impl OperatorStore for SqliteOperator {
         filter: &'a SearchFilter,
         after: Option<&'a PageCursor>,
         limit: u32,
-    ) -> StoreFuture<'a, Vec<EventRecord>> {
+    ) -> StoreFuture<'a, Vec<EventSummary>> {
         let filter = filter.clone();
         let after = after.cloned();
         Box::pin(self.reader.call(move |conn| {
             // Whole microseconds, rounded as `PageCursor` rounds them.
-            let sql = select_record(&format!(
+            let sql = select_summary(&format!(
                 "{SEARCH_WHERE}
                  AND (?12 IS NULL OR (CAST(round(updated_at * 1000000) AS INTEGER), provider,
                       event_key) < (?12, ?13, ?14))
@@ -268,7 +270,9 @@ impl OperatorStore for SqliteOperator {
                 .map(|v| v.as_ref() as &dyn rusqlite::ToSql)
                 .collect();
             let mut stmt = conn.prepare_cached(&sql).map_err(sql_error)?;
-            let rows = stmt.query_map(refs.as_slice(), record).map_err(sql_error)?;
+            let rows = stmt
+                .query_map(refs.as_slice(), summary)
+                .map_err(sql_error)?;
             rows.map(|r| r.map_err(sql_error)?).collect()
         }))
     }

@@ -24,14 +24,14 @@ use rusqlite::{params, Connection, OpenFlags, OptionalExtension};
 use super::operator::SqliteOperator;
 use super::queue;
 use super::reader::Reader;
-use super::rows::{fenced, record, select_record};
+use super::rows::{fenced, record, select_record, select_summary, summary};
 use super::writer::{sql_error, Writer};
 use crate::claim::{ClaimResult, Path as ClaimPath, RowState, Status, StoredResult};
 use crate::config::Mode;
 use crate::key::EventId;
 use crate::store::api::{
-    millis, Enqueued, EventRecord, Failure, Fenced, History, Kept, QueueDepth, QueueRow, Reopened,
-    Store, StoreError, StoreFuture, Taken,
+    millis, Enqueued, EventRecord, EventSummary, Failure, Fenced, History, Kept, QueueDepth,
+    QueueRow, Reopened, Store, StoreError, StoreFuture, Taken,
 };
 use crate::store::operator::OperatorStore;
 use crate::store::page::PageCursor;
@@ -440,7 +440,7 @@ impl Store for SqliteStore {
         provider: Option<&'a str>,
         after: Option<&'a PageCursor>,
         limit: u32,
-    ) -> StoreFuture<'a, Vec<EventRecord>> {
+    ) -> StoreFuture<'a, Vec<EventSummary>> {
         let provider = provider.map(str::to_owned);
         let (us, after_provider, after_key) = match after {
             Some(c) => (
@@ -452,7 +452,7 @@ impl Store for SqliteStore {
         };
         Box::pin(self.reader.call(move |conn| {
             // Whole microseconds, rounded as `PageCursor` rounds them.
-            let sql = select_record(
+            let sql = select_summary(
                 "WHERE status = 'dead' AND (?1 IS NULL OR provider = ?1)
                  AND (?3 IS NULL OR (CAST(round(updated_at * 1000000) AS INTEGER), provider,
                       event_key) < (?3, ?4, ?5))
@@ -462,7 +462,7 @@ impl Store for SqliteStore {
             let rows = stmt
                 .query_map(
                     params![provider, limit, us, after_provider, after_key],
-                    record,
+                    summary,
                 )
                 .map_err(sql_error)?;
             rows.map(|r| r.map_err(sql_error)?).collect()
@@ -556,17 +556,17 @@ impl Store for SqliteStore {
         provider: Option<&'a str>,
         status: Option<Status>,
         limit: u32,
-    ) -> StoreFuture<'a, Vec<EventRecord>> {
+    ) -> StoreFuture<'a, Vec<EventSummary>> {
         let provider = provider.map(str::to_owned);
         let status = status.map(Status::as_str);
         Box::pin(self.reader.call(move |conn| {
-            let sql = select_record(
+            let sql = select_summary(
                 "WHERE (?1 IS NULL OR provider = ?1) AND (?2 IS NULL OR status = ?2)
                  ORDER BY created_at, rowid LIMIT ?3",
             );
             let mut stmt = conn.prepare_cached(&sql).map_err(sql_error)?;
             let rows = stmt
-                .query_map(params![provider, status, limit], record)
+                .query_map(params![provider, status, limit], summary)
                 .map_err(sql_error)?;
             rows.map(|r| r.map_err(sql_error)?).collect()
         }))

@@ -546,7 +546,7 @@ impl Store for ChaosStore {
         provider: Option<&'a str>,
         after: Option<&'a hookgate::store::PageCursor>,
         limit: u32,
-    ) -> StoreFuture<'a, Vec<EventRecord>> {
+    ) -> StoreFuture<'a, Vec<hookgate::store::EventSummary>> {
         self.inner.dead_letters(provider, after, limit)
     }
     fn sweep(&self, status: Status, older_than: Duration, batch: u32) -> StoreFuture<'_, u64> {
@@ -619,7 +619,7 @@ impl Store for ChaosStore {
         provider: Option<&'a str>,
         status: Option<Status>,
         limit: u32,
-    ) -> StoreFuture<'a, Vec<EventRecord>> {
+    ) -> StoreFuture<'a, Vec<hookgate::store::EventSummary>> {
         self.inner.list(provider, status, limit)
     }
     fn operator(&self) -> &dyn hookgate::store::operator::OperatorStore {

@@ -394,6 +394,24 @@ impl TestDb {
             .get(0)
     }
 
+    /// Blocks of `webhook_events`'s TOAST table (where large payloads, answers and headers
+    /// live) read so far, from disk or the buffer cache (`pg_statio_user_tables`).
+    pub async fn toast_reads(&self) -> i64 {
+        let Inspect::Pg(client) = &self.inspect else {
+            panic!("a Postgres test");
+        };
+        client
+            .query_one(
+                "SELECT COALESCE(toast_blks_read, 0) + COALESCE(toast_blks_hit, 0)
+                 FROM pg_statio_user_tables
+                 WHERE relname = 'webhook_events' AND schemaname = current_schema()",
+                &[],
+            )
+            .await
+            .expect("pg_statio_user_tables")
+            .get(0)
+    }
+
     /// The server processes connected as `application_name`.
     pub async fn backends(&self, application_name: &str) -> i64 {
         let Inspect::Pg(client) = &self.inspect else {
