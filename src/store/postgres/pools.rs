@@ -47,11 +47,11 @@ pub(crate) fn open(config: &StoreConfig, schema: String) -> Result<Pools, StoreE
     // once it holds millions of rows (measured once: ~5.8k -> ~2.3k first runs/s over 100k
     // rows), so these sessions rule out sequential scans and hash/merge joins; every hot,
     // queue and sweep statement finds rows by an index. Checked by tests/api/plans.rs.
-    pg.options(format!(
+    let options = format!(
         "-c search_path={schema} -c statement_timeout={} -c enable_seqscan=off \
          -c enable_hashjoin=off -c enable_mergejoin=off",
         millis(config.deadline()).max(1)
-    ));
+    );
     pg.connect_timeout(CONNECT_TIMEOUT);
     read_write_by_default(&mut pg, &config.url);
     if pg.get_application_name().is_none() {
@@ -59,19 +59,22 @@ pub(crate) fn open(config: &StoreConfig, schema: String) -> Result<Pools, StoreE
     }
     let tls = tls::connector(&tls)?;
     let retired = Arc::new(Retired::default());
-    let pool = |size: usize| {
-        build(
-            pg.clone(),
-            tls.clone(),
-            size,
-            config,
-            schema.clone(),
-            &retired,
-        )
+    let pool = |size: usize, options: String| {
+        let mut pg = pg.clone();
+        pg.options(options);
+        build(pg, tls.clone(), size, config, schema.clone(), &retired)
     };
+    // The operators' reads are pages in the order of an index ((status, updated_at), a
+    // job's (job_id, at)), read newest first and stopped at a limit; with statistics that
+    // say a table is small (an empty one analyzed, or none yet) a plan would rather read
+    // every matching row and sort them, or gather them through a bitmap, which on a grown
+    // table reads all of them for one page. Their sessions rule out both: an ordered scan
+    // stopped at its limit, ties put in order a few at a time (an incremental sort).
+    // Checked by tests/api/plans.rs.
+    let operators = format!("{options} -c enable_sort=off -c enable_bitmapscan=off");
     Ok(Pools {
-        hot: pool(config.pool_size)?,
-        operator: pool(config.operator_pool_size)?,
+        hot: pool(config.pool_size, options)?,
+        operator: pool(config.operator_pool_size, operators)?,
     })
 }
 
