@@ -24,6 +24,15 @@ pub enum Status {
 }
 
 impl Status {
+    /// Every status.
+    pub const ALL: [Status; 5] = [
+        Status::Queued,
+        Status::InProgress,
+        Status::Failed,
+        Status::Done,
+        Status::Dead,
+    ];
+
     /// The text stored in the database.
     pub fn as_str(self) -> &'static str {
         match self {

@@ -112,10 +112,10 @@ where
     let gap = Duration::from_secs_f64(1.0 / job.rate.clamp(0.01, 10_000.0));
     let mut after: Option<PageCursor> = None;
     loop {
+        // A page may come back empty with a place to go on from: its search read its
+        // budget of rows without a match (store/search.rs).
         let page = operator.search(&filter, after.as_ref(), PAGE).await?;
-        let Some(last) = page.last() else { break };
-        after = Some(PageCursor::after(last.updated_at, &last.id));
-        for row in page {
+        for row in page.rows {
             if !operator.renew_job(job.id, node, lease).await? {
                 return Ok(());
             }
@@ -148,6 +148,10 @@ where
             let (word, ok, detail) = outcome.record();
             operator.end_item(job.id, &row.id, word, detail, ok).await?;
             tokio::time::sleep(gap).await;
+        }
+        match page.next {
+            Some(next) => after = Some(next),
+            None => break,
         }
     }
     operator.finish_job(job.id, node).await

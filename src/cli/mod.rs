@@ -121,7 +121,7 @@ pub enum DeadCommand {
 /// `hookgate events ...`
 #[derive(Debug, Subcommand)]
 pub enum EventsCommand {
-    /// Rows by status, oldest first: what is stuck.
+    /// Rows by status, least recently changed first: what is stuck.
     List {
         /// Only this provider's.
         #[arg(long)]
@@ -220,8 +220,8 @@ async fn show(config: &Config, id: EventId, dead_only: bool) -> anyhow::Result<(
     }
 }
 
-/// `events list`: one line a row, oldest first — provider, key, status, mode, attempts,
-/// age, last error.
+/// `events list`: one line a row, least recently changed first — provider, key, status,
+/// mode, attempts, age, last error.
 pub async fn list(
     config: &Config,
     provider: Option<&str>,
@@ -260,8 +260,14 @@ async fn dead(config: &Config, command: DeadCommand) -> anyhow::Result<()> {
     match command {
         DeadCommand::List { provider, limit } => {
             let store = store::open(&config.store).await?;
-            let dead = store.dead_letters(provider.as_deref(), None, limit).await?;
-            for r in &dead {
+            let filter = crate::store::operator::SearchFilter {
+                provider,
+                status: Some(Status::Dead),
+                ..Default::default()
+            };
+            let page = store.operator().search(&filter, None, limit).await?;
+            let dead = &page.rows;
+            for r in dead {
                 out!(
                     "{}\t{}\t{}\tattempts={}\t{}",
                     r.id.provider,
@@ -272,6 +278,13 @@ async fn dead(config: &Config, command: DeadCommand) -> anyhow::Result<()> {
                 )?;
             }
             eprintln!("{} dead letter(s)", dead.len());
+            if page.scan_stopped {
+                eprintln!(
+                    "(the search stopped after reading the {} most recently changed rows; \
+                     the console and the admin API go on from there)",
+                    crate::store::SCAN_BUDGET
+                );
+            }
             Ok(())
         }
         DeadCommand::Show { provider, key } => {

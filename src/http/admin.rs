@@ -23,7 +23,8 @@ use crate::claim::Path;
 use crate::key::EventId;
 use crate::shard::gate::Hold;
 use crate::shard::Reply;
-use crate::store::{EventSummary, PageCursor};
+use crate::store::operator::SearchFilter;
+use crate::store::{PageCursor, SearchPage};
 
 /// Dead letters listed when no `limit` is given, and the most one request may ask for.
 const DEFAULT_LIMIT: u32 = 50;
@@ -130,47 +131,48 @@ async fn list_dead(req: HttpRequest, state: web::Data<AppState>) -> Result<HttpR
         Some(text) => Some(PageCursor::decode(text).ok_or(ApiError::BadCursor)?),
         None => None,
     };
-    // One row more than the page shows says whether there is a next page.
-    let dead = state
+    let filter = SearchFilter {
+        provider: query.provider,
+        status: Some(crate::claim::Status::Dead),
+        ..SearchFilter::default()
+    };
+    let page = state
         .store
-        .dead_letters(query.provider.as_deref(), after.as_ref(), limit + 1)
+        .operator()
+        .search(&filter, after.as_ref(), limit)
         .await?;
-    let (items, truncated, next_cursor) = bounded(&dead, limit as usize, summary_json);
-    Ok(HttpResponse::Ok().json(serde_json::json!({
-        "dead": items,
-        "truncated": truncated,
-        "next_cursor": next_cursor,
-    })))
+    Ok(HttpResponse::Ok().json(bounded(&page, "dead")))
 }
 
-/// At most `limit` of `rows` (the store was asked for one more, to tell whether a next
-/// page exists) as JSON, stopping early past [`MAX_ANSWER_BYTES`]. Answers the items,
-/// whether the bytes cut the page short, and the cursor of the next page (none on the
-/// last).
-pub(super) fn bounded(
-    rows: &[EventSummary],
-    limit: usize,
-    json: impl Fn(&EventSummary) -> serde_json::Value,
-) -> (Vec<serde_json::Value>, bool, Option<String>) {
+/// A page of a search as the answer's fields under `list` (its rows as JSON), stopping
+/// early past [`MAX_ANSWER_BYTES`]: `truncated` when the bytes cut it short,
+/// `next_cursor` (none on the last page), and `scan_stopped` when the search read its
+/// budget of rows before the page was full (`next_cursor` goes on from there).
+pub(super) fn bounded(page: &SearchPage, list: &str) -> serde_json::Value {
     let mut items = Vec::new();
     let mut bytes = 0;
     let mut truncated = false;
     let mut last = None;
-    for record in rows.iter().take(limit) {
-        let item = json(record);
+    for row in &page.rows {
+        let item = summary_json(row);
         bytes += item.to_string().len();
         if bytes > MAX_ANSWER_BYTES && !items.is_empty() {
             truncated = true;
             break;
         }
         items.push(item);
-        last = Some(record);
+        last = Some(row);
     }
-    let more = truncated || rows.len() > limit;
-    let next = last
-        .filter(|_| more)
-        .map(|r| PageCursor::after(r.updated_at, &r.id).encode());
-    (items, truncated, next)
+    let next = match last {
+        Some(row) if truncated => Some(PageCursor::after(row.updated_at, &row.id)),
+        _ => page.next.clone(),
+    };
+    serde_json::json!({
+        list: items,
+        "truncated": truncated,
+        "next_cursor": next.map(|c| c.encode()),
+        "scan_stopped": page.scan_stopped && !truncated,
+    })
 }
 
 /// Replays one dead letter (`POST /admin/dead/…/replay`, and the operator API's

@@ -12,7 +12,7 @@ use serde_json::{json, Value};
 use super::admin::{authorize, bounded, event_id, query, replay};
 use super::body;
 use super::error::ApiError;
-use super::event_json::{attempt_json, event_json, summary_json};
+use super::event_json::{attempt_json, event_json};
 use super::state::AppState;
 use crate::replay_jobs;
 use crate::store::operator::{ReplayJob, SearchFilter};
@@ -104,17 +104,12 @@ async fn search(req: HttpRequest, state: web::Data<AppState>) -> Result<HttpResp
         Some(text) => Some(PageCursor::decode(text).ok_or(ApiError::BadCursor)?),
         None => None,
     };
-    let rows = state
+    let page = state
         .store
         .operator()
-        .search(&filter, after.as_ref(), limit + 1)
+        .search(&filter, after.as_ref(), limit)
         .await?;
-    let (events, truncated, next) = bounded(&rows, limit as usize, summary_json);
-    Ok(HttpResponse::Ok().json(json!({
-        "events": events,
-        "truncated": truncated,
-        "next_cursor": next,
-    })))
+    Ok(HttpResponse::Ok().json(bounded(&page, "events")))
 }
 
 async fn event(req: HttpRequest, state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {

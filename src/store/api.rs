@@ -146,8 +146,8 @@ pub trait Store: Send + Sync + 'static {
         batch: u32,
     ) -> StoreFuture<'a, u64>;
 
-    /// Rows, oldest first, optionally of one provider and one status: summaries, no
-    /// payload.
+    /// Rows, least recently changed first, optionally of one provider and one status:
+    /// summaries, no payload, from at most [`SCAN_BUDGET`](super::SCAN_BUDGET) rows read.
     fn list<'a>(
         &'a self,
         provider: Option<&'a str>,

@@ -4,7 +4,7 @@
 //! suite in `tests/api/store_conformance.rs`. [`open`] picks one from the URL.
 //!
 //! The files import one another one way (this one only re-exports): `open` → the
-//! backends → the shared pieces (`batcher`, `reconnect`, `page`) → `api`.
+//! backends → the shared pieces (`batcher`, `reconnect`, `search`, `page`) → `api`.
 
 pub mod api;
 mod batcher;
@@ -13,6 +13,7 @@ pub mod operator;
 mod page;
 pub mod postgres;
 mod reconnect;
+mod search;
 pub mod sqlite;
 mod types;
 
@@ -24,3 +25,4 @@ pub use api::{
 };
 pub use open::{check, open};
 pub use page::PageCursor;
+pub use search::{SearchPage, SCAN_BUDGET};

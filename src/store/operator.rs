@@ -8,7 +8,8 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use super::page::PageCursor;
-use super::types::{AttemptRecord, EventRecord, EventSummary, StoreFuture};
+use super::search::SearchPage;
+use super::types::{AttemptRecord, EventRecord, StoreFuture};
 use crate::claim::Status;
 use crate::key::EventId;
 
@@ -60,23 +61,6 @@ mod status_name {
                 .map(Some)
                 .ok_or_else(|| serde::de::Error::custom(format!("unknown status {text:?}"))),
         }
-    }
-}
-
-impl SearchFilter {
-    /// The `LIKE` pattern of `key_prefix`: its `%`, `_` and `\` escaped, then `%`.
-    pub fn key_pattern(&self) -> Option<String> {
-        self.key_prefix.as_ref().map(|prefix| {
-            let mut pattern = String::with_capacity(prefix.len() + 1);
-            for c in prefix.chars() {
-                if matches!(c, '%' | '_' | '\\') {
-                    pattern.push('\\');
-                }
-                pattern.push(c);
-            }
-            pattern.push('%');
-            pattern
-        })
     }
 }
 
@@ -141,13 +125,14 @@ pub trait OperatorStore: Send + Sync {
     fn history<'a>(&'a self, id: &'a EventId) -> StoreFuture<'a, Vec<AttemptRecord>>;
 
     /// Rows matching `filter`, last changed first (ties by provider, then key, descending),
-    /// after `after`; at most `limit`. A plain read of summaries: no payload.
+    /// after `after`; at most `limit`, from at most [`SCAN_BUDGET`](super::SCAN_BUDGET) rows
+    /// read (`store/search.rs`). A plain read of summaries: no payload.
     fn search<'a>(
         &'a self,
         filter: &'a SearchFilter,
         after: Option<&'a PageCursor>,
         limit: u32,
-    ) -> StoreFuture<'a, Vec<EventSummary>>;
+    ) -> StoreFuture<'a, SearchPage>;
 
     /// How many rows match `filter` (a bulk replay's plan). A plain read.
     fn count<'a>(&'a self, filter: &'a SearchFilter) -> StoreFuture<'a, u64>;
@@ -235,15 +220,6 @@ pub trait OperatorStore: Send + Sync {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_key_prefix_matches_its_text_only() {
-        let filter = SearchFilter {
-            key_prefix: Some("evt_1%\\".into()),
-            ..SearchFilter::default()
-        };
-        assert_eq!(filter.key_pattern().as_deref(), Some("evt\\_1\\%\\\\%"));
-    }
 
     #[test]
     fn a_filter_reads_its_status_by_name_and_refuses_others() {

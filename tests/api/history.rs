@@ -251,6 +251,64 @@ async fn lists_of_large_dead_letters_carry_their_sizes_not_their_payloads(backen
     assert_eq!(one["payload"].as_str().map(str::len), Some(size));
 }
 
+/// A search reads at most its budget of rows a page: one no row matches answers empty pages
+/// that say so, each going on from where the last stopped, to the end; one few rows match
+/// finds each of them once, in the page order, whichever page they fall in.
+async fn a_search_reads_a_bounded_number_of_rows_a_page_and_goes_on_from_there(backend: Backend) {
+    let db = crate::helpers::TestDb::on(backend).await;
+    let store = db.store().await;
+    let rows = 2 * hookgate::store::SCAN_BUDGET + 5_000;
+    db.fill_dead(rows).await;
+    let pages = |filter: SearchFilter| {
+        let store = std::sync::Arc::clone(&store);
+        async move {
+            let mut pages = Vec::new();
+            let mut after = None;
+            loop {
+                let page = store
+                    .operator()
+                    .search(&filter, after.as_ref(), 50)
+                    .await
+                    .unwrap();
+                after = page.next.clone();
+                pages.push(page);
+                if after.is_none() {
+                    return pages;
+                }
+                assert!(pages.len() < 10, "a search that never ends");
+            }
+        }
+    };
+    let nothing = pages(SearchFilter {
+        provider: Some("nobody".into()),
+        ..SearchFilter::default()
+    })
+    .await;
+    assert_eq!(nothing.len(), 3, "{rows} rows read a budget at a time");
+    assert!(nothing.iter().all(|p| p.rows.is_empty()));
+    assert!(nothing[..2].iter().all(|p| p.scan_stopped));
+    assert!(!nothing[2].scan_stopped);
+
+    let few = pages(SearchFilter {
+        key_prefix: Some("k2500".into()),
+        ..SearchFilter::default()
+    })
+    .await;
+    let keys: Vec<String> = few
+        .iter()
+        .flat_map(|p| p.rows.iter().map(|r| r.id.key.to_string()))
+        .collect();
+    assert_eq!(keys, ["k2500", "k25000"]);
+    let first = store
+        .operator()
+        .search(&SearchFilter::default(), None, 50)
+        .await
+        .unwrap();
+    assert_eq!(first.rows.len(), 50);
+    assert_eq!(first.rows[0].id.key.as_ref(), "k1", "newest first");
+    assert!(!first.scan_stopped);
+}
+
 /// A paused queue provider accepts and holds its events on every node; a paused sync
 /// provider answers 503 so the sender keeps them; resumed, everything is delivered.
 async fn a_paused_provider_delivers_nothing_until_resumed(backend: Backend) {
@@ -776,6 +834,7 @@ async fn the_command_lines_bulk_replay_runs_its_own_job_and_leaves_an_older_one(
 }
 
 on_both_stores!(
+    a_search_reads_a_bounded_number_of_rows_a_page_and_goes_on_from_there,
     lists_of_large_dead_letters_carry_their_sizes_not_their_payloads,
     a_request_waiting_for_a_worker_is_held_by_a_pause,
     an_event_that_failed_twice_shows_three_attempts_and_a_plain_one_none,

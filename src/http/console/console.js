@@ -522,7 +522,9 @@ async function eventTable(base, params, extra = {}) {
       },
     }, 'Next'),
     el('span', {}, `${page.events.length} shown`),
-    page.truncated ? el('span', { class: 'error' }, 'this page was cut short by its size') : '');
+    page.truncated ? el('span', { class: 'error' }, 'this page was cut short by its size') : '',
+    page.scan_stopped ? el('span', { class: 'note', id: 'scan-stopped' },
+      'the search stopped after reading its share of rows; Next searches further back') : '');
   return el('div', { class: 'card' },
     el('table', { id: 'events-table' },
       el('thead', {}, el('tr', {},

@@ -4,8 +4,8 @@
 //! migrations. This file only re-exports.
 //!
 //! The files import one another one way: `store` (the [`Store`](super::Store)
-//! implementation) → `pools`, `operator`, `batch`, `queue` → `pool` → `connection`, `sql`,
-//! `queue_sql`, `rows`, `tls`.
+//! implementation) → `pools`, `operator`, `search`, `batch`, `queue` → `pool` →
+//! `connection`, `sql`, `queue_sql`, `rows`, `tls`.
 
 mod batch;
 mod connection;
@@ -15,6 +15,7 @@ mod pools;
 mod queue;
 mod queue_sql;
 mod rows;
+mod search;
 mod sql;
 mod store;
 mod tls;

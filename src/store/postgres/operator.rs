@@ -9,14 +9,14 @@ use std::time::Duration;
 use tokio_postgres::Row;
 
 use super::pool::Inner;
-use super::rows::{db_error, get, record, summary};
-use super::sql::{summary_columns, LOOKUP};
+use super::rows::{db_error, get, record};
+use super::search;
+use super::sql::LOOKUP;
 use crate::key::EventId;
-use crate::store::api::{
-    millis, AttemptRecord, EventRecord, EventSummary, StoreError, StoreFuture,
-};
+use crate::store::api::{millis, AttemptRecord, EventRecord, StoreError, StoreFuture};
 use crate::store::operator::{OperatorStore, ReplayItem, ReplayJob, SearchFilter, StatusCount};
 use crate::store::page::PageCursor;
+use crate::store::search::{Order, SearchPage};
 
 /// History: one event's attempts, oldest first (its primary key). A plain read.
 const HISTORY: &str = "
@@ -26,40 +26,22 @@ SELECT attempt, path, node, mode, outcome,
        target_status, error, answer
 FROM webhook_attempts WHERE provider = $1 AND event_key = $2 ORDER BY attempt";
 
-/// The conditions of a search, `$1`…`$10` (each ignored when NULL).
-macro_rules! search_where {
-    () => {
-        " FROM webhook_events
+/// Count: how many rows match a filter (`$1` provider, `$2` status, `$3` last path, `$4`
+/// key prefix, exactly, `$5` mode, `$6` dead reason, `$7`…`$10` created and changed from /
+/// before, Unix seconds; each ignored when NULL), for a bulk replay's plan. A plain read;
+/// a bulk replay's filter has a status, and the count walks that status's index entries.
+const COUNT: &str = "
+SELECT count(*)::bigint AS n FROM webhook_events
 WHERE ($1::text IS NULL OR provider = $1)
   AND ($2::text IS NULL OR status = $2)
   AND ($3::text IS NULL OR last_path = $3)
-  AND ($4::text IS NULL OR event_key LIKE $4)
+  AND ($4::text IS NULL OR starts_with(event_key, $4))
   AND ($5::text IS NULL OR mode = $5)
   AND ($6::text IS NULL OR dead_reason = $6)
   AND ($7::float8 IS NULL OR created_at >= to_timestamp($7))
   AND ($8::float8 IS NULL OR created_at < to_timestamp($8))
   AND ($9::float8 IS NULL OR updated_at >= to_timestamp($9))
-  AND ($10::float8 IS NULL OR updated_at < to_timestamp($10))"
-    };
-}
-
-/// Search: matching rows, last changed first, after the cursor `($11 µs, $12, $13)`. A
-/// plain read; with a status it walks the (status, updated_at) index, otherwise it sorts
-/// what the other conditions leave (a key prefix or a provider narrows it by the primary
-/// key).
-const SEARCH: &str = concat!(
-    "SELECT ",
-    summary_columns!(),
-    search_where!(),
-    "
-  AND ($11::bigint IS NULL
-       OR (updated_at, provider, event_key)
-          < ('epoch'::timestamptz + $11::bigint * interval '1 microsecond', $12, $13))
-ORDER BY updated_at DESC, provider DESC, event_key DESC LIMIT $14"
-);
-
-/// Count: how many rows a search matches. A plain read.
-const COUNT: &str = concat!("SELECT count(*)::bigint AS n", search_where!());
+  AND ($10::float8 IS NULL OR updated_at < to_timestamp($10))";
 
 /// Rows per provider and status: a plain read of the whole table (its index).
 const STATUS_COUNTS: &str = "
@@ -228,38 +210,6 @@ impl PgOperator {
             }))
             .await
     }
-
-    async fn search_rows(
-        &self,
-        sql: &'static str,
-        filter: &SearchFilter,
-        after: Option<&PageCursor>,
-        limit: Option<u32>,
-    ) -> Result<Vec<Row>, StoreError> {
-        let status = filter.status.map(|s| s.as_str());
-        let pattern = filter.key_pattern();
-        let (us, after_provider, after_key) = match after {
-            Some(c) => (Some(c.updated_us), Some(&*c.id.provider), Some(&*c.id.key)),
-            None => (None, None, None),
-        };
-        let limit = limit.map(i64::from);
-        let mut params: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> = vec![
-            &filter.provider,
-            &status,
-            &filter.path,
-            &pattern,
-            &filter.mode,
-            &filter.reason,
-            &filter.created_after,
-            &filter.created_before,
-            &filter.updated_after,
-            &filter.updated_before,
-        ];
-        if limit.is_some() {
-            params.extend_from_slice(&[&us, &after_provider, &after_key, &limit]);
-        }
-        self.rows(sql, &params).await
-    }
 }
 
 impl OperatorStore for PgOperator {
@@ -298,16 +248,36 @@ impl OperatorStore for PgOperator {
         filter: &'a SearchFilter,
         after: Option<&'a PageCursor>,
         limit: u32,
-    ) -> StoreFuture<'a, Vec<EventSummary>> {
-        Box::pin(async move {
-            let rows = self.search_rows(SEARCH, filter, after, Some(limit)).await?;
-            rows.iter().map(summary).collect()
-        })
+    ) -> StoreFuture<'a, SearchPage> {
+        Box::pin(search::scan(
+            &self.inner,
+            filter,
+            after,
+            limit,
+            Order::Newest,
+        ))
     }
 
     fn count<'a>(&'a self, filter: &'a SearchFilter) -> StoreFuture<'a, u64> {
         Box::pin(async move {
-            let rows = self.search_rows(COUNT, filter, None, None).await?;
+            let status = filter.status.map(|s| s.as_str());
+            let rows = self
+                .rows(
+                    COUNT,
+                    &[
+                        &filter.provider,
+                        &status,
+                        &filter.path,
+                        &filter.key_prefix,
+                        &filter.mode,
+                        &filter.reason,
+                        &filter.created_after,
+                        &filter.created_before,
+                        &filter.updated_after,
+                        &filter.updated_before,
+                    ],
+                )
+                .await?;
             let n: i64 = rows.first().map(|r| get(r, "n")).transpose()?.unwrap_or(0);
             Ok(u64::try_from(n).unwrap_or(0))
         })

@@ -186,48 +186,11 @@ macro_rules! record_columns {
     };
 }
 
-/// The columns of a row as a list shows it ([`EventSummary`](crate::store::EventSummary)):
-/// no payload, cached answer or kept headers, which can be megabytes a row, stored out of
-/// line (TOAST) and never read for a list. `octet_length` of a payload reads only the size
-/// in its pointer. Times named apart from their columns, as in [`record_columns!`].
-macro_rules! summary_columns {
-    () => {
-        "provider, event_key, status, attempts, last_path, result_status, last_error,
-         dead_reason, mode, octet_length(payload)::int8 AS payload_bytes,
-         GREATEST(0, extract(epoch FROM locked_until - now()) * 1000)::bigint AS lease_left_ms,
-         extract(epoch FROM created_at)::float8 AS created_unix,
-         extract(epoch FROM updated_at)::float8 AS updated_unix"
-    };
-}
-pub(crate) use summary_columns;
-
 /// Lookup: a plain read, no lock; sees the last committed state.
 pub(crate) const LOOKUP: &str = concat!(
     "SELECT ",
     record_columns!(),
     " FROM webhook_events WHERE provider = $1 AND event_key = $2"
-);
-
-/// Dead letters, newest first, after the cursor `($3 µs, $4, $5)` when one is given: a
-/// plain read over the (status, updated_at) index, no lock. The cursor compares whole
-/// microseconds, as [`PageCursor`](super::PageCursor) holds them.
-pub(crate) const DEAD_LETTERS: &str = concat!(
-    "SELECT ",
-    summary_columns!(),
-    " FROM webhook_events WHERE status = 'dead' AND ($1::text IS NULL OR provider = $1)
-      AND ($3::bigint IS NULL
-           OR (updated_at, provider, event_key)
-              < ('epoch'::timestamptz + $3::bigint * interval '1 microsecond', $4, $5))
-      ORDER BY updated_at DESC, provider DESC, event_key DESC LIMIT $2"
-);
-
-/// List: rows oldest first, optionally of one provider and one status (`events list`). A
-/// plain read, no lock.
-pub(crate) const LIST: &str = concat!(
-    "SELECT ",
-    summary_columns!(),
-    " FROM webhook_events WHERE ($1::text IS NULL OR provider = $1)
-      AND ($2::text IS NULL OR status = $2) ORDER BY created_at LIMIT $3"
 );
 
 /// Replay: reopen a dead letter as a new attempt, the claim's way (attempts + 1 is the new

@@ -24,8 +24,9 @@ use super::operator::PgOperator;
 use super::pool::{ClaimCall, CompleteCall, Inner};
 use super::pools::{self, Pools};
 use super::queue;
-use super::rows::{db_error, get, parse_mode, record, summary};
-use super::sql::{DEAD_LETTERS, FAIL, LIST, LOOKUP, REPLAY, SWEEP};
+use super::rows::{db_error, get, parse_mode, record};
+use super::search;
+use super::sql::{FAIL, LOOKUP, REPLAY, SWEEP};
 use super::tls;
 use crate::claim::{ClaimResult, Status, StoredResult};
 use crate::config::StoreConfig;
@@ -36,8 +37,9 @@ use crate::store::api::{
     Reopened, Store, StoreError, StoreFuture, Taken,
 };
 use crate::store::batcher::Batcher;
-use crate::store::operator::OperatorStore;
+use crate::store::operator::{OperatorStore, SearchFilter};
 use crate::store::page::PageCursor;
+use crate::store::search::Order;
 
 /// Claims or completions one batch carries at most.
 const MAX_BATCH: usize = 256;
@@ -371,27 +373,16 @@ impl Store for PgStore {
         after: Option<&'a PageCursor>,
         limit: u32,
     ) -> StoreFuture<'a, Vec<EventSummary>> {
-        let (us, after_provider, after_key) = match after {
-            Some(c) => (Some(c.updated_us), Some(&*c.id.provider), Some(&*c.id.key)),
-            None => (None, None, None),
-        };
-        let inner = &self.operator.inner;
-        Box::pin(inner.guarded(inner.run(async move |client| {
-            let rows = client
-                .query(
-                    DEAD_LETTERS,
-                    &[
-                        &provider,
-                        &i64::from(limit),
-                        &us,
-                        &after_provider,
-                        &after_key,
-                    ],
-                )
-                .await
-                .map_err(db_error)?;
-            rows.iter().map(summary).collect()
-        })))
+        Box::pin(async move {
+            let filter = SearchFilter {
+                provider: provider.map(str::to_owned),
+                status: Some(Status::Dead),
+                ..SearchFilter::default()
+            };
+            let inner = &self.operator.inner;
+            let page = search::scan(inner, &filter, after, limit, Order::Newest).await?;
+            Ok(page.rows)
+        })
     }
 
     fn sweep(&self, status: Status, older_than: Duration, batch: u32) -> StoreFuture<'_, u64> {
@@ -475,15 +466,16 @@ impl Store for PgStore {
         status: Option<Status>,
         limit: u32,
     ) -> StoreFuture<'a, Vec<EventSummary>> {
-        let status = status.map(Status::as_str);
-        let inner = &self.operator.inner;
-        Box::pin(inner.guarded(inner.run(async move |client| {
-            let rows = client
-                .query(LIST, &[&provider, &status, &i64::from(limit)])
-                .await
-                .map_err(db_error)?;
-            rows.iter().map(summary).collect()
-        })))
+        Box::pin(async move {
+            let filter = SearchFilter {
+                provider: provider.map(str::to_owned),
+                status,
+                ..SearchFilter::default()
+            };
+            let inner = &self.operator.inner;
+            let page = search::scan(inner, &filter, None, limit, Order::Oldest).await?;
+            Ok(page.rows)
+        })
     }
 
     fn operator(&self) -> &dyn OperatorStore {

@@ -4,12 +4,13 @@
 //! file only re-exports.
 //!
 //! The files import one another one way: `store` (the [`Store`](super::Store)
-//! implementation) → `operator`, `queue` → `reader` → `writer`, `rows`.
+//! implementation) → `operator`, `queue` → `search`, `reader` → `writer`, `rows`.
 
 mod operator;
 mod queue;
 mod reader;
 mod rows;
+mod search;
 mod store;
 mod writer;
 

@@ -24,7 +24,8 @@ use rusqlite::{params, Connection, OpenFlags, OptionalExtension};
 use super::operator::SqliteOperator;
 use super::queue;
 use super::reader::Reader;
-use super::rows::{fenced, record, select_record, select_summary, summary};
+use super::rows::{fenced, record, select_record};
+use super::search;
 use super::writer::{sql_error, Writer};
 use crate::claim::{ClaimResult, Path as ClaimPath, RowState, Status, StoredResult};
 use crate::config::Mode;
@@ -33,8 +34,9 @@ use crate::store::api::{
     millis, Enqueued, EventRecord, EventSummary, Failure, Fenced, History, Kept, QueueDepth,
     QueueRow, Reopened, Store, StoreError, StoreFuture, Taken,
 };
-use crate::store::operator::OperatorStore;
+use crate::store::operator::{OperatorStore, SearchFilter};
 use crate::store::page::PageCursor;
+use crate::store::search::Order;
 
 /// The migrations, applied in order, each once.
 const MIGRATIONS: &[(i32, &str)] = &[
@@ -441,31 +443,15 @@ impl Store for SqliteStore {
         after: Option<&'a PageCursor>,
         limit: u32,
     ) -> StoreFuture<'a, Vec<EventSummary>> {
-        let provider = provider.map(str::to_owned);
-        let (us, after_provider, after_key) = match after {
-            Some(c) => (
-                Some(c.updated_us),
-                Some(c.id.provider.to_string()),
-                Some(c.id.key.to_string()),
-            ),
-            None => (None, None, None),
+        let filter = SearchFilter {
+            provider: provider.map(str::to_owned),
+            status: Some(Status::Dead),
+            ..SearchFilter::default()
         };
+        let after = after.cloned();
         Box::pin(self.reader.call(move |conn| {
-            // Whole microseconds, rounded as `PageCursor` rounds them.
-            let sql = select_summary(
-                "WHERE status = 'dead' AND (?1 IS NULL OR provider = ?1)
-                 AND (?3 IS NULL OR (CAST(round(updated_at * 1000000) AS INTEGER), provider,
-                      event_key) < (?3, ?4, ?5))
-                 ORDER BY updated_at DESC, provider DESC, event_key DESC LIMIT ?2",
-            );
-            let mut stmt = conn.prepare_cached(&sql).map_err(sql_error)?;
-            let rows = stmt
-                .query_map(
-                    params![provider, limit, us, after_provider, after_key],
-                    summary,
-                )
-                .map_err(sql_error)?;
-            rows.map(|r| r.map_err(sql_error)?).collect()
+            let page = search::scan(conn, &filter, after.as_ref(), limit, Order::Newest)?;
+            Ok(page.rows)
         }))
     }
 
@@ -557,18 +543,14 @@ impl Store for SqliteStore {
         status: Option<Status>,
         limit: u32,
     ) -> StoreFuture<'a, Vec<EventSummary>> {
-        let provider = provider.map(str::to_owned);
-        let status = status.map(Status::as_str);
+        let filter = SearchFilter {
+            provider: provider.map(str::to_owned),
+            status,
+            ..SearchFilter::default()
+        };
         Box::pin(self.reader.call(move |conn| {
-            let sql = select_summary(
-                "WHERE (?1 IS NULL OR provider = ?1) AND (?2 IS NULL OR status = ?2)
-                 ORDER BY created_at, rowid LIMIT ?3",
-            );
-            let mut stmt = conn.prepare_cached(&sql).map_err(sql_error)?;
-            let rows = stmt
-                .query_map(params![provider, status, limit], summary)
-                .map_err(sql_error)?;
-            rows.map(|r| r.map_err(sql_error)?).collect()
+            let page = search::scan(conn, &filter, None, limit, Order::Oldest)?;
+            Ok(page.rows)
         }))
     }
 

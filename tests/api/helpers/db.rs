@@ -412,6 +412,12 @@ impl TestDb {
             .get(0)
     }
 
+    /// Reports the test's own connection's counts to the statistics now, so they are not
+    /// reported later, into another read's count (PostgreSQL 15 or later).
+    pub async fn flush_stats(&self) {
+        self.execute("SELECT pg_stat_force_next_flush()").await;
+    }
+
     /// The server processes connected as `application_name`.
     pub async fn backends(&self, application_name: &str) -> i64 {
         let Inspect::Pg(client) = &self.inspect else {
@@ -437,6 +443,39 @@ impl TestDb {
             panic!("a Postgres test");
         };
         client.query_one(sql, params).await.expect(sql)
+    }
+
+    /// Writes `n` dead letters of provider `p` straight into the table, keys `k1`…`kN`,
+    /// `k1` changed a millisecond ago, each next one a millisecond earlier.
+    pub async fn fill_dead(&self, n: u32) {
+        match &self.inspect {
+            Inspect::Pg(client) => client
+                .batch_execute(&format!(
+                    "INSERT INTO webhook_events (provider, event_key, status, attempts,
+                                                 last_path, dead_reason, created_at, updated_at)
+                     SELECT 'p', 'k' || g, 'dead', 1, 'first_run', 'non_retryable',
+                            now() - g * interval '1 millisecond',
+                            now() - g * interval '1 millisecond'
+                     FROM generate_series(1, {n}) g"
+                ))
+                .await
+                .expect("fill"),
+            Inspect::Sqlite(file) => {
+                Self::sqlite(file)
+                    .execute(
+                        "WITH RECURSIVE g(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM g WHERE i < ?1)
+                         INSERT INTO webhook_events (provider, event_key, status, attempts,
+                                                     last_path, dead_reason, created_at,
+                                                     updated_at)
+                         SELECT 'p', 'k' || i, 'dead', 1, 'first_run', 'non_retryable',
+                                unixepoch('subsec') - i / 1000.0,
+                                unixepoch('subsec') - i / 1000.0
+                         FROM g",
+                        [n],
+                    )
+                    .expect("fill");
+            }
+        }
     }
 
     /// Rows by status.
