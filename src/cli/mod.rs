@@ -133,12 +133,18 @@ pub enum EventsCommand {
         #[arg(long, default_value_t = 50)]
         limit: u32,
     },
-    /// Print one event's attempts, oldest first: its timeline.
+    /// Print one event's latest attempts, oldest first: its timeline.
     History {
         /// The provider's name.
         provider: String,
         /// The idempotency key.
         key: String,
+        /// At most this many attempts (the latest; at most 500).
+        #[arg(long, default_value_t = crate::store::operator::HISTORY_PAGE)]
+        limit: u32,
+        /// Only attempts numbered below this one (older ones).
+        #[arg(long, value_parser = clap::value_parser!(i32).range(1..))]
+        before: Option<i32>,
     },
     /// Print one event's row.
     Show {
@@ -173,9 +179,16 @@ pub async fn run() -> anyhow::Result<()> {
             command: EventsCommand::Show { provider, key },
         } => show(&config, EventId::new(provider, key), false).await,
         Command::Events {
-            command: EventsCommand::History { provider, key },
+            command:
+                EventsCommand::History {
+                    provider,
+                    key,
+                    limit,
+                    before,
+                },
         } => {
-            for line in history(&config, EventId::new(provider, key)).await? {
+            let id = EventId::new(provider, key);
+            for line in history(&config, id, before, limit).await? {
                 out!("{line}")?;
             }
             Ok(())
@@ -326,13 +339,22 @@ async fn dead(config: &Config, command: DeadCommand) -> anyhow::Result<()> {
     }
 }
 
-/// `events history`: one line an attempt, oldest first.
-pub async fn history(config: &Config, id: EventId) -> anyhow::Result<Vec<String>> {
+/// `events history`: one line an attempt, oldest first, the latest `limit` (at most
+/// [`MAX_HISTORY_PAGE`](crate::store::operator::MAX_HISTORY_PAGE)) numbered below `before`;
+/// then how many older ones it did not show.
+pub async fn history(
+    config: &Config,
+    id: EventId,
+    before: Option<i32>,
+    limit: u32,
+) -> anyhow::Result<Vec<String>> {
     let store = store::open(&config.store).await?;
     let Some(row) = store.operator().event(&id).await? else {
         anyhow::bail!("no event {id}");
     };
-    let attempts = store.operator().history(&id).await?;
+    let limit = limit.clamp(1, crate::store::operator::MAX_HISTORY_PAGE);
+    let page = store.operator().history(&id, before, limit).await?;
+    let attempts = &page.attempts;
     let mut lines = vec![format!(
         "{id}: {} after {} attempt(s), last path {}",
         row.status.as_str(),
@@ -342,7 +364,7 @@ pub async fn history(config: &Config, id: EventId) -> anyhow::Result<Vec<String>
     if attempts.is_empty() && row.attempts > 0 {
         lines.push("  (no history rows: a first run that ended done tells its story whole)".into());
     }
-    for a in &attempts {
+    for a in attempts {
         let json = crate::http::attempt_json(a);
         lines.push(format!(
             "  #{} {} {} on {} at {} ({} ms){}{}{}",
@@ -363,6 +385,13 @@ pub async fn history(config: &Config, id: EventId) -> anyhow::Result<Vec<String>
                 .as_deref()
                 .map(|t| format!(", answered {:?}", t.chars().take(80).collect::<String>()))
                 .unwrap_or_default(),
+        ));
+    }
+    if let Some(older) = page.before {
+        lines.push(format!(
+            "  ({} of {} history row(s) shown; older ones: --before {older})",
+            attempts.len(),
+            page.total
         ));
     }
     Ok(lines)

@@ -15,7 +15,7 @@ use super::error::ApiError;
 use super::event_json::{attempt_json, event_json};
 use super::state::AppState;
 use crate::replay_jobs;
-use crate::store::operator::{ReplayJob, SearchFilter};
+use crate::store::operator::{ReplayJob, SearchFilter, HISTORY_PAGE, MAX_HISTORY_PAGE};
 use crate::store::PageCursor;
 
 /// Events a page holds when no `limit` is given, and the most it may.
@@ -114,17 +114,47 @@ async fn search(req: HttpRequest, state: web::Data<AppState>) -> Result<HttpResp
 
 async fn event(req: HttpRequest, state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
     authorize(&req, &state)?;
+    let query: HistoryQuery = query(&req)?;
+    let limit = query
+        .limit
+        .unwrap_or(HISTORY_PAGE)
+        .clamp(1, MAX_HISTORY_PAGE);
+    let before = match query.before {
+        None => None,
+        Some(n) => Some(
+            i32::try_from(n)
+                .ok()
+                .filter(|n| *n >= 1)
+                .ok_or(ApiError::BadRequest("before: an attempt number, 1 or more"))?,
+        ),
+    };
     let id = event_id(&req)?;
-    let record = state
-        .store
-        .operator()
+    let operator = state.store.operator();
+    let record = operator
         .event(&id)
         .await?
         .ok_or_else(|| ApiError::NoSuchEvent(id.to_string()))?;
-    let attempts = state.store.operator().history(&id).await?;
+    let page = operator.history(&id, before, limit).await?;
     let mut body = event_json(&record);
-    body["attempts"] = attempts.iter().map(attempt_json).collect();
+    body["attempt_count"] = record.attempts.into();
+    body["attempts"] = page.attempts.iter().map(attempt_json).collect();
+    body["attempts_total"] = page.total.into();
+    body["attempts_before"] = page.before.into();
     Ok(HttpResponse::Ok().json(body))
+}
+
+/// One event's page of history: `limit` attempts (default [`HISTORY_PAGE`], at most
+/// [`MAX_HISTORY_PAGE`]) numbered below `before` (default: the latest). The query form
+/// names the event here too (read by [`event_id`]); no other field is taken.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct HistoryQuery {
+    #[serde(rename = "provider")]
+    _provider: Option<String>,
+    #[serde(rename = "key")]
+    _key: Option<String>,
+    limit: Option<u32>,
+    before: Option<i64>,
 }
 
 async fn stats(req: HttpRequest, state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {

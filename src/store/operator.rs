@@ -75,6 +75,44 @@ pub struct StatusCount {
     pub rows: u64,
 }
 
+/// History rows of one event shown when no page size is asked for (the console, the admin
+/// API, `events history`): the latest few tell what the event is doing now.
+pub const HISTORY_PAGE: u32 = 50;
+
+/// The most history rows one page may ask for: a few hundred kilobytes of JSON at most (an
+/// answer excerpt is at most 512 bytes), where an event a target throttled for days has
+/// hundreds of thousands.
+pub const MAX_HISTORY_PAGE: u32 = 500;
+
+/// A page of one event's history: its latest attempts (before a given one), oldest first,
+/// and how many it has in all.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HistoryPage {
+    /// The attempts of the page, oldest first.
+    pub attempts: Vec<AttemptRecord>,
+    /// History rows the event has in all.
+    pub total: u64,
+    /// The attempt number the page before this one (older attempts) ends at, to ask for it
+    /// as `before`; `None` when nothing older is left.
+    pub before: Option<i32>,
+}
+
+impl HistoryPage {
+    /// The page from `rows` read newest first, one more than `limit` asked for (the extra
+    /// one says older attempts are left), of `total` in all.
+    pub(crate) fn newest_first(mut rows: Vec<AttemptRecord>, total: i64, limit: u32) -> Self {
+        let limit = usize::try_from(limit).unwrap_or(usize::MAX);
+        let older = rows.len() > limit;
+        rows.truncate(limit);
+        rows.reverse();
+        Self {
+            before: rows.first().map(|a| a.attempt).filter(|_| older),
+            attempts: rows,
+            total: u64::try_from(total).unwrap_or(0),
+        }
+    }
+}
+
 /// A bulk replay job.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ReplayJob {
@@ -121,8 +159,16 @@ pub trait OperatorStore: Send + Sync {
     /// operators read (on their own connections), not as the claim path does.
     fn event<'a>(&'a self, id: &'a EventId) -> StoreFuture<'a, Option<EventRecord>>;
 
-    /// Every history row of one event, oldest first.
-    fn history<'a>(&'a self, id: &'a EventId) -> StoreFuture<'a, Vec<AttemptRecord>>;
+    /// The latest `limit` history rows of one event numbered below `before` (all: `None`),
+    /// oldest first, with how many it has in all: a target that asks for time every second
+    /// for days leaves hundreds of thousands. Reads the page and the event's index entries
+    /// to count, never the other rows.
+    fn history<'a>(
+        &'a self,
+        id: &'a EventId,
+        before: Option<i32>,
+        limit: u32,
+    ) -> StoreFuture<'a, HistoryPage>;
 
     /// Rows matching `filter`, last changed first (ties by provider, then key, descending),
     /// after `after`; at most `limit`, from at most [`SCAN_BUDGET`](super::SCAN_BUDGET) rows

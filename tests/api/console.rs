@@ -170,6 +170,26 @@ async fn an_operator_works_through_the_console_in_a_real_browser() {
     let event_png = shots.join("event.png");
     browser.screenshot(&event_png).await;
 
+    // An event a target throttled for long: its latest page of attempts and their number,
+    // then the page before it on request.
+    app.db.fill_history(PROVIDER, "evt_throttled", 120).await;
+    browser
+        .goto(&format!("{console}#/event/{PROVIDER}/evt_throttled"))
+        .await;
+    browser.wait_count("#timeline li.attempt", 50).await;
+    browser
+        .wait_text("#attempts-shown", "The latest 50 of 120.")
+        .await;
+    browser.click("#older-attempts").await;
+    browser.wait_count("#timeline li.attempt", 100).await;
+    let first = browser
+        .script(
+            "return document.querySelector('#timeline li').dataset.attempt",
+            json!([]),
+        )
+        .await;
+    assert_eq!(first, "21", "the older page comes first");
+
     // Bulk replay of the dead letters: plan (a count), confirm, progress until done.
     app.target.set(Behaviour::Accept);
     browser.click("#nav-dead").await;

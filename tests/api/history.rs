@@ -104,10 +104,10 @@ async fn an_event_that_failed_twice_shows_three_attempts_and_a_plain_one_none(ba
     let gone = app
         .store
         .operator()
-        .history(&EventId::new(PROVIDER, "evt_story"))
+        .history(&EventId::new(PROVIDER, "evt_story"), None, 50)
         .await
         .unwrap();
-    assert!(gone.is_empty(), "{gone:?}");
+    assert!(gone.attempts.is_empty() && gone.total == 0, "{gone:?}");
 }
 
 /// With `keep_payload = "always"` the payload is written with the claim: an attempt that
@@ -307,6 +307,40 @@ async fn a_search_reads_a_bounded_number_of_rows_a_page_and_goes_on_from_there(b
     assert_eq!(first.rows.len(), 50);
     assert_eq!(first.rows[0].id.key.as_ref(), "k1", "newest first");
     assert!(!first.scan_stopped);
+}
+
+/// An event's history is paged: its page answers the latest 50 attempts (oldest first) with
+/// how many there are in all and where the older ones start; `before` and `limit` page
+/// back, at most 500 at a time; a `before` that is no attempt number is a 400.
+async fn an_events_history_is_answered_a_page_at_a_time_with_its_total(backend: Backend) {
+    let app = admin_app(backend, |_| {}).await;
+    app.db.fill_history(PROVIDER, "evt_throttled", 1_200).await;
+    let path = format!("/admin/api/events/{PROVIDER}/evt_throttled");
+    let numbers = |page: &Value| -> Vec<i64> {
+        page["attempts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|a| a["attempt"].as_i64().unwrap())
+            .collect()
+    };
+    let latest = get_json(&app, &path).await;
+    assert_eq!(numbers(&latest), (1_151..=1_200).collect::<Vec<_>>());
+    assert_eq!(latest["attempts_total"], 1_200);
+    assert_eq!(latest["attempt_count"], 1_200);
+    assert_eq!(latest["attempts_before"], 1_151);
+    let older = get_json(&app, &format!("{path}?before=1151&limit=100")).await;
+    assert_eq!(numbers(&older), (1_051..=1_150).collect::<Vec<_>>());
+    assert_eq!(older["attempts_before"], 1_051);
+    let most = get_json(&app, &format!("{path}?limit=100000")).await;
+    assert_eq!(numbers(&most).len(), 500, "at most 500 a page");
+    let first = get_json(&app, &format!("{path}?before=3")).await;
+    assert_eq!(numbers(&first), [1, 2]);
+    assert_eq!(first["attempts_before"], Value::Null, "nothing older");
+    for bad in ["before=0", "before=-1", "before=x", "limit=x"] {
+        let answer = app.get_with(&format!("{path}?{bad}"), &auth()).await;
+        assert_eq!(answer.status, 400, "{bad}: {}", answer.body);
+    }
 }
 
 /// A paused queue provider accepts and holds its events on every node; a paused sync
@@ -834,6 +868,7 @@ async fn the_command_lines_bulk_replay_runs_its_own_job_and_leaves_an_older_one(
 }
 
 on_both_stores!(
+    an_events_history_is_answered_a_page_at_a_time_with_its_total,
     a_search_reads_a_bounded_number_of_rows_a_page_and_goes_on_from_there,
     lists_of_large_dead_letters_carry_their_sizes_not_their_payloads,
     a_request_waiting_for_a_worker_is_held_by_a_pause,
@@ -916,5 +951,27 @@ async fn the_command_line_prints_a_timeline_and_replays_dead_letters_in_bulk() {
     assert!(out.status.success(), "{stdout}");
     assert!(stdout.contains("#1 first_run dead"), "{stdout}");
     assert!(stdout.contains("#2 replay done"), "{stdout}");
+    // A long history: the latest page, and how to see the rest.
+    app.db.fill_history(PROVIDER, "cli_long", 120).await;
+    let out = run(["events", "history", PROVIDER, "cli_long", "--limit", "10"]
+        .map(String::from)
+        .to_vec())
+    .await
+    .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}");
+    let shown: Vec<&str> = stdout.lines().filter(|l| l.starts_with("  #")).collect();
+    assert_eq!(shown.len(), 10, "{stdout}");
+    assert!(shown[0].starts_with("  #111 ") && shown[9].starts_with("  #120 "));
+    assert!(
+        stdout.contains("(10 of 120 history row(s) shown; older ones: --before 111)"),
+        "{stdout}"
+    );
+    let refused = run(["events", "history", PROVIDER, "cli_long", "--before", "0"]
+        .map(String::from)
+        .to_vec())
+    .await
+    .unwrap();
+    assert!(!refused.status.success(), "--before 0 is refused");
     std::fs::remove_dir_all(dir).unwrap();
 }

@@ -553,12 +553,9 @@ async function eventPage(mine, provider, key) {
 }
 
 function renderEvent(mine, event) {
-  // The detail answer's `attempts` is the history (a list), a listed row's its count; an
-  // event without history (a plain first run) then shows no count.
-  const history = Array.isArray(event.attempts) ? event.attempts : [];
-  const count = Array.isArray(event.attempts)
-    ? (event.attempt_count ?? (history.length ? Math.max(...history.map((a) => a.attempt)) : null))
-    : event.attempts;
+  // The detail answer's `attempts` is a page of the history (a list) and `attempt_count`
+  // the row's count; a listed row's `attempts` is its count.
+  const count = event.attempt_count ?? (Array.isArray(event.attempts) ? null : event.attempts);
   const fields = [
     ['Provider', event.provider], ['Key', event.event_key], ['Status', badge('status', event.status)],
     ['Mode', event.mode], ['Attempts', count], ['Last path', event.last_path],
@@ -603,7 +600,41 @@ function renderEvent(mine, event) {
       el('div', {},
         el('section', { class: 'card' }, el('h2', {}, 'Payload'), payloadBox(event)),
         el('section', { class: 'card' }, el('h2', {}, 'Kept request headers'), headerTable(event.request_headers)))),
-    el('section', { class: 'card' }, el('h2', {}, 'Attempts'), timeline(history)));
+    attemptsSection(event));
+}
+
+/** The event's latest page of attempts, how many there are in all, and a button that puts
+ *  the page before it (older attempts) in front, one page a click. */
+function attemptsSection(event) {
+  const section = el('section', { class: 'card', id: 'attempts' });
+  let shown = Array.isArray(event.attempts) ? event.attempts : [];
+  let before = event.attempts_before ?? null;
+  const total = event.attempts_total ?? shown.length;
+  const older = async (click) => {
+    click.target.disabled = true;
+    try {
+      const page = await api('GET', `${eventApiPath(event.provider, event.event_key)}${query({ before })}`);
+      shown = [...(page.attempts ?? []), ...shown];
+      before = page.attempts_before ?? null;
+      draw();
+    } catch (err) {
+      flash(String(err), true);
+      click.target.disabled = false;
+    }
+  };
+  const draw = () => {
+    section.replaceChildren(
+      el('h2', {}, 'Attempts'),
+      total ? el('p', { class: 'note', id: 'attempts-shown' },
+        shown.length < total ? `The latest ${shown.length} of ${total}.` : `${total} in all.`) : '',
+      before != null
+        ? el('button', { type: 'button', class: 'secondary', id: 'older-attempts', onclick: older },
+          'Older attempts')
+        : '',
+      timeline(shown));
+  };
+  draw();
+  return section;
 }
 
 function timeline(attempts) {

@@ -14,17 +14,28 @@ use super::search;
 use super::sql::LOOKUP;
 use crate::key::EventId;
 use crate::store::api::{millis, AttemptRecord, EventRecord, StoreError, StoreFuture};
-use crate::store::operator::{OperatorStore, ReplayItem, ReplayJob, SearchFilter, StatusCount};
+use crate::store::operator::{
+    HistoryPage, OperatorStore, ReplayItem, ReplayJob, SearchFilter, StatusCount,
+};
 use crate::store::page::PageCursor;
 use crate::store::search::{Order, SearchPage};
 
-/// History: one event's attempts, oldest first (its primary key). A plain read.
+/// History: one event's latest `$4` attempts numbered below `$3` (all when NULL), newest
+/// first, from its primary key read backwards. A plain read; rows written meanwhile are
+/// newer and on no page asked for yet.
 const HISTORY: &str = "
 SELECT attempt, path, node, mode, outcome,
-       extract(epoch FROM started_at)::float8 AS started_at,
-       extract(epoch FROM ended_at)::float8 AS ended_at,
+       extract(epoch FROM started_at)::float8 AS started_unix,
+       extract(epoch FROM ended_at)::float8 AS ended_unix,
        target_status, error, answer
-FROM webhook_attempts WHERE provider = $1 AND event_key = $2 ORDER BY attempt";
+FROM webhook_attempts
+WHERE provider = $1 AND event_key = $2 AND attempt < COALESCE($3::int, 2147483647)
+ORDER BY attempt DESC LIMIT $4";
+
+/// How many history rows one event has: its primary key's entries (an index-only scan once
+/// vacuumed; the table is only ever inserted into and deleted from). A plain read.
+const HISTORY_COUNT: &str = "
+SELECT count(*)::bigint AS n FROM webhook_attempts WHERE provider = $1 AND event_key = $2";
 
 /// Count: how many rows match a filter (`$1` provider, `$2` status, `$3` last path, `$4`
 /// key prefix, exactly, `$5` mode, `$6` dead reason, `$7`…`$10` created and changed from /
@@ -220,10 +231,28 @@ impl OperatorStore for PgOperator {
         })
     }
 
-    fn history<'a>(&'a self, id: &'a EventId) -> StoreFuture<'a, Vec<AttemptRecord>> {
+    fn history<'a>(
+        &'a self,
+        id: &'a EventId,
+        before: Option<i32>,
+        limit: u32,
+    ) -> StoreFuture<'a, HistoryPage> {
         Box::pin(async move {
-            let rows = self.rows(HISTORY, &[&&*id.provider, &&*id.key]).await?;
-            rows.iter()
+            // One more than the page: whether older attempts are left.
+            let more = i64::from(limit) + 1;
+            let rows = self
+                .rows(HISTORY, &[&&*id.provider, &&*id.key, &before, &more])
+                .await?;
+            let counted = self
+                .rows(HISTORY_COUNT, &[&&*id.provider, &&*id.key])
+                .await?;
+            let total: i64 = counted
+                .first()
+                .map(|r| get(r, "n"))
+                .transpose()?
+                .unwrap_or(0);
+            let attempts = rows
+                .iter()
                 .map(|row| {
                     Ok(AttemptRecord {
                         attempt: get(row, "attempt")?,
@@ -231,15 +260,16 @@ impl OperatorStore for PgOperator {
                         node: get(row, "node")?,
                         mode: get(row, "mode")?,
                         outcome: get(row, "outcome")?,
-                        started_at: get(row, "started_at")?,
-                        ended_at: get(row, "ended_at")?,
+                        started_at: get(row, "started_unix")?,
+                        ended_at: get(row, "ended_unix")?,
                         target_status: get::<Option<i16>>(row, "target_status")?
                             .and_then(|s| u16::try_from(s).ok()),
                         error: get(row, "error")?,
                         answer: get(row, "answer")?,
                     })
                 })
-                .collect()
+                .collect::<Result<Vec<_>, StoreError>>()?;
+            Ok(HistoryPage::newest_first(attempts, total, limit))
         })
     }
 

@@ -14,14 +14,23 @@ use super::search;
 use super::writer::{sql_error, Writer};
 use crate::key::EventId;
 use crate::store::api::{millis, AttemptRecord, EventRecord, StoreError, StoreFuture};
-use crate::store::operator::{OperatorStore, ReplayItem, ReplayJob, SearchFilter, StatusCount};
+use crate::store::operator::{
+    HistoryPage, OperatorStore, ReplayItem, ReplayJob, SearchFilter, StatusCount,
+};
 use crate::store::page::PageCursor;
 use crate::store::search::{Order, SearchPage};
 
-/// An event's attempts (a plain read: the last committed ones).
+/// An event's latest `?4` attempts numbered below `?3` (all when NULL), newest first, by
+/// its primary key read backwards (a plain read: the last committed ones).
 const HISTORY: &str = "
 SELECT attempt, path, node, mode, outcome, started_at, ended_at, target_status, error, answer
-FROM webhook_attempts WHERE provider = ?1 AND event_key = ?2 ORDER BY attempt";
+FROM webhook_attempts
+WHERE provider = ?1 AND event_key = ?2 AND attempt < coalesce(?3, 2147483647)
+ORDER BY attempt DESC LIMIT ?4";
+
+/// How many history rows one event has: its primary key's entries.
+const HISTORY_COUNT: &str =
+    "SELECT count(*) FROM webhook_attempts WHERE provider = ?1 AND event_key = ?2";
 
 /// The conditions of a count (a bulk replay's plan), `?1`…`?11` (each ignored when NULL).
 /// The key prefix is the range `?4 <= event_key < ?11` ([`key_range`]): SQLite's `LIKE`
@@ -219,12 +228,19 @@ impl OperatorStore for SqliteOperator {
         }))
     }
 
-    fn history<'a>(&'a self, id: &'a EventId) -> StoreFuture<'a, Vec<AttemptRecord>> {
+    fn history<'a>(
+        &'a self,
+        id: &'a EventId,
+        before: Option<i32>,
+        limit: u32,
+    ) -> StoreFuture<'a, HistoryPage> {
         let id = id.clone();
         Box::pin(self.reader.call(move |conn| {
             let mut stmt = conn.prepare_cached(HISTORY).map_err(sql_error)?;
+            // One more than the page: whether older attempts are left.
+            let more = i64::from(limit) + 1;
             let rows = stmt
-                .query_map(params![&*id.provider, &*id.key], |r| {
+                .query_map(params![&*id.provider, &*id.key, before, more], |r| {
                     Ok(AttemptRecord {
                         attempt: r.get(0)?,
                         path: r.get(1)?,
@@ -239,7 +255,11 @@ impl OperatorStore for SqliteOperator {
                     })
                 })
                 .map_err(sql_error)?;
-            rows.map(|r| r.map_err(sql_error)).collect()
+            let attempts = rows
+                .map(|r| r.map_err(sql_error))
+                .collect::<Result<Vec<_>, _>>()?;
+            let total: i64 = run(conn, HISTORY_COUNT, params![&*id.provider, &*id.key])?;
+            Ok(HistoryPage::newest_first(attempts, total, limit))
         }))
     }
 

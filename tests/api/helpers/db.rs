@@ -478,6 +478,49 @@ impl TestDb {
         }
     }
 
+    /// Writes a failed event `provider:key` with `n` history rows, attempts 1…n, each a
+    /// 429 throttled, straight into the tables (as a target answering 429 for days leaves
+    /// it).
+    pub async fn fill_history(&self, provider: &str, key: &str, n: u32) {
+        match &self.inspect {
+            Inspect::Pg(client) => client
+                .batch_execute(&format!(
+                    "INSERT INTO webhook_events (provider, event_key, status, attempts, last_path,
+                                                 mode)
+                     VALUES ('{provider}', '{key}', 'failed', {n}, 'retry_after_failure',
+                             'queue');
+                     INSERT INTO webhook_attempts (provider, event_key, attempt, path, node, mode,
+                                                   outcome, started_at, ended_at, target_status,
+                                                   error)
+                     SELECT '{provider}', '{key}', g, 'retry_after_failure', 'n1', 'queue',
+                            'throttled', now() - (({n} - g) || ' s')::interval,
+                            now() - (({n} - g) || ' s')::interval, 429, 'target answered 429'
+                     FROM generate_series(1, {n}) g"
+                ))
+                .await
+                .expect("fill history"),
+            Inspect::Sqlite(file) => {
+                Self::sqlite(file)
+                    .execute_batch(&format!(
+                        "INSERT INTO webhook_events (provider, event_key, status, attempts,
+                                                     last_path, mode, created_at, updated_at)
+                         VALUES ('{provider}', '{key}', 'failed', {n}, 'retry_after_failure',
+                                 'queue', unixepoch('subsec'), unixepoch('subsec'));
+                         WITH RECURSIVE g(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM g
+                                                 WHERE i < {n})
+                         INSERT INTO webhook_attempts (provider, event_key, attempt, path, node,
+                                                       mode, outcome, started_at, ended_at,
+                                                       target_status, error)
+                         SELECT '{provider}', '{key}', i, 'retry_after_failure', 'n1', 'queue',
+                                'throttled', unixepoch('subsec') - ({n} - i),
+                                unixepoch('subsec') - ({n} - i), 429, 'target answered 429'
+                         FROM g"
+                    ))
+                    .expect("fill history");
+            }
+        }
+    }
+
     /// Rows by status.
     pub async fn count_status(&self, status: &str) -> i64 {
         match &self.inspect {
