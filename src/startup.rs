@@ -170,6 +170,7 @@ impl Application {
             paused_retry_after: paused_retry_after(config),
             upkeep: Arc::clone(&upkeep),
             readiness: Default::default(),
+            stats: crate::http::StatsCache::new(config.admin.stats_max_age),
         });
         let server = http_server(config, listener, state)?;
         info!(log, "hookgate.listening"; "port" => port, "shards" => shards);

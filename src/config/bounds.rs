@@ -62,6 +62,7 @@ pub(super) fn bounds_rules(config: &Config) -> Vec<Rule> {
         within("queue.poll_interval", config.queue.poll_interval, HOUR),
         within("queue.max_target_pause", config.queue.max_target_pause, DAY),
         within("shutdown.grace", config.shutdown.grace, HOUR),
+        within("admin.stats_max_age", config.admin.stats_max_age, HOUR),
         within("retention.done", config.retention.done, 3650 * DAY),
         within("retention.dead", config.retention.dead, 3650 * DAY),
         within(
@@ -186,6 +187,7 @@ mod tests {
         ("queue", "poll_interval", Kind::Duration),
         ("queue", "max_target_pause", Kind::Duration),
         ("shutdown", "grace", Kind::Duration),
+        ("admin", "stats_max_age", Kind::Duration),
         ("retention", "done", Kind::Duration),
         ("retention", "dead", Kind::Duration),
         ("retention", "sweep_interval", Kind::Duration),

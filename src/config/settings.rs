@@ -314,7 +314,7 @@ impl Default for RetentionConfig {
 }
 
 /// `[admin]`
-#[derive(Debug, Clone, Deserialize, Serialize, Default)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct AdminConfig {
     /// Name of the environment variable holding the bearer token; unset disables `/admin/`.
@@ -323,6 +323,23 @@ pub struct AdminConfig {
     /// it directly). Never read from the file.
     #[serde(skip)]
     pub token: Option<Secret>,
+    /// How long this node answers `/admin/api/stats` from the counts it last read: counting
+    /// rows per provider and status reads the whole table, and each open console asks every
+    /// five seconds. Zero: counted on every call (one at a time).
+    #[serde(with = "humantime_serde")]
+    pub stats_max_age: Duration,
+}
+
+impl Default for AdminConfig {
+    fn default() -> Self {
+        Self {
+            token_env: None,
+            token: None,
+            // Three of the console's polls: with a few tabs open, the table is counted
+            // once in this long instead of once per tab every five seconds.
+            stats_max_age: Duration::from_secs(15),
+        }
+    }
 }
 
 /// The config file used when none is named.

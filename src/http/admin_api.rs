@@ -159,7 +159,11 @@ struct HistoryQuery {
 
 async fn stats(req: HttpRequest, state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
     authorize(&req, &state)?;
-    let counts = state.store.operator().status_counts().await?;
+    // The queue's depth is read each time: its index holds only unfinished queue rows.
+    let (counts, age) = state
+        .stats
+        .get(|| state.store.operator().status_counts())
+        .await?;
     let depths = state.store.queue_depth().await?;
     let mut names: Vec<&String> = state.providers.keys().collect();
     names.sort();
@@ -200,7 +204,11 @@ async fn stats(req: HttpRequest, state: web::Data<AppState>) -> Result<HttpRespo
             })
         })
         .collect();
-    Ok(HttpResponse::Ok().json(json!({ "providers": providers })))
+    Ok(HttpResponse::Ok().json(json!({
+        "providers": providers,
+        "counts_age_s": age.as_secs_f64(),
+        "counts_max_age_s": state.stats.max_age().as_secs_f64(),
+    })))
 }
 
 async fn pause(

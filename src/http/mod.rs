@@ -4,7 +4,7 @@
 //!
 //! The files import one another one way (this one only re-exports): `routes` → the
 //! handlers (`ingest`, `admin`, `health`) → `body`, `state`, `budget`, `error`,
-//! `event_json`.
+//! `event_json`; `state` → `stats_cache`.
 
 mod admin;
 mod admin_api;
@@ -18,6 +18,7 @@ mod health;
 mod ingest;
 mod routes;
 mod state;
+mod stats_cache;
 
 pub use budget::BodyBudget;
 pub use conn_watch::{bound_writes, ConnWatch, Sent};
@@ -25,3 +26,4 @@ pub use error::ApiError;
 pub use event_json::{attempt_json, event_json, summary_json};
 pub use routes::routes;
 pub use state::AppState;
+pub use stats_cache::StatsCache;

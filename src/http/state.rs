@@ -1,5 +1,5 @@
 //! The state every HTTP handler sees: providers, the shards, the store, limits, the
-//! logger, the metrics, the admin token.
+//! logger, the metrics, the admin token, the statistics kept for the console.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -9,7 +9,10 @@ use crate::metrics::Metrics;
 use crate::provider::Provider;
 use crate::secret::Secret;
 use crate::shard::Dispatcher;
+use crate::store::operator::StatusCount;
 use crate::store::Store;
+
+use super::stats_cache::StatsCache;
 
 /// State shared by every handler.
 pub struct AppState {
@@ -39,4 +42,7 @@ pub struct AppState {
     /// `/readyz`'s last look at the store: when, and whether it answered (`None` before
     /// the first). A plain mutex: held for a copy, never across an `.await`.
     pub readiness: Mutex<Option<(Instant, Result<(), String>)>>,
+    /// The rows per provider and status `/admin/api/stats` answers from, kept for
+    /// `admin.stats_max_age`.
+    pub stats: StatsCache<Vec<StatusCount>>,
 }

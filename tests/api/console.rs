@@ -107,6 +107,7 @@ async fn an_operator_works_through_the_console_in_a_real_browser() {
     assert_eq!(mode, "CSS1Compat", "the page renders in standards mode");
     let dead_cell = format!("[data-provider={PROVIDER}] td[data-status=dead]");
     browser.wait_text(&dead_cell, "3").await;
+    browser.wait_text("#counts-age", "counted").await;
     browser.screenshot(&shots.join("overview.png")).await;
 
     // Events, filtered by status, then paged two at a time.

@@ -343,6 +343,38 @@ async fn an_events_history_is_answered_a_page_at_a_time_with_its_total(backend: 
     }
 }
 
+/// The statistics count rows per status at most once per `admin.stats_max_age` on a node,
+/// and say how old their counts are; the queue's depth is read each time. With a max age
+/// of zero every call counts.
+async fn the_statistics_count_the_table_once_per_max_age_and_say_how_old(backend: Backend) {
+    let done = |stats: &Value| stats["providers"][0]["counts"]["done"].clone();
+    let app = admin_app(backend, |c| {
+        c.admin.stats_max_age = Duration::from_secs(3600);
+    })
+    .await;
+    assert_eq!(app.deliver("evt_s1", "{}").await.status, 201);
+    let first = get_json(&app, "/admin/api/stats").await;
+    assert_eq!(done(&first), 1);
+    assert_eq!(first["counts_max_age_s"], 3600.0);
+    assert_eq!(app.deliver("evt_s2", "{}").await.status, 201);
+    let second = get_json(&app, "/admin/api/stats").await;
+    assert_eq!(done(&second), 1, "the counts of the first call: {second}");
+    let (a, b) = (
+        first["counts_age_s"].as_f64(),
+        second["counts_age_s"].as_f64(),
+    );
+    assert!(
+        a.is_some_and(|a| b.is_some_and(|b| b >= a)),
+        "{first} {second}"
+    );
+
+    let live = admin_app(backend, |c| c.admin.stats_max_age = Duration::ZERO).await;
+    assert_eq!(live.deliver("evt_s1", "{}").await.status, 201);
+    assert_eq!(done(&get_json(&live, "/admin/api/stats").await), 1);
+    assert_eq!(live.deliver("evt_s2", "{}").await.status, 201);
+    assert_eq!(done(&get_json(&live, "/admin/api/stats").await), 2);
+}
+
 /// A paused queue provider accepts and holds its events on every node; a paused sync
 /// provider answers 503 so the sender keeps them; resumed, everything is delivered.
 async fn a_paused_provider_delivers_nothing_until_resumed(backend: Backend) {
@@ -868,6 +900,7 @@ async fn the_command_lines_bulk_replay_runs_its_own_job_and_leaves_an_older_one(
 }
 
 on_both_stores!(
+    the_statistics_count_the_table_once_per_max_age_and_say_how_old,
     an_events_history_is_answered_a_page_at_a_time_with_its_total,
     a_search_reads_a_bounded_number_of_rows_a_page_and_goes_on_from_there,
     lists_of_large_dead_letters_carry_their_sizes_not_their_payloads,

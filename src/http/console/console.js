@@ -291,7 +291,11 @@ async function overview(mine) {
     const stats = await api('GET', '/stats');
     if (mine !== generation) return;
     const cards = stats.providers.map((p) => providerCard(p, fill));
+    const age = Math.round(stats.counts_age_s ?? 0);
     shown.replaceChildren(
+      el('p', { class: 'note', id: 'counts-age' },
+        `Rows per status as counted ${age} s ago (the node counts at most every `
+        + `${Math.round(stats.counts_max_age_s ?? 0)} s); queues and paths are live.`),
       cards.length ? el('div', { class: 'grid' }, cards) : el('p', { class: 'empty' }, 'No providers.'),
     );
     shownAt = new Date();
