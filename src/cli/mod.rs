@@ -214,7 +214,18 @@ async fn migrate(config: &Config) -> anyhow::Result<()> {
     let store = store::open(&config.store)
         .await
         .with_context(|| format!("opening {}", config.store.redacted_url()))?;
-    store.migrate().await.context("migrating the store")?;
+    let on_wait = |wait: &crate::store::MigrationWait| {
+        eprintln!(
+            "a table is locked by another transaction ({}); trying again in {} ms (try {})",
+            wait.error,
+            wait.retry_in.as_millis(),
+            wait.attempt
+        );
+    };
+    store
+        .migrate_reporting(&on_wait)
+        .await
+        .context("migrating the store")?;
     out!("migrated {}", config.store.redacted_url())?;
     Ok(())
 }
@@ -548,8 +559,13 @@ async fn serve(config: Config) -> anyhow::Result<()> {
         }
     }
     let store = store::open(&config.store).await?;
+    let on_wait = |wait: &crate::store::MigrationWait| {
+        slog::warn!(log, "store.migration_waiting"; "attempt" => wait.attempt,
+            "retry_in_ms" => u64::try_from(wait.retry_in.as_millis()).unwrap_or(u64::MAX),
+            "error" => &wait.error);
+    };
     store
-        .migrate()
+        .migrate_reporting(&on_wait)
         .await
         .with_context(|| format!("migrating {}", config.store.redacted_url()))?;
     let app = Application::build(&config, store, Arc::new(HttpDelivery), log).await?;

@@ -124,6 +124,10 @@ pub const EVENTS: &[(&str, &str)] = &[
         "the database may lose acknowledged commits: setting, value",
     ),
     (
+        "store.migration_waiting",
+        "a migration found a table locked (a long transaction) and tries again: attempt, retry_in_ms, error",
+    ),
+    (
         "store.not_authenticated",
         "a Postgres on another host is reached without authenticating it: why",
     ),

@@ -15,14 +15,24 @@ use crate::key::EventId;
 use super::page::PageCursor;
 pub use super::types::{
     chain, AttemptRecord, Cause, Enqueued, EventRecord, EventSummary, Failure, Fenced, History,
-    Kept, QueueDepth, QueueRow, Reopened, StoreError, StoreFuture, Taken,
+    Kept, MigrationWait, QueueDepth, QueueRow, Reopened, StoreError, StoreFuture, Taken,
 };
 pub(crate) use super::types::{millis, storable, within};
 
 /// The operations hookgate needs from a database.
 pub trait Store: Send + Sync + 'static {
-    /// Creates or upgrades the schema; safe to run concurrently from several nodes.
-    fn migrate(&self) -> StoreFuture<'_, ()>;
+    /// Creates or upgrades the schema; safe to run concurrently from several nodes. Never
+    /// holds a claim behind a table lock it waits for for longer than a short lock timeout:
+    /// it gives the lock request up and tries again, calling `on_wait` each time.
+    fn migrate_reporting<'a>(
+        &'a self,
+        on_wait: &'a (dyn Fn(&MigrationWait) + Send + Sync),
+    ) -> StoreFuture<'a, ()>;
+
+    /// [`migrate_reporting`](Self::migrate_reporting) with the waits unreported.
+    fn migrate(&self) -> StoreFuture<'_, ()> {
+        self.migrate_reporting(&unreported)
+    }
 
     /// Checks that the store answers (for `/readyz`); a success also ends any reconnect
     /// backoff.
@@ -161,3 +171,6 @@ pub trait Store: Send + Sync + 'static {
     /// What operators read and do: history, search, statistics, pauses, bulk replays.
     fn operator(&self) -> &dyn super::operator::OperatorStore;
 }
+
+/// A migration's wait that nobody reports.
+fn unreported(_: &MigrationWait) {}

@@ -21,7 +21,7 @@ pub use crate::outcome::DeadReason;
 pub(crate) use api::storable;
 pub use api::{
     AttemptRecord, Cause, Enqueued, EventRecord, EventSummary, Failure, Fenced, History, Kept,
-    QueueDepth, QueueRow, Reopened, Store, StoreError, StoreFuture, Taken,
+    MigrationWait, QueueDepth, QueueRow, Reopened, Store, StoreError, StoreFuture, Taken,
 };
 pub use open::{check, open};
 pub use page::PageCursor;

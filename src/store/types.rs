@@ -429,6 +429,18 @@ impl EventRecord {
     }
 }
 
+/// A migration that could not take a table's lock within its lock timeout (a long
+/// transaction holds the table), rolled back and about to be tried again: for the log.
+#[derive(Debug, Clone)]
+pub struct MigrationWait {
+    /// The try that gave up (1 for the first).
+    pub attempt: u32,
+    /// How long until the next try.
+    pub retry_in: Duration,
+    /// The database's word on it.
+    pub error: String,
+}
+
 /// Runs `op` under `deadline`: past it the caller gets [`StoreError::TimedOut`] and the
 /// operation's future is dropped (a Postgres connection it held is discarded, see
 /// `postgres/pool.rs`).

@@ -188,6 +188,15 @@ pub(crate) fn is_read_only(e: &StoreError) -> bool {
         == Some(&SqlState::READ_ONLY_SQL_TRANSACTION)
 }
 
+/// Whether a statement gave up waiting for a lock (SQLSTATE 55P03: `lock_timeout`, or
+/// `NOWAIT`).
+pub(crate) fn is_lock_timeout(e: &StoreError) -> bool {
+    e.cause()
+        .downcast_ref::<tokio_postgres::Error>()
+        .and_then(tokio_postgres::Error::code)
+        == Some(&SqlState::LOCK_NOT_AVAILABLE)
+}
+
 /// Waiting for a pooled connection past `pool_timeout` is overload (`Busy`); failing to
 /// open one is an outage.
 pub(crate) fn pool_error(e: PoolError) -> StoreError {

@@ -33,8 +33,8 @@ use crate::config::StoreConfig;
 use crate::key::EventId;
 use crate::store::api::millis;
 use crate::store::api::{
-    Enqueued, EventRecord, EventSummary, Failure, Fenced, History, Kept, QueueDepth, QueueRow,
-    Reopened, Store, StoreError, StoreFuture, Taken,
+    Enqueued, EventRecord, EventSummary, Failure, Fenced, History, Kept, MigrationWait, QueueDepth,
+    QueueRow, Reopened, Store, StoreError, StoreFuture, Taken,
 };
 use crate::store::batcher::Batcher;
 use crate::store::operator::{OperatorStore, SearchFilter};
@@ -202,8 +202,11 @@ fn risks(
 }
 
 impl Store for PgStore {
-    fn migrate(&self) -> StoreFuture<'_, ()> {
-        Box::pin(self.inner.migrate())
+    fn migrate_reporting<'a>(
+        &'a self,
+        on_wait: &'a (dyn Fn(&MigrationWait) + Send + Sync),
+    ) -> StoreFuture<'a, ()> {
+        Box::pin(self.inner.migrate(on_wait))
     }
 
     fn ping(&self) -> StoreFuture<'_, ()> {

@@ -31,8 +31,8 @@ use crate::claim::{ClaimResult, Path as ClaimPath, RowState, Status, StoredResul
 use crate::config::Mode;
 use crate::key::EventId;
 use crate::store::api::{
-    millis, Enqueued, EventRecord, EventSummary, Failure, Fenced, History, Kept, QueueDepth,
-    QueueRow, Reopened, Store, StoreError, StoreFuture, Taken,
+    millis, Enqueued, EventRecord, EventSummary, Failure, Fenced, History, Kept, MigrationWait,
+    QueueDepth, QueueRow, Reopened, Store, StoreError, StoreFuture, Taken,
 };
 use crate::store::operator::{OperatorStore, SearchFilter};
 use crate::store::page::PageCursor;
@@ -244,7 +244,13 @@ fn create_private(path: &Path) -> Result<(), StoreError> {
 }
 
 impl Store for SqliteStore {
-    fn migrate(&self) -> StoreFuture<'_, ()> {
+    /// One writer at a time holds the database's write lock (`BEGIN IMMEDIATE`) and other
+    /// processes wait for it within their busy timeout: nothing waits behind a migration
+    /// but the writer's own batches, so there is no wait to report.
+    fn migrate_reporting<'a>(
+        &'a self,
+        _on_wait: &'a (dyn Fn(&MigrationWait) + Send + Sync),
+    ) -> StoreFuture<'a, ()> {
         Box::pin(self.writer.call(|conn| {
             conn.execute_batch(
                 "CREATE TABLE IF NOT EXISTS hookgate_migrations (

@@ -482,8 +482,11 @@ fn fenced(f: &Fenced) -> (String, bool, Option<i32>) {
 }
 
 impl Store for ChaosStore {
-    fn migrate(&self) -> StoreFuture<'_, ()> {
-        self.inner.migrate()
+    fn migrate_reporting<'a>(
+        &'a self,
+        on_wait: &'a (dyn Fn(&hookgate::store::MigrationWait) + Send + Sync),
+    ) -> StoreFuture<'a, ()> {
+        self.inner.migrate_reporting(on_wait)
     }
     fn ping(&self) -> StoreFuture<'_, ()> {
         self.inner.ping()

@@ -521,6 +521,35 @@ impl TestDb {
         }
     }
 
+    /// Runs `sql` (several statements) on this database: the test's own connection on
+    /// Postgres (this schema), a connection of its own on SQLite.
+    pub async fn apply_sql(&self, sql: &str) {
+        match &self.inspect {
+            Inspect::Pg(client) => client.batch_execute(sql).await.expect(sql),
+            Inspect::Sqlite(file) => Self::sqlite(file).execute_batch(sql).expect(sql),
+        }
+    }
+
+    /// The migrations recorded as applied, in order.
+    pub async fn migrations(&self) -> Vec<i64> {
+        let sql = "SELECT version FROM hookgate_migrations ORDER BY version";
+        match &self.inspect {
+            Inspect::Pg(client) => client
+                .query(sql, &[])
+                .await
+                .expect(sql)
+                .iter()
+                .map(|r| i64::from(r.get::<_, i32>(0)))
+                .collect(),
+            Inspect::Sqlite(file) => {
+                let conn = Self::sqlite(file);
+                let mut stmt = conn.prepare(sql).expect(sql);
+                let rows = stmt.query_map([], |r| r.get(0)).expect(sql);
+                rows.map(|r| r.expect(sql)).collect()
+            }
+        }
+    }
+
     /// Rows by status.
     pub async fn count_status(&self, status: &str) -> i64 {
         match &self.inspect {
@@ -604,6 +633,18 @@ impl TestDb {
             .await
             .expect("hold a new row");
         RowLock { client }
+    }
+
+    /// Reads this schema's `table` (Postgres) in a transaction left open, as a long report
+    /// does: it holds the table's `ACCESS SHARE` lock — which every write shares, and only
+    /// DDL waits for — until [`TableLock::release`].
+    pub async fn read_in_open_transaction(&self, table: &str) -> TableLock {
+        let client = self.own_connection().await;
+        client
+            .batch_execute(&format!("BEGIN; SELECT count(*) FROM {table}"))
+            .await
+            .expect("read the table");
+        TableLock::Pg(client)
     }
 
     /// Waits until `n` statements wait for this schema's events table, held by

@@ -85,8 +85,11 @@ impl FaultyStore {
 }
 
 impl Store for FaultyStore {
-    fn migrate(&self) -> StoreFuture<'_, ()> {
-        self.inner.migrate()
+    fn migrate_reporting<'a>(
+        &'a self,
+        on_wait: &'a (dyn Fn(&hookgate::store::MigrationWait) + Send + Sync),
+    ) -> StoreFuture<'a, ()> {
+        self.inner.migrate_reporting(on_wait)
     }
     fn ping(&self) -> StoreFuture<'_, ()> {
         self.pings.fetch_add(1, Ordering::SeqCst);
