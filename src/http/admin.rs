@@ -79,11 +79,23 @@ pub(super) fn query<T: DeserializeOwned>(req: &HttpRequest) -> Result<T, ApiErro
         .map_err(|e| ApiError::BadQuery(e.to_string()))
 }
 
-/// The provider and key of one event, as a path or a query names them.
+/// The provider and key of one event, as a path or a query names them. Read leniently:
+/// a handler whose query takes more (an event's history page) checks its own fields.
 #[derive(Deserialize)]
 struct EventParams {
     provider: String,
     key: String,
+}
+
+/// The query of a call that takes nothing but the event it names (or nothing at all, on
+/// the path forms): any other field is refused.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct EventOnly {
+    #[serde(rename = "provider")]
+    _provider: Option<String>,
+    #[serde(rename = "key")]
+    _key: Option<String>,
 }
 
 /// The event a request names: `{provider}/{key}` of its path, or, on the routes without
@@ -107,6 +119,7 @@ async fn show_event(
     state: web::Data<AppState>,
 ) -> Result<HttpResponse, ApiError> {
     authorize(&req, &state)?;
+    let _: EventOnly = query(&req)?;
     let id = event_id(&req)?;
     match state.store.operator().event(&id).await? {
         Some(record) => Ok(HttpResponse::Ok().json(event_json(&record))),
@@ -183,6 +196,7 @@ pub(super) async fn replay(
     state: web::Data<AppState>,
 ) -> Result<HttpResponse, ApiError> {
     authorize(&req, &state)?;
+    let _: EventOnly = query(&req)?;
     let named = event_id(&req)?;
     let runtime = state
         .providers

@@ -4,7 +4,7 @@ use awc::http::Method;
 
 use hookgate::config::Secret;
 
-use crate::helpers::{spawn_app, spawn_app_with, PROVIDER};
+use crate::helpers::{spawn_app, spawn_app_with, TestApp, PROVIDER};
 
 #[actix_web::test]
 async fn every_bad_request_is_refused_with_its_code_and_nothing_is_claimed() {
@@ -177,9 +177,20 @@ async fn a_misspelled_admin_field_is_refused_and_starts_nothing() {
     for path in [
         "/admin/api/events?provder=nobody",
         "/admin/dead?provder=nobody",
+        "/admin/api/event?provider=stripe&key=evt_dead&limt=1",
+        "/admin/api/events/stripe/evt_dead?limt=1",
+        "/admin/events/stripe/evt_dead?limt=1",
     ] {
         let answer = app.get_with(path, "Bearer bad-input-token").await;
         assert_eq!(answer.status, 400, "{path}: {answer:?}");
         assert!(answer.body.contains("bad_query"), "{}", answer.body);
     }
+    for path in [
+        "/admin/api/event/replay?provider=stripe&key=evt_dead&force=1",
+        "/admin/api/events/stripe/evt_dead/replay?force=1",
+    ] {
+        let answer = app.post(path, &auth, String::new()).await;
+        assert_eq!(answer.status, 400, "{path}: {answer:?}");
+    }
+    assert_eq!(app.target.count(&TestApp::idem("evt_dead")), 1, "replayed");
 }
