@@ -198,6 +198,10 @@ async fn the_provider_limit_holds_deliveries_back_until_a_slot_frees(backend: Ba
     let app = spawn_app_on(backend, |c| {
         queue_mode(c);
         c.providers[0].target.max_in_flight = Some(1);
+        // The held delivery must outlast a slow machine's pauses: a 10 s target timeout
+        // ended it (a failure, freeing the slot for the next row) when this test was
+        // starved of CPU for that long, and a second delivery was then right.
+        c.providers[0].target.timeout = Duration::from_secs(120);
     })
     .await;
     app.target.set(Behaviour::Hang);

@@ -106,8 +106,8 @@ function eventHref(provider, key) {
 /** The API's address of one event (`action`: '' or '/replay'). The key goes in the query
  *  string, never the path: a browser collapses `.` and `..` path segments, percent-encoded
  *  or not, so `/events/stripe/..` would ask for `/events/`. */
-function eventApiPath(provider, key, action = '') {
-  return `/event${action}${query({ provider, key })}`;
+function eventApiPath(provider, key, action = '', extra = {}) {
+  return `/event${action}${query({ provider, key, ...extra })}`;
 }
 
 // ---------------------------------------------------------------------------------------
@@ -617,7 +617,7 @@ function attemptsSection(event) {
   const older = async (click) => {
     click.target.disabled = true;
     try {
-      const page = await api('GET', `${eventApiPath(event.provider, event.event_key)}${query({ before })}`);
+      const page = await api('GET', eventApiPath(event.provider, event.event_key, '', { before }));
       shown = [...(page.attempts ?? []), ...shown];
       before = page.attempts_before ?? null;
       draw();
