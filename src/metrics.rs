@@ -102,6 +102,13 @@ pub struct Metrics {
     panics: Family<ActorLabels, Counter>,
     paused: Family<ProviderLabels, Gauge>,
     target_pause: Family<ProviderLabels, Gauge<f64, std::sync::atomic::AtomicU64>>,
+    retention_backlog: Gauge<f64, std::sync::atomic::AtomicU64>,
+    table_bytes: Family<TableLabels, Gauge>,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct TableLabels {
+    table: &'static str,
 }
 
 impl Default for Metrics {
@@ -143,6 +150,20 @@ impl Metrics {
             "provider_paused",
             "Whether an operator paused the provider (1): nothing of it is delivered",
             paused.clone(),
+        );
+        let retention_backlog = Gauge::<f64, std::sync::atomic::AtomicU64>::default();
+        registry.register(
+            "retention_backlog_seconds",
+            "How far past its retention the oldest kept done row or dead letter was after \
+             the last retention pass (0: retention keeps up)",
+            retention_backlog.clone(),
+        );
+        let table_bytes = Family::<TableLabels, Gauge>::default();
+        registry.register(
+            "table_bytes",
+            "Bytes each of hookgate's tables takes in the store (rows, indexes, out-of-line \
+             values), as of the last retention pass",
+            table_bytes.clone(),
         );
         let target_pause =
             Family::<ProviderLabels, Gauge<f64, std::sync::atomic::AtomicU64>>::default();
@@ -277,6 +298,8 @@ impl Metrics {
             panics,
             paused,
             target_pause,
+            retention_backlog,
+            table_bytes,
         }
     }
 
@@ -467,6 +490,18 @@ impl Metrics {
                 provider: provider.to_owned(),
             })
             .set(seconds);
+    }
+
+    /// How far past retention the oldest kept row is, after a retention pass.
+    pub fn retention_backlog(&self, seconds: f64) {
+        self.retention_backlog.set(seconds);
+    }
+
+    /// The bytes `table` takes in the store, as a retention pass read them.
+    pub fn table_bytes(&self, table: &'static str, bytes: u64) {
+        self.table_bytes
+            .get_or_create(&TableLabels { table })
+            .set(i64::try_from(bytes).unwrap_or(i64::MAX));
     }
 
     /// A taken queue row was given back without reaching the target.

@@ -1,5 +1,7 @@
-//! The retention sweeper: deletes `done` rows older than `retention.done` and dead
-//! letters older than `retention.dead`, in bounded batches.
+//! The retention sweeper: every `retention.sweep_interval` the store removes `done` rows
+//! older than `retention.done` and dead letters older than `retention.dead` (each store its
+//! own way, within half an interval), and the node publishes how far behind retention is
+//! and how large its tables are.
 //!
 //! It also gives up on sync-mode events no sender will retry: a `failed` row, or an
 //! `in_progress` one whose lease expired, untouched for longer than its provider's sender
@@ -19,11 +21,17 @@ use slog::{info, warn, Logger};
 use crate::claim::Status;
 use crate::config::RetentionConfig;
 use crate::metrics::Metrics;
-use crate::store::{Store, StoreError};
+use crate::store::{Retention, Store, StoreError};
 
-/// Batches one pass may delete per status; a larger backlog waits for the next pass, so
-/// a pass after a long outage cannot monopolise the database.
+/// Batches one pass may turn into dead letters per provider (sender horizons, removed
+/// providers); a larger backlog waits for the next pass, so a pass after a long outage
+/// cannot monopolise the database.
 const MAX_BATCHES_PER_PASS: u32 = 100;
+
+/// The part of `retention.sweep_interval` one retention pass may spend removing rows: a
+/// larger backlog is left for the next pass (and shows as the backlog metric), so
+/// retention never runs into itself, nor holds the writer for a whole interval.
+const BUDGET_SHARE: u32 = 2;
 
 /// Rows one pass deleted.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -130,30 +138,41 @@ impl Sweeper {
         Ok(total)
     }
 
-    /// One pass over both statuses.
+    /// One retention pass (the store removes what is past retention its own way, within
+    /// the pass's budget), then the backlog and the tables' sizes published as metrics.
     pub async fn run_once(&self) -> Result<SweepReport, StoreError> {
+        let policy = Retention {
+            done: self.retention.done,
+            dead: self.retention.dead,
+            batch: self.retention.sweep_batch,
+            budget: self.retention.sweep_interval / BUDGET_SHARE,
+        };
+        let retained = self.store.retain(&policy).await?;
+        self.metrics.swept(Status::Done.as_str(), retained.done);
+        self.metrics.swept(Status::Dead.as_str(), retained.dead);
+        self.metrics
+            .retention_backlog(retained.backlog.as_secs_f64());
         let report = SweepReport {
-            done: self.sweep(Status::Done, self.retention.done).await?,
-            dead: self.sweep(Status::Dead, self.retention.dead).await?,
+            done: retained.done,
+            dead: retained.dead,
         };
         if report != SweepReport::default() {
-            info!(self.log, "retention.swept"; "done" => report.done, "dead" => report.dead);
+            info!(self.log, "retention.swept"; "done" => report.done, "dead" => report.dead,
+                "backlog_s" => retained.backlog.as_secs());
+        }
+        if !retained.backlog.is_zero() {
+            warn!(self.log, "retention.behind"; "backlog_s" => retained.backlog.as_secs(),
+                "message" => "rows past retention are left for the next pass");
+        }
+        match self.store.table_sizes().await {
+            Ok(sizes) => {
+                for size in sizes {
+                    self.metrics.table_bytes(size.table, size.bytes);
+                }
+            }
+            Err(e) => warn!(self.log, "retention.sizes_failed"; "error" => %e),
         }
         Ok(report)
-    }
-
-    async fn sweep(&self, status: Status, age: Duration) -> Result<u64, StoreError> {
-        let batch = self.retention.sweep_batch;
-        let mut total = 0;
-        for _ in 0..MAX_BATCHES_PER_PASS {
-            let deleted = self.store.sweep(status, age, batch).await?;
-            total += deleted;
-            if deleted < u64::from(batch) {
-                break;
-            }
-        }
-        self.metrics.swept(status.as_str(), total);
-        Ok(total)
     }
 
     /// Runs a pass every `retention.sweep_interval` until the task is dropped.

@@ -98,6 +98,18 @@ pub trait Store: Send + Sync + 'static {
     /// many. Callers loop while a full batch was deleted.
     fn sweep(&self, status: Status, older_than: Duration, batch: u32) -> StoreFuture<'_, u64>;
 
+    /// One retention pass: removes done rows and dead letters past `policy`'s ages, within
+    /// its budget; answers what it removed and how far past retention the oldest row it
+    /// left is (zero when it keeps up).
+    fn retain<'a>(
+        &'a self,
+        policy: &'a super::retain::Retention,
+    ) -> StoreFuture<'a, super::retain::Retained>;
+
+    /// The bytes each of the store's tables takes on disk (rows, indexes, out-of-line
+    /// values). A plain read of the catalog (or the file's pages).
+    fn table_sizes(&self) -> StoreFuture<'_, Vec<super::retain::TableSize>>;
+
     /// Queue mode: writes the event with its payload (status `queued`, due now) unless its
     /// key is known, in which case the row is reported as it stands. Answers only once the
     /// row is durable.

@@ -13,6 +13,7 @@ pub mod operator;
 mod page;
 pub mod postgres;
 mod reconnect;
+pub mod retain;
 mod search;
 pub mod sqlite;
 mod types;
@@ -25,4 +26,5 @@ pub use api::{
 };
 pub use open::{check, open};
 pub use page::PageCursor;
+pub use retain::{Retained, Retention, TableSize};
 pub use search::{SearchPage, SCAN_BUDGET};

@@ -225,3 +225,22 @@ WHERE (provider, event_key) IN (
     ORDER BY updated_at
     LIMIT $3
     FOR UPDATE SKIP LOCKED)";
+
+/// How far past retention the oldest kept row is, in ms (0 when none is): the oldest
+/// `done` row against `$1` ms, the oldest dead letter against `$2`. Two reads of the first
+/// entry of the (status, updated_at) index; no lock.
+pub(crate) const BACKLOG: &str = "
+SELECT GREATEST(0,
+    COALESCE(extract(epoch FROM now() - (SELECT min(updated_at) FROM webhook_events
+                                          WHERE status = 'done'))::float8 * 1000 - $1::float8, 0),
+    COALESCE(extract(epoch FROM now() - (SELECT min(updated_at) FROM webhook_events
+                                          WHERE status = 'dead'))::float8 * 1000 - $2::float8, 0))::bigint
+    AS backlog_ms";
+
+/// The bytes of each of hookgate's tables in this schema (heap, indexes and TOAST): a
+/// read of the catalog, no lock on the tables.
+pub(crate) const TABLE_SIZES: &str = "
+SELECT c.relname::text AS name, pg_total_relation_size(c.oid)::bigint AS bytes
+FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+WHERE n.nspname = current_schema() AND c.relkind IN ('r', 'p')
+  AND c.relname = ANY($1::text[])";

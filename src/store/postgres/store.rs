@@ -26,7 +26,7 @@ use super::pools::{self, Pools};
 use super::queue;
 use super::rows::{db_error, get, parse_mode, record};
 use super::search;
-use super::sql::{FAIL, LOOKUP, REPLAY, SWEEP};
+use super::sql::{BACKLOG, FAIL, LOOKUP, REPLAY, SWEEP, TABLE_SIZES};
 use super::tls;
 use crate::claim::{ClaimResult, Status, StoredResult};
 use crate::config::StoreConfig;
@@ -39,6 +39,7 @@ use crate::store::api::{
 use crate::store::batcher::Batcher;
 use crate::store::operator::{OperatorStore, SearchFilter};
 use crate::store::page::PageCursor;
+use crate::store::retain::{self, Retained, Retention, TableSize, TABLES};
 use crate::store::search::Order;
 
 /// Claims or completions one batch carries at most.
@@ -396,6 +397,51 @@ impl Store for PgStore {
                 .await
                 .map_err(db_error)
         })))
+    }
+
+    fn retain<'a>(&'a self, policy: &'a Retention) -> StoreFuture<'a, Retained> {
+        Box::pin(async move {
+            let mut retained = retain::by_rows(self, policy).await?;
+            let (done, dead) = (millis(policy.done), millis(policy.dead));
+            let backlog_ms: i64 = self
+                .inner
+                .guarded(self.inner.run(async move |client| {
+                    let row = client
+                        .query_one(BACKLOG, &[&(done as f64), &(dead as f64)])
+                        .await
+                        .map_err(db_error)?;
+                    get(&row, "backlog_ms")
+                }))
+                .await?;
+            retained.backlog = Duration::from_millis(u64::try_from(backlog_ms).unwrap_or(0));
+            Ok(retained)
+        })
+    }
+
+    fn table_sizes(&self) -> StoreFuture<'_, Vec<TableSize>> {
+        Box::pin(async move {
+            let names: Vec<&str> = TABLES.to_vec();
+            let rows = self
+                .inner
+                .guarded(self.inner.run(async move |client| {
+                    client.query(TABLE_SIZES, &[&names]).await.map_err(db_error)
+                }))
+                .await?;
+            let mut sizes = Vec::with_capacity(TABLES.len());
+            for table in TABLES {
+                let bytes = rows
+                    .iter()
+                    .find(|r| r.get::<_, String>("name") == *table)
+                    .map(|r| get::<i64>(r, "bytes"))
+                    .transpose()?
+                    .unwrap_or(0);
+                sizes.push(TableSize {
+                    table,
+                    bytes: u64::try_from(bytes).unwrap_or(0),
+                });
+            }
+            Ok(sizes)
+        })
     }
 
     fn enqueue<'a>(&'a self, item: &'a QueueRow) -> StoreFuture<'a, Enqueued> {

@@ -36,6 +36,7 @@ use crate::store::api::{
 };
 use crate::store::operator::{OperatorStore, SearchFilter};
 use crate::store::page::PageCursor;
+use crate::store::retain::{self, Retained, Retention, TableSize, TABLES};
 use crate::store::search::Order;
 
 /// The migrations, applied in order, each once.
@@ -154,6 +155,23 @@ DELETE FROM webhook_events WHERE rowid IN (
     SELECT rowid FROM webhook_events
     WHERE status = ?1 AND updated_at < unixepoch('subsec') - ?2 / 1000.0
     ORDER BY updated_at LIMIT ?3)";
+
+/// How far past retention the oldest kept row is, in ms (0 when none is): the oldest
+/// `done` row against `?1` ms, the oldest dead letter against `?2`; the first entry of the
+/// (status, updated_at) index for each.
+const BACKLOG: &str = "
+SELECT max(0,
+    coalesce((unixepoch('subsec') - (SELECT min(updated_at) FROM webhook_events
+                                      WHERE status = 'done')) * 1000 - ?1, 0),
+    coalesce((unixepoch('subsec') - (SELECT min(updated_at) FROM webhook_events
+                                      WHERE status = 'dead')) * 1000 - ?2, 0))";
+
+/// The bytes of each table with its indexes: the pages the `dbstat` table counts for each
+/// b-tree, by the table it belongs to.
+const TABLE_SIZES: &str = "
+SELECT coalesce(m.tbl_name, d.name) AS tbl, sum(d.pgsize) AS bytes
+FROM dbstat d LEFT JOIN sqlite_schema m ON m.name = d.name
+GROUP BY tbl";
 
 /// The embedded store.
 pub struct SqliteStore {
@@ -458,6 +476,43 @@ impl Store for SqliteStore {
         Box::pin(self.reader.call(move |conn| {
             let page = search::scan(conn, &filter, after.as_ref(), limit, Order::Newest)?;
             Ok(page.rows)
+        }))
+    }
+
+    fn retain<'a>(&'a self, policy: &'a Retention) -> StoreFuture<'a, Retained> {
+        Box::pin(async move {
+            let mut retained = retain::by_rows(self, policy).await?;
+            let (done, dead) = (millis(policy.done), millis(policy.dead));
+            let backlog_ms: f64 = self
+                .reader
+                .call(move |conn| {
+                    conn.query_row(BACKLOG, params![done, dead], |r| r.get(0))
+                        .map_err(sql_error)
+                })
+                .await?;
+            retained.backlog = Duration::from_secs_f64(backlog_ms.max(0.0) / 1000.0);
+            Ok(retained)
+        })
+    }
+
+    fn table_sizes(&self) -> StoreFuture<'_, Vec<TableSize>> {
+        Box::pin(self.reader.call(move |conn| {
+            let mut statement = conn.prepare_cached(TABLE_SIZES).map_err(sql_error)?;
+            let rows = statement
+                .query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?)))
+                .map_err(sql_error)?
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(sql_error)?;
+            Ok(TABLES
+                .iter()
+                .map(|table| TableSize {
+                    table,
+                    bytes: rows
+                        .iter()
+                        .find(|(name, _)| name == table)
+                        .map_or(0, |(_, b)| u64::try_from(*b).unwrap_or(0)),
+                })
+                .collect())
         }))
     }
 

@@ -267,6 +267,39 @@ impl TestDb {
         }
     }
 
+    /// Writes `n` done rows of `provider` (keys `{prefix}{i}`), created and done `age` ago,
+    /// straight into the table: a backlog for retention without delivering it.
+    pub async fn insert_done_rows(&self, provider: &str, prefix: &str, n: u32, age: Duration) {
+        match &self.inspect {
+            Inspect::Pg(client) => {
+                client
+                    .execute(
+                        "INSERT INTO webhook_events (provider, event_key, status, attempts,
+                             last_path, result_status, created_at, updated_at)
+                         SELECT $1, $2 || i, 'done', 1, 'first_run', 200,
+                                now() - $4::float8 * interval '1 second',
+                                now() - $4::float8 * interval '1 second'
+                         FROM generate_series(1, $3::int) i",
+                        &[&provider, &prefix, &(n as i32), &age.as_secs_f64()],
+                    )
+                    .await
+                    .expect("insert done rows");
+            }
+            Inspect::Sqlite(file) => {
+                Self::sqlite(file)
+                    .execute(
+                        "WITH RECURSIVE i(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM i WHERE n < ?3)
+                         INSERT INTO webhook_events (provider, event_key, status, attempts,
+                             last_path, result_status, created_at, updated_at)
+                         SELECT ?1, ?2 || n, 'done', 1, 'first_run', 200,
+                                unixepoch('subsec') - ?4, unixepoch('subsec') - ?4 FROM i",
+                        rusqlite::params![provider, prefix, n, age.as_secs_f64()],
+                    )
+                    .expect("insert done rows");
+            }
+        }
+    }
+
     /// Moves a row's creation `days` into the past, as if it had been accepted long ago.
     pub async fn age(&self, provider: &str, key: &str, days: u32) {
         let n = match &self.inspect {

@@ -153,6 +153,15 @@ impl Store for FaultyStore {
     fn sweep(&self, status: Status, older_than: Duration, batch: u32) -> StoreFuture<'_, u64> {
         self.inner.sweep(status, older_than, batch)
     }
+    fn retain<'a>(
+        &'a self,
+        policy: &'a hookgate::store::Retention,
+    ) -> StoreFuture<'a, hookgate::store::Retained> {
+        self.inner.retain(policy)
+    }
+    fn table_sizes(&self) -> StoreFuture<'_, Vec<hookgate::store::TableSize>> {
+        self.inner.table_sizes()
+    }
     fn enqueue<'a>(&'a self, item: &'a QueueRow) -> StoreFuture<'a, Enqueued> {
         self.inner.enqueue(item)
     }

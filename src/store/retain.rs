@@ -1,0 +1,81 @@
+//! Retention as every store takes it: what a pass keeps ([`Retention`]), what it did and
+//! what it left past retention ([`Retained`]), the sizes of the store's tables
+//! ([`TableSize`]), and the row-by-row pass ([`by_rows`]) of a store that deletes expired
+//! rows in bounded batches. How a backend removes a period's rows is its own: this file
+//! only says what a pass must answer.
+
+use std::time::{Duration, Instant};
+
+use super::api::Store;
+use super::types::StoreError;
+use crate::claim::Status;
+
+/// What retention keeps: `done` rows for `done` after they were done, dead letters for
+/// `dead` after they died; the other statuses are never removed by retention.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Retention {
+    /// How long a done row is kept (and answers its redeliveries).
+    pub done: Duration,
+    /// How long a dead letter is kept for people to read and replay.
+    pub dead: Duration,
+    /// Rows one statement removes at most, where a store removes rows one by one: it
+    /// bounds the locks and the work of one write.
+    pub batch: u32,
+    /// How long one pass may keep removing rows: a backlog larger than that is left for
+    /// the next pass, and shows as [`Retained::backlog`].
+    pub budget: Duration,
+}
+
+/// What one retention pass did, and what it left.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Retained {
+    /// Done rows removed.
+    pub done: u64,
+    /// Dead letters removed.
+    pub dead: u64,
+    /// How far past its retention the oldest row still kept is (zero: retention keeps
+    /// up). A backlog that grows pass after pass is a node accepting more than its store
+    /// removes.
+    pub backlog: Duration,
+}
+
+/// The bytes one of the store's tables takes on disk: rows, indexes and out-of-line values.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TableSize {
+    /// The table's name (one of hookgate's own).
+    pub table: &'static str,
+    /// Its bytes.
+    pub bytes: u64,
+}
+
+/// hookgate's tables, as [`TableSize`] names them: the events, their history, paused
+/// providers, bulk replay jobs and their results.
+pub const TABLES: [&str; 5] = [
+    "webhook_events",
+    "webhook_attempts",
+    "hookgate_paused",
+    "hookgate_replay_jobs",
+    "hookgate_replay_items",
+];
+
+/// A pass that deletes expired rows one statement of `policy.batch` rows at a time —
+/// `done`, then dead letters — for as long as full batches come back and the budget lasts.
+/// There is no ceiling but the budget: a pass keeps up with any rate the store can
+/// delete at. Answers the rows deleted; the caller adds the backlog.
+pub async fn by_rows(store: &dyn Store, policy: &Retention) -> Result<Retained, StoreError> {
+    let started = Instant::now();
+    let mut retained = Retained::default();
+    for (status, age) in [(Status::Done, policy.done), (Status::Dead, policy.dead)] {
+        loop {
+            let deleted = store.sweep(status, age, policy.batch).await?;
+            match status {
+                Status::Dead => retained.dead += deleted,
+                _ => retained.done += deleted,
+            }
+            if deleted < u64::from(policy.batch) || started.elapsed() >= policy.budget {
+                break;
+            }
+        }
+    }
+    Ok(retained)
+}
