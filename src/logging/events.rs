@@ -89,6 +89,14 @@ pub const EVENTS: &[(&str, &str)] = &[
         "a sweep failed; the next interval tries again",
     ),
     (
+        "retention.behind",
+        "rows past retention are left for the next pass: backlog_s, how far past",
+    ),
+    (
+        "retention.sizes_failed",
+        "the tables' sizes could not be read for the metrics",
+    ),
+    (
         "retention.abandon_failed",
         "turning stale sync rows into sender_gave_up dead letters failed",
     ),
