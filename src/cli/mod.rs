@@ -55,7 +55,14 @@ pub enum Command {
     /// Validate the config, print it (secrets redacted) and the rules it checked.
     CheckConfig,
     /// Create or upgrade the store's schema.
-    Migrate,
+    Migrate {
+        /// Apply only the steps that nodes of the previous release run beside (on
+        /// Postgres: a column with a default, a check, unique indexes built concurrently,
+        /// however long the tables), then stop: the last step, which the new version's
+        /// nodes apply at start in a moment, needs the old nodes stopped.
+        #[arg(long)]
+        online: bool,
+    },
     /// Post a test event signed with the provider's secret and scheme to this node.
     Send(send::SendArgs),
     /// Read and replay dead letters.
@@ -163,10 +170,10 @@ pub async fn run() -> anyhow::Result<()> {
             return check::check_config(&Config::load_unchecked(&cli.config)?).await
         }
         // Only `[store]` matters: providers need not be valid, nor their secrets set.
-        Command::Migrate => {
+        Command::Migrate { online } => {
             let mut config = Config::load_unchecked(&cli.config)?;
             config.settle();
-            return migrate(&config).await;
+            return migrate(&config, online).await;
         }
         _ => {}
     }
@@ -174,7 +181,7 @@ pub async fn run() -> anyhow::Result<()> {
     match cli.command {
         Command::Serve => serve(config).await,
         Command::Send(args) => send::send(&config, args).await,
-        Command::CheckConfig | Command::Migrate => Ok(()),
+        Command::CheckConfig | Command::Migrate { .. } => Ok(()),
         Command::Events {
             command: EventsCommand::Show { provider, key },
         } => show(&config, EventId::new(provider, key), false).await,
@@ -210,7 +217,7 @@ pub async fn run() -> anyhow::Result<()> {
     }
 }
 
-async fn migrate(config: &Config) -> anyhow::Result<()> {
+async fn migrate(config: &Config, online: bool) -> anyhow::Result<()> {
     let store = store::open(&config.store)
         .await
         .with_context(|| format!("opening {}", config.store.redacted_url()))?;
@@ -222,6 +229,17 @@ async fn migrate(config: &Config) -> anyhow::Result<()> {
             wait.attempt
         );
     };
+    if online {
+        store
+            .migrate_online(&on_wait)
+            .await
+            .context("migrating the store (online steps)")?;
+        out!(
+            "applied the online steps to {}; stop the older nodes, then start this version",
+            config.store.redacted_url()
+        )?;
+        return Ok(());
+    }
     store
         .migrate_reporting(&on_wait)
         .await

@@ -29,6 +29,17 @@ pub trait Store: Send + Sync + 'static {
         on_wait: &'a (dyn Fn(&MigrationWait) + Send + Sync),
     ) -> StoreFuture<'a, ()>;
 
+    /// The migrations that nodes of the previous release run beside (none that changes
+    /// what their statements name), however long they take: an upgrade's online step,
+    /// before the older nodes are stopped. A store whose every migration is such a step
+    /// applies them all.
+    fn migrate_online<'a>(
+        &'a self,
+        on_wait: &'a (dyn Fn(&MigrationWait) + Send + Sync),
+    ) -> StoreFuture<'a, ()> {
+        self.migrate_reporting(on_wait)
+    }
+
     /// [`migrate_reporting`](Self::migrate_reporting) with the waits unreported.
     fn migrate(&self) -> StoreFuture<'_, ()> {
         self.migrate_reporting(&unreported)

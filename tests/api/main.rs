@@ -40,6 +40,7 @@ mod pressure;
 mod providers;
 mod queue;
 mod queue_promise;
+mod ring;
 mod runner_faults;
 mod safe_defaults;
 mod store_conformance;

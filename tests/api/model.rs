@@ -23,7 +23,7 @@ use actix_web::web::Bytes;
 use hookgate::claim::{classify, ClaimResult, Path, Status, StoredResult};
 use hookgate::config::Mode;
 use hookgate::key::EventId;
-use hookgate::store::{DeadReason, Enqueued, Failure, Fenced, QueueRow, Store};
+use hookgate::store::{DeadReason, Enqueued, Failure, Fenced, QueueRow, Retention, Store};
 
 use crate::helpers::{Backend, TestDb};
 
@@ -43,6 +43,15 @@ const HOLDERS: usize = 3;
 const CASES: u64 = 48;
 /// Steps per case.
 const STEPS: usize = 50;
+
+/// The retention of a [`Op::Turn`]'s pass: a year, so no row of a case is past it, and a
+/// batch of two, so a slot's keepers move in several batches.
+const RING_RETENTION: Retention = Retention {
+    done: Duration::from_secs(365 * 24 * 3600),
+    dead: Duration::from_secs(365 * 24 * 3600),
+    batch: 2,
+    budget: Duration::from_secs(3600),
+};
 
 fn secs(n: i64) -> Duration {
     Duration::from_secs(n.unsigned_abs())
@@ -112,6 +121,11 @@ enum Op {
     Step {
         by: i64,
     },
+    /// The Postgres ring turns and empties (its clock, not the rows', moved a retention
+    /// period and a turn ahead) in a retention pass with a retention far longer than any
+    /// case: the current slot is sealed and emptied at once, every row moving to the next
+    /// slot as a keeper. Nothing may change, nothing may go.
+    Turn,
 }
 
 impl fmt::Display for Op {
@@ -141,6 +155,7 @@ impl fmt::Display for Op {
             Op::Sweep { status, older } => write!(f, "sweep {} {older}", status.as_str()),
             Op::Crash { holder } => write!(f, "crash h{holder}"),
             Op::Step { by } => write!(f, "step {by}"),
+            Op::Turn => write!(f, "turn"),
         }
     }
 }
@@ -212,6 +227,7 @@ impl FromStr for Op {
                 holder: index(h, 'h')?,
             },
             ["step", n] => Op::Step { by: number(n)? },
+            ["turn"] => Op::Turn,
             _ => return Err(format!("not a step: {line:?}")),
         })
     }
@@ -285,6 +301,7 @@ fn generate(rng: &mut fastrand::Rng, steps: usize) -> Vec<Op> {
                 older: [6, 60, 360][rng.usize(..3)] * TICK,
             },
             79..=81 => Op::Crash { holder },
+            82..=85 => Op::Turn,
             _ => Op::Step {
                 by: [1, 3, 5, 6, 7, 12, 13, 30, 61, 400][rng.usize(..10)] * TICK,
             },
@@ -605,6 +622,7 @@ impl Model {
                 self.now += by;
                 Answer::Nothing
             }
+            Op::Turn => Answer::Count(0),
         }
     }
 
@@ -788,6 +806,10 @@ async fn run(store: &dyn Store, model: &Model, op: &Op) -> Result<Answer, String
             Answer::Count(store.sweep(status, secs(older), 1000).await.map_err(e)?)
         }
         Op::Crash { .. } | Op::Step { .. } => Answer::Nothing,
+        Op::Turn => {
+            let kept = store.retain(&RING_RETENTION).await.map_err(e)?;
+            Answer::Count(kept.done + kept.dead)
+        }
     })
 }
 
@@ -883,6 +905,12 @@ async fn run_case(backend: Backend, ops: &[Op]) -> Result<(), String> {
     let mut model = Model::default();
     let mut seen = [0; KEYS.len()];
     for (n, op) in ops.iter().enumerate() {
+        if matches!(op, Op::Turn) && backend == Backend::Postgres {
+            // A retention period and a turn have passed for the ring (not for the rows):
+            // this pass seals the current slot and, its time being up, empties it.
+            db.age_ring(RING_RETENTION.done + RING_RETENTION.done / 4 + secs(TICK))
+                .await;
+        }
         let actual = run(&*store, &model, op)
             .await
             .map_err(|e| format!("step {n} `{op}`: the store failed: {e}"))?;
@@ -890,6 +918,7 @@ async fn run_case(backend: Backend, ops: &[Op]) -> Result<(), String> {
         if let Op::Step { by } = op {
             db.advance_clock(secs(*by)).await;
         }
+
         if actual != expected {
             return Err(format!(
                 "step {n} `{op}`: the store answered {actual:?}, the model {expected:?}"

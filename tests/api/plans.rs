@@ -75,8 +75,7 @@ async fn claims_and_completions_never_scan_the_table_whatever_its_statistics() {
         ..StoreConfig::default()
     };
     let store = db.store_with(config).await;
-    db.execute("ALTER TABLE webhook_events SET (autovacuum_enabled = false)")
-        .await;
+    db.autovacuum_off(&["webhook_events"]).await;
     // Prepared and run on an empty table, each statement more often than Postgres's five
     // custom plans on every pooled connection, so a generic plan is chosen there.
     // The table is emptied after each round, so the scans a tiny table rightly gets read
@@ -251,10 +250,10 @@ impl Read {
 async fn operator_reads_read_their_page_not_the_table_whatever_the_cached_plan() {
     let db = TestDb::new().await;
     drop(db.store().await);
+    db.autovacuum_off(&["webhook_events", "hookgate_replay_items"])
+        .await;
     db.execute(
-        "ALTER TABLE webhook_events SET (autovacuum_enabled = false);
-         ALTER TABLE hookgate_replay_items SET (autovacuum_enabled = false);
-         INSERT INTO hookgate_replay_jobs (id, filter, status, total, rate)
+        "INSERT INTO hookgate_replay_jobs (id, filter, status, total, rate)
          VALUES (1, '{}', 'done', 0, 1)",
     )
     .await;

@@ -39,14 +39,22 @@ WITH input AS (
         AS i(provider, event_key, fingerprint, lease_ms, payload, content_type,
              request_headers)
 ),
+current AS (SELECT slot FROM hookgate_slots WHERE state = 'current'),
 claimed AS (
     INSERT INTO webhook_events AS e
-        (provider, event_key, status, attempts, last_path, fingerprint, locked_until,
+        (provider, event_key, slot, status, attempts, last_path, fingerprint, locked_until,
          payload, content_type, request_headers, keep_payload)
-    SELECT provider, event_key, 'in_progress', 1, 'first_run', fingerprint,
-           now() + lease_ms * interval '1 millisecond',
-           payload, content_type, request_headers, payload IS NOT NULL
-    FROM input ORDER BY provider, event_key
+    SELECT i.provider, i.event_key, COALESCE(s.slot, (SELECT slot FROM current)),
+           'in_progress', 1, 'first_run', i.fingerprint,
+           now() + i.lease_ms * interval '1 millisecond',
+           i.payload, i.content_type, i.request_headers, i.payload IS NOT NULL
+    FROM input i
+    -- The slot each key is in (one primary-key probe per slot), or the current one.
+    LEFT JOIN LATERAL (
+        SELECT w.slot FROM webhook_events w
+        WHERE w.provider = i.provider AND w.event_key = i.event_key
+        LIMIT 1) s ON true
+    ORDER BY i.provider, i.event_key
 ",
     pg_claim_conflict!(),
     "
@@ -87,17 +95,23 @@ WITH input AS (
         AS i(provider, event_key, fingerprint, payload, content_type, request_headers,
              start_ms, keep_payload)
 ),
+current AS (SELECT slot FROM hookgate_slots WHERE state = 'current'),
 queued AS (
     INSERT INTO webhook_events AS e
-        (provider, event_key, status, attempts, last_path, fingerprint, mode, payload,
+        (provider, event_key, slot, status, attempts, last_path, fingerprint, mode, payload,
          content_type, request_headers, next_attempt_at, locked_until, keep_payload)
-    SELECT provider, event_key, ",
-    pg_queue_values!("start_ms"),
-    ", fingerprint, 'queue', payload, content_type, request_headers,
-           now() + COALESCE(start_ms, 0) * interval '1 millisecond',
-           now() + start_ms * interval '1 millisecond', keep_payload
-    FROM input ORDER BY provider, event_key
-    ON CONFLICT (provider, event_key) DO NOTHING
+    SELECT i.provider, i.event_key, COALESCE(s.slot, (SELECT slot FROM current)), ",
+    pg_queue_values!("i.start_ms"),
+    ", i.fingerprint, 'queue', i.payload, i.content_type, i.request_headers,
+           now() + COALESCE(i.start_ms, 0) * interval '1 millisecond',
+           now() + i.start_ms * interval '1 millisecond', i.keep_payload
+    FROM input i
+    LEFT JOIN LATERAL (
+        SELECT w.slot FROM webhook_events w
+        WHERE w.provider = i.provider AND w.event_key = i.event_key
+        LIMIT 1) s ON true
+    ORDER BY i.provider, i.event_key
+    ON CONFLICT (provider, event_key, slot) DO NOTHING
     RETURNING e.provider, e.event_key, true AS inserted, e.status, e.attempts, e.fingerprint,
               0::bigint AS lease_left_ms, e.result_status, e.result_content_type,
               e.result_body, e.mode
@@ -144,12 +158,12 @@ WITH done AS (
           ORDER BY provider, event_key) AS u
     WHERE e.provider = u.provider AND e.event_key = u.event_key
       AND e.attempts = u.attempts AND e.status IS NOT DISTINCT FROM 'in_progress'
-    RETURNING e.provider, e.event_key, e.mode, e.attempts, u.n),
+    RETURNING e.provider, e.event_key, e.slot, e.mode, e.attempts, u.n),
 history AS (
     INSERT INTO webhook_attempts
-        (provider, event_key, attempt, path, node, mode, outcome, started_at, ended_at,
+        (provider, event_key, slot, attempt, path, node, mode, outcome, started_at, ended_at,
          target_status, answer)
-    SELECT provider, event_key, attempts, ($7::text[])[n], ($8::text[])[n], mode, 'done',
+    SELECT provider, event_key, slot, attempts, ($7::text[])[n], ($8::text[])[n], mode, 'done',
            now() - ($9::int8[])[n] * interval '1 millisecond', now(), ($4::int2[])[n],
            ($10::text[])[n]
     FROM done WHERE ($7::text[])[n] IS NOT NULL)

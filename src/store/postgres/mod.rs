@@ -4,16 +4,18 @@
 //! migrations. This file only re-exports.
 //!
 //! The files import one another one way: `store` (the [`Store`](super::Store)
-//! implementation) → `pools`, `operator`, `search`, `batch`, `queue` → `pool` →
+//! implementation) → `pools`, `operator`, `search`, `batch`, `queue`, `migrate` → `pool` →
 //! `connection`, `sql`, `queue_sql`, `rows`, `tls`.
 
 mod batch;
 mod connection;
+mod migrate;
 mod operator;
 mod pool;
 mod pools;
 mod queue;
 mod queue_sql;
+mod ring;
 mod rows;
 mod search;
 mod sql;

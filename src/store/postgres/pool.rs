@@ -2,9 +2,8 @@
 //! operation under the statement deadline ([`Inner::run`]: past it the statement is
 //! cancelled on the server and its connection closed once the backend has let go, the
 //! pool opening no replacement before), the reconnect backoff, connections retired when a
-//! server turns read-only, the single-row claim and completion that a batch falls back to,
-//! and the migrations, whose table locks are given up after a short lock timeout and tried
-//! again.
+//! server turns read-only, and the single-row claim and completion that a batch falls back
+//! to.
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -15,11 +14,11 @@ use tokio_postgres::CancelToken;
 use tokio_postgres_rustls::MakeRustlsConnect;
 
 use super::connection::end_cancelled;
-use super::rows::{claim_result, db_error, get, is_lock_timeout, is_read_only, pool_error};
+use super::rows::{claim_result, db_error, get, is_read_only, pool_error};
 use super::sql::{CLAIM, COMPLETE, COMPLETE_PLAIN};
 use crate::claim::{ClaimResult, StoredResult};
 use crate::key::EventId;
-use crate::store::api::{millis, Fenced, History, Kept, MigrationWait, StoreError};
+use crate::store::api::{millis, Fenced, History, Kept, StoreError};
 use crate::store::reconnect::Reconnect;
 
 /// One claim: run alone here, or in a batch (`batch.rs`).
@@ -39,35 +38,6 @@ pub(crate) struct CompleteCall {
     /// Its history row, written in the same statement.
     pub(crate) history: Option<History>,
 }
-
-/// The migrations, applied in order, each once.
-const MIGRATIONS: &[(i32, &str)] = &[
-    (1, include_str!("migrations/0001_webhook_events.sql")),
-    (2, include_str!("migrations/0002_request_headers.sql")),
-    (3, include_str!("migrations/0003_queue.sql")),
-    (4, include_str!("migrations/0004_throttles.sql")),
-    (5, include_str!("migrations/0005_history.sql")),
-    (6, include_str!("migrations/0006_replay_items_at.sql")),
-];
-
-/// How long a migration's statement waits for a table's lock before the migration gives up
-/// for now: every claim that comes after a DDL lock request queues behind it, so a
-/// migration stuck behind a long reader would hold every claim as long (15 s was seen).
-/// Two seconds is well inside the store deadline (5 s by default), and long enough for the
-/// short transactions of the claim path to finish and let the lock go.
-const MIGRATION_LOCK_TIMEOUT: Duration = Duration::from_secs(2);
-
-/// Tries of a migration whose lock timed out before it gives up: with the pauses below,
-/// about two minutes of a long transaction waited out.
-const MIGRATION_TRIES: u32 = 10;
-
-/// The pause after a migration's first lock timeout, doubled after each: claims run freely
-/// in between, and a short transaction is likely gone by the next try.
-const MIGRATION_FIRST_PAUSE: Duration = Duration::from_millis(500);
-
-/// The longest pause between a migration's tries: a long transaction is given time to
-/// end, and the migration still notices within seconds that it has.
-const MIGRATION_MAX_PAUSE: Duration = Duration::from_secs(15);
 
 /// The pool and the reconnect state, shared with the batching tasks.
 pub(crate) struct Inner {
@@ -179,97 +149,6 @@ impl Inner {
         if is_read_only(e) {
             self.retired.now();
         }
-    }
-
-    /// Applies the migrations not applied yet, in one transaction, one node at a time. A
-    /// statement that waits longer than [`MIGRATION_LOCK_TIMEOUT`] for a table's lock
-    /// rolls the whole transaction back (nothing is applied, nothing recorded): it is tried
-    /// again after a pause, at most [`MIGRATION_TRIES`] times, each wait reported to
-    /// `on_wait`.
-    pub(crate) async fn migrate(
-        &self,
-        on_wait: &(dyn Fn(&MigrationWait) + Send + Sync),
-    ) -> Result<(), StoreError> {
-        let mut pause = MIGRATION_FIRST_PAUSE;
-        let mut attempt = 0;
-        loop {
-            attempt += 1;
-            let error = match self.migrate_once().await {
-                Err(e) if is_lock_timeout(&e) => e,
-                done => return done,
-            };
-            if attempt >= MIGRATION_TRIES {
-                return Err(StoreError::Transient(
-                    format!(
-                        "the migration could not lock a table within {} ms in {attempt} \
-                         tries: a long transaction holds it (see pg_stat_activity); nothing \
-                         was changed ({error})",
-                        millis(MIGRATION_LOCK_TIMEOUT)
-                    )
-                    .into(),
-                ));
-            }
-            // Jittered, so nodes started together do not ask for the lock together.
-            let retry_in = pause.mul_f64(0.75 + fastrand::f64() / 2.0);
-            on_wait(&MigrationWait {
-                attempt,
-                retry_in,
-                error: error.to_string(),
-            });
-            tokio::time::sleep(retry_in).await;
-            pause = (pause * 2).min(MIGRATION_MAX_PAUSE);
-        }
-    }
-
-    /// One try of [`migrate`](Self::migrate).
-    async fn migrate_once(&self) -> Result<(), StoreError> {
-        let mut client = self.client().await?;
-        let schema = &self.schema;
-        let tx = client.transaction().await.map_err(db_error)?;
-        // A migration may rewrite a large table: no statement deadline here.
-        tx.execute("SET LOCAL statement_timeout = 0", &[])
-            .await
-            .map_err(db_error)?;
-        // One migrator at a time across every node; released at commit. Waiting for it
-        // holds no table lock, so it has no lock timeout.
-        tx.execute("SELECT pg_advisory_xact_lock(8347284)", &[])
-            .await
-            .map_err(db_error)?;
-        // From here every lock this transaction asks for is given up after the timeout.
-        tx.batch_execute(&format!(
-            "SET LOCAL lock_timeout = {}",
-            millis(MIGRATION_LOCK_TIMEOUT)
-        ))
-        .await
-        .map_err(db_error)?;
-        tx.batch_execute(&format!(
-            "CREATE SCHEMA IF NOT EXISTS {0};
-             CREATE TABLE IF NOT EXISTS {0}.hookgate_migrations (
-                 version integer PRIMARY KEY,
-                 applied_at timestamptz NOT NULL DEFAULT now());",
-            schema
-        ))
-        .await
-        .map_err(db_error)?;
-        for (version, sql) in MIGRATIONS {
-            let applied = tx
-                .query_opt(
-                    "SELECT 1 FROM hookgate_migrations WHERE version = $1",
-                    &[version],
-                )
-                .await
-                .map_err(db_error)?;
-            if applied.is_none() {
-                tx.batch_execute(sql).await.map_err(db_error)?;
-                tx.execute(
-                    "INSERT INTO hookgate_migrations (version) VALUES ($1)",
-                    &[version],
-                )
-                .await
-                .map_err(db_error)?;
-            }
-        }
-        tx.commit().await.map_err(db_error)
     }
 
     /// Runs `op` on a pooled connection within the statement deadline. Waiting for the

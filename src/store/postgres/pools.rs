@@ -47,9 +47,12 @@ pub(crate) fn open(config: &StoreConfig, schema: String) -> Result<Pools, StoreE
     // once it holds millions of rows (measured once: ~5.8k -> ~2.3k first runs/s over 100k
     // rows), so these sessions rule out sequential scans and hash/merge joins; every hot,
     // queue and sweep statement finds rows by an index. Checked by tests/api/plans.rs.
+    // A plan that has no choice but a ruled-out node (the ring's six-row table is read
+    // whole) costs above jit_above_cost, and compiling it took a second of a 1 ms
+    // statement: these sessions never JIT-compile.
     let options = format!(
         "-c search_path={schema} -c statement_timeout={} -c enable_seqscan=off \
-         -c enable_hashjoin=off -c enable_mergejoin=off",
+         -c enable_hashjoin=off -c enable_mergejoin=off -c jit=off",
         millis(config.deadline()).max(1)
     );
     pg.connect_timeout(CONNECT_TIMEOUT);

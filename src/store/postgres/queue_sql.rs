@@ -1,6 +1,8 @@
 //! The Postgres statements of queue mode and of the events no sender will retry. Each
 //! says which rows it locks and what a concurrent caller sees; `now()` is the only clock.
 
+use super::sql::pg_slot_of;
+
 /// The values of a new queue row, from `$1`…`$7` (provider, key, fingerprint, payload,
 /// content type, headers, start lease in ms): `queued` and due now, or — with a start lease
 /// — already taken for its first attempt, holding that lease (and due again at its end).
@@ -31,14 +33,16 @@ pub(crate) const ENQUEUE: &str = concat!(
     "
 WITH queued AS (
     INSERT INTO webhook_events AS e
-        (provider, event_key, status, attempts, last_path, fingerprint, mode, payload,
+        (provider, event_key, slot, status, attempts, last_path, fingerprint, mode, payload,
          content_type, request_headers, next_attempt_at, locked_until, keep_payload)
     VALUES ($1, $2, ",
+    pg_slot_of!("$1", "$2"),
+    ", ",
     pg_queue_values!("$7::bigint"),
     ", $3, 'queue', $4, $5, $6,
             now() + COALESCE($7::bigint, 0) * interval '1 millisecond',
             now() + $7::bigint * interval '1 millisecond', $8)
-    ON CONFLICT (provider, event_key) DO NOTHING
+    ON CONFLICT (provider, event_key, slot) DO NOTHING
     RETURNING true AS inserted, e.status, e.attempts, e.fingerprint, 0::bigint AS lease_left_ms,
               e.result_status, e.result_content_type, e.result_body, e.mode
 )
@@ -66,12 +70,12 @@ SET status = 'in_progress', attempts = e.attempts + 1,
     locked_until = now() + $3::bigint * interval '1 millisecond',
     next_attempt_at = now() + $3::bigint * interval '1 millisecond',
     updated_at = now()
-FROM (SELECT provider, event_key FROM webhook_events
+FROM (SELECT provider, event_key, slot FROM webhook_events
       WHERE provider = $1 AND event_key = $2 AND mode = 'queue' AND next_attempt_at <= now()
         AND (status IN ('queued', 'failed')
              OR (status = 'in_progress' AND locked_until <= now()))
       FOR UPDATE SKIP LOCKED) AS d
-WHERE e.provider = d.provider AND e.event_key = d.event_key
+WHERE e.provider = d.provider AND e.event_key = d.event_key AND e.slot = d.slot
 RETURNING e.attempts, e.attempts - e.throttles AS tries, e.last_path, e.payload,
           e.content_type, e.fingerprint,
           GREATEST(0, extract(epoch FROM now() - e.created_at) * 1000)::bigint AS age_ms";
@@ -92,7 +96,7 @@ SET status = 'in_progress', attempts = e.attempts + 1,
     locked_until = now() + $3::bigint * interval '1 millisecond',
     next_attempt_at = now() + $3::bigint * interval '1 millisecond',
     updated_at = now()
-FROM (SELECT provider, event_key FROM webhook_events
+FROM (SELECT provider, event_key, slot FROM webhook_events
       WHERE provider = $1 AND mode = 'queue' AND status IN ('queued', 'failed', 'in_progress')
         AND next_attempt_at <= now()
         AND (status <> 'in_progress' OR locked_until <= now())
@@ -100,7 +104,7 @@ FROM (SELECT provider, event_key FROM webhook_events
       ORDER BY next_attempt_at
       LIMIT $2
       FOR UPDATE SKIP LOCKED) AS d
-WHERE e.provider = d.provider AND e.event_key = d.event_key
+WHERE e.provider = d.provider AND e.event_key = d.event_key AND e.slot = d.slot
 RETURNING e.event_key, e.attempts, e.attempts - e.throttles AS tries, e.last_path, e.payload,
           e.content_type, e.fingerprint,
           GREATEST(0, extract(epoch FROM now() - e.created_at) * 1000)::bigint AS age_ms";
@@ -141,8 +145,8 @@ pub(crate) const ABANDON: &str = "
 UPDATE webhook_events
 SET status = 'dead', dead_reason = 'sender_gave_up', locked_until = NULL,
     last_error = COALESCE(last_error, 'the sender stopped retrying'), updated_at = now()
-WHERE (provider, event_key) IN (
-    SELECT provider, event_key FROM webhook_events
+WHERE (provider, event_key, slot) IN (
+    SELECT provider, event_key, slot FROM webhook_events
     WHERE provider = $1 AND mode = 'sync'
       AND updated_at <= now() - $2::bigint * interval '1 millisecond'
       AND (status = 'failed' OR (status = 'in_progress' AND locked_until <= now()))
@@ -158,8 +162,8 @@ pub(crate) const ORPHAN: &str = "
 UPDATE webhook_events
 SET status = 'dead', dead_reason = 'provider_removed', locked_until = NULL,
     last_error = 'its provider is no longer configured', updated_at = now()
-WHERE (provider, event_key) IN (
-    SELECT provider, event_key FROM webhook_events
+WHERE (provider, event_key, slot) IN (
+    SELECT provider, event_key, slot FROM webhook_events
     WHERE mode = 'queue' AND status IN ('queued', 'failed', 'in_progress')
       AND NOT (provider = ANY($1)) AND next_attempt_at <= now()
       AND (status <> 'in_progress' OR locked_until <= now())
@@ -176,8 +180,8 @@ UPDATE webhook_events
 SET status = 'dead', dead_reason = 'provider_removed', locked_until = NULL,
     last_error = COALESCE(last_error, 'its provider is no longer configured'),
     updated_at = now()
-WHERE (provider, event_key) IN (
-    SELECT provider, event_key FROM webhook_events
+WHERE (provider, event_key, slot) IN (
+    SELECT provider, event_key, slot FROM webhook_events
     WHERE mode = 'sync' AND status IN ('failed', 'in_progress')
       AND NOT (provider = ANY($1))
       AND (status = 'failed' OR locked_until <= now())

@@ -19,7 +19,7 @@
 /// queue's [`TAKE`](super::queue_sql::TAKE) keeps the same rule for queue rows.
 macro_rules! pg_claim_conflict {
     () => {
-        "ON CONFLICT (provider, event_key) DO UPDATE
+        "ON CONFLICT (provider, event_key, slot) DO UPDATE
     SET status = 'in_progress',
         attempts = e.attempts + 1,
         last_path = CASE e.status WHEN 'failed' THEN 'retry_after_failure'
@@ -33,6 +33,25 @@ macro_rules! pg_claim_conflict {
     };
 }
 pub(crate) use pg_claim_conflict;
+
+/// The slot a claimed or enqueued key `($provider, $key)` is written to: the slot its row
+/// is in — one primary-key probe per slot of the ring — or, for a key never seen, the
+/// current slot (docs/design.md, "Storage over time"). A key is in one slot only: a turn
+/// of the ring waits for every statement writing to the table, and a statement takes its
+/// snapshot after its locks, so a key's first claims on either side of a turn see each
+/// other's rows.
+macro_rules! pg_slot_of {
+    ($provider:literal, $key:literal) => {
+        concat!(
+            "COALESCE((SELECT w.slot FROM webhook_events w WHERE w.provider = ",
+            $provider,
+            " AND w.event_key = ",
+            $key,
+            " LIMIT 1), (SELECT c.slot FROM hookgate_slots c WHERE c.state = 'current'))"
+        )
+    };
+}
+pub(crate) use pg_slot_of;
 
 /// Claim, in one statement: insert the key, or take over a `failed` row or an expired
 /// lease; otherwise report the row as it stands.
@@ -48,9 +67,11 @@ pub(crate) const CLAIM: &str = concat!(
     "
 WITH claimed AS (
     INSERT INTO webhook_events AS e
-        (provider, event_key, status, attempts, last_path, fingerprint, locked_until,
+        (provider, event_key, slot, status, attempts, last_path, fingerprint, locked_until,
          payload, content_type, request_headers, keep_payload)
-    VALUES ($1, $2, 'in_progress', 1, 'first_run', $3,
+    VALUES ($1, $2, ",
+    pg_slot_of!("$1", "$2"),
+    ", 'in_progress', 1, 'first_run', $3,
             now() + $4::bigint * interval '1 millisecond',
             $5, $6, $7, $5::bytea IS NOT NULL)
 ",
@@ -70,7 +91,7 @@ WHERE provider = $1 AND event_key = $2 AND NOT EXISTS (SELECT 1 FROM claimed)"
 );
 
 /// An attempt's history row, from the row the outcome statement `changed` (its
-/// `provider`, `event_key` and `mode`) and the parameters `$3` (attempt), `$path`,
+/// `provider`, `event_key`, `slot` and `mode`: the history lives in its event's slot) and the parameters `$3` (attempt), `$path`,
 /// `$node`, `$outcome`, `$took_ms`, `$status`, `$error`, `$answer` — written only when
 /// `$path` is not NULL (a plain first run's done writes none).
 macro_rules! pg_history {
@@ -79,9 +100,9 @@ macro_rules! pg_history {
         concat!(
             "history AS (
     INSERT INTO webhook_attempts
-        (provider, event_key, attempt, path, node, mode, outcome, started_at, ended_at,
+        (provider, event_key, slot, attempt, path, node, mode, outcome, started_at, ended_at,
          target_status, error, answer)
-    SELECT provider, event_key, $3, ",
+    SELECT provider, event_key, slot, $3, ",
             $path,
             ", ",
             $node,
@@ -123,7 +144,7 @@ WITH done AS (
         request_headers = CASE WHEN keep_payload THEN request_headers END, updated_at = now()
     WHERE provider = $1 AND event_key = $2 AND attempts = $3
       AND status IS NOT DISTINCT FROM 'in_progress'
-    RETURNING provider, event_key, mode),
+    RETURNING provider, event_key, slot, mode),
 ",
     pg_history!("done", "$7", "$8", "'done'", "$9", "$4", "NULL", "$10"),
     "
@@ -164,7 +185,7 @@ WITH failed AS (
         throttles = throttles + $11::int
     WHERE provider = $1 AND event_key = $2 AND attempts = $3
       AND status IS NOT DISTINCT FROM 'in_progress'
-    RETURNING provider, event_key, mode),
+    RETURNING provider, event_key, slot, mode),
 ",
     pg_history!("failed", "$12", "$13", "$14", "$15", "$16", "$5", "$17"),
     "
@@ -211,36 +232,34 @@ WHERE provider = $1 AND event_key = $2 AND status IS NOT DISTINCT FROM 'dead'
   AND payload IS NOT NULL
 RETURNING attempts, payload, content_type, fingerprint, mode";
 
-/// Sweep: delete one bounded batch of old rows of one status.
+/// Sweep: delete one bounded batch of old rows of one status, with their history (which
+/// lives in the same slot).
 ///
 /// The inner select locks at most `$3` rows and skips any row another transaction holds
 /// (`SKIP LOCKED`), so a sweep never waits on a claim and holds few locks. Only `done` and
 /// `dead` rows are swept, and nothing but a replay ever changes them: a replay that locked
 /// the row first is skipped; one that comes after the delete finds no row and is refused.
 pub(crate) const SWEEP: &str = "
-DELETE FROM webhook_events
-WHERE (provider, event_key) IN (
-    SELECT provider, event_key FROM webhook_events
-    WHERE status = $1 AND updated_at < now() - $2::bigint * interval '1 millisecond'
-    ORDER BY updated_at
-    LIMIT $3
-    FOR UPDATE SKIP LOCKED)";
+WITH gone AS (
+    DELETE FROM webhook_events
+    WHERE (provider, event_key, slot) IN (
+        SELECT provider, event_key, slot FROM webhook_events
+        WHERE status = $1 AND updated_at < now() - $2::bigint * interval '1 millisecond'
+        ORDER BY updated_at
+        LIMIT $3
+        FOR UPDATE SKIP LOCKED)
+    RETURNING provider, event_key, slot),
+history AS (
+    DELETE FROM webhook_attempts a USING gone g
+    WHERE a.provider = g.provider AND a.event_key = g.event_key AND a.slot = g.slot)
+SELECT count(*)::bigint AS deleted FROM gone";
 
-/// How far past retention the oldest kept row is, in ms (0 when none is): the oldest
-/// `done` row against `$1` ms, the oldest dead letter against `$2`. Two reads of the first
-/// entry of the (status, updated_at) index; no lock.
-pub(crate) const BACKLOG: &str = "
-SELECT GREATEST(0,
-    COALESCE(extract(epoch FROM now() - (SELECT min(updated_at) FROM webhook_events
-                                          WHERE status = 'done'))::float8 * 1000 - $1::float8, 0),
-    COALESCE(extract(epoch FROM now() - (SELECT min(updated_at) FROM webhook_events
-                                          WHERE status = 'dead'))::float8 * 1000 - $2::float8, 0))::bigint
-    AS backlog_ms";
-
-/// The bytes of each of hookgate's tables in this schema (heap, indexes and TOAST): a
-/// read of the catalog, no lock on the tables.
+/// The bytes of each of hookgate's tables in this schema (heap, indexes and TOAST; a
+/// partitioned table's are its partitions'): a read of the catalog, no lock on the tables.
 pub(crate) const TABLE_SIZES: &str = "
-SELECT c.relname::text AS name, pg_total_relation_size(c.oid)::bigint AS bytes
+SELECT c.relname::text AS name,
+       (SELECT COALESCE(sum(pg_total_relation_size(t.relid)), 0)
+        FROM pg_partition_tree(c.oid) t)::bigint AS bytes
 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
 WHERE n.nspname = current_schema() AND c.relkind IN ('r', 'p')
   AND c.relname = ANY($1::text[])";

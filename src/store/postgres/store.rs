@@ -20,13 +20,14 @@ use actix_web::web::Bytes;
 use tokio::sync::Semaphore;
 
 use super::batch;
+use super::migrate::LAST_ONLINE_MIGRATION;
 use super::operator::PgOperator;
 use super::pool::{ClaimCall, CompleteCall, Inner};
 use super::pools::{self, Pools};
 use super::queue;
 use super::rows::{db_error, get, parse_mode, record};
 use super::search;
-use super::sql::{BACKLOG, FAIL, LOOKUP, REPLAY, SWEEP, TABLE_SIZES};
+use super::sql::{FAIL, LOOKUP, REPLAY, SWEEP, TABLE_SIZES};
 use super::tls;
 use crate::claim::{ClaimResult, Status, StoredResult};
 use crate::config::StoreConfig;
@@ -39,7 +40,7 @@ use crate::store::api::{
 use crate::store::batcher::Batcher;
 use crate::store::operator::{OperatorStore, SearchFilter};
 use crate::store::page::PageCursor;
-use crate::store::retain::{self, Retained, Retention, TableSize, TABLES};
+use crate::store::retain::{Retained, Retention, TableSize, TABLES};
 use crate::store::search::Order;
 
 /// Claims or completions one batch carries at most.
@@ -207,7 +208,14 @@ impl Store for PgStore {
         &'a self,
         on_wait: &'a (dyn Fn(&MigrationWait) + Send + Sync),
     ) -> StoreFuture<'a, ()> {
-        Box::pin(self.inner.migrate(on_wait))
+        Box::pin(self.inner.migrate(on_wait, None))
+    }
+
+    fn migrate_online<'a>(
+        &'a self,
+        on_wait: &'a (dyn Fn(&MigrationWait) + Send + Sync),
+    ) -> StoreFuture<'a, ()> {
+        Box::pin(self.inner.migrate(on_wait, Some(LAST_ONLINE_MIGRATION)))
     }
 
     fn ping(&self) -> StoreFuture<'_, ()> {
@@ -393,29 +401,16 @@ impl Store for PgStore {
         let age_ms = millis(older_than);
         Box::pin(self.inner.guarded(self.inner.run(async move |client| {
             client
-                .execute(SWEEP, &[&status.as_str(), &age_ms, &i64::from(batch)])
+                .query_one(SWEEP, &[&status.as_str(), &age_ms, &i64::from(batch)])
                 .await
                 .map_err(db_error)
+                .and_then(|row| get::<i64>(&row, "deleted"))
+                .map(|n| u64::try_from(n).unwrap_or(0))
         })))
     }
 
     fn retain<'a>(&'a self, policy: &'a Retention) -> StoreFuture<'a, Retained> {
-        Box::pin(async move {
-            let mut retained = retain::by_rows(self, policy).await?;
-            let (done, dead) = (millis(policy.done), millis(policy.dead));
-            let backlog_ms: i64 = self
-                .inner
-                .guarded(self.inner.run(async move |client| {
-                    let row = client
-                        .query_one(BACKLOG, &[&(done as f64), &(dead as f64)])
-                        .await
-                        .map_err(db_error)?;
-                    get(&row, "backlog_ms")
-                }))
-                .await?;
-            retained.backlog = Duration::from_millis(u64::try_from(backlog_ms).unwrap_or(0));
-            Ok(retained)
-        })
+        Box::pin(self.inner.guarded(self.inner.retain_ring(policy)))
     }
 
     fn table_sizes(&self) -> StoreFuture<'_, Vec<TableSize>> {

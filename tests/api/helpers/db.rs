@@ -177,6 +177,16 @@ impl TestDb {
                     )
                     .await
                     .expect("advance the clock");
+                // The ring's times too: its turns and emptyings come due as rows age.
+                client
+                    .execute(
+                        "UPDATE hookgate_slots SET
+                             opened_at = opened_at - $1::bigint * interval '1 millisecond',
+                             sealed_at = sealed_at - $1::bigint * interval '1 millisecond'",
+                        &[&ms],
+                    )
+                    .await
+                    .expect("advance the ring's clock");
             }
             Inspect::Sqlite(file) => {
                 Self::sqlite(file)
@@ -382,8 +392,95 @@ impl TestDb {
         client.batch_execute(sql).await.expect(sql);
     }
 
-    /// Rows of `webhook_events` read by sequential scans plus entries read from its indexes
-    /// so far (`pg_stat_user_tables`, `pg_stat_user_indexes`),
+    /// Moves the Postgres ring's clock back by `by` (its slots' opening and sealing times,
+    /// not the rows'): the next retention pass sees the current slot as `by` older, and
+    /// turns the ring if that is a turn's time.
+    pub async fn age_ring(&self, by: Duration) {
+        let ms = i64::try_from(by.as_millis()).expect("a step of sane size");
+        self.execute(&format!(
+            "UPDATE hookgate_slots SET
+                 opened_at = opened_at - {ms} * interval '1 millisecond',
+                 sealed_at = sealed_at - {ms} * interval '1 millisecond'"
+        ))
+        .await;
+    }
+
+    /// The ring's slots (Postgres) as `(slot, state)`, in slot order.
+    pub async fn ring(&self) -> Vec<(i16, String)> {
+        let Inspect::Pg(client) = &self.inspect else {
+            panic!("the ring is Postgres's");
+        };
+        client
+            .query("SELECT slot, state FROM hookgate_slots ORDER BY slot", &[])
+            .await
+            .expect("hookgate_slots")
+            .iter()
+            .map(|r| (r.get(0), r.get(1)))
+            .collect()
+    }
+
+    /// The slot that takes new keys (Postgres).
+    pub async fn current_slot(&self) -> i16 {
+        let ring = self.ring().await;
+        ring.iter()
+            .find(|(_, state)| state == "current")
+            .map(|(slot, _)| *slot)
+            .unwrap_or_else(|| panic!("no current slot: {ring:?}"))
+    }
+
+    /// The slots holding a row of `provider:key` (Postgres): one, or none once removed.
+    pub async fn slots_of(&self, provider: &str, key: &str) -> Vec<i16> {
+        let Inspect::Pg(client) = &self.inspect else {
+            panic!("the ring is Postgres's");
+        };
+        client
+            .query(
+                "SELECT slot FROM webhook_events WHERE provider = $1 AND event_key = $2",
+                &[&provider, &key],
+            )
+            .await
+            .expect("slots of a key")
+            .iter()
+            .map(|r| r.get(0))
+            .collect()
+    }
+
+    /// Keys with more than one row (Postgres): none, if every key lives in one slot.
+    pub async fn keys_in_two_slots(&self) -> Vec<String> {
+        let Inspect::Pg(client) = &self.inspect else {
+            panic!("the ring is Postgres's");
+        };
+        client
+            .query(
+                "SELECT provider || ':' || event_key FROM webhook_events
+                 GROUP BY provider, event_key HAVING count(*) > 1",
+                &[],
+            )
+            .await
+            .expect("keys in two slots")
+            .iter()
+            .map(|r| r.get(0))
+            .collect()
+    }
+
+    /// Turns autovacuum off for `tables` of this schema (Postgres), each partition of a
+    /// partitioned one (the storage parameter belongs to the tables that hold rows), so a
+    /// test's statistics stay what it made them.
+    pub async fn autovacuum_off(&self, tables: &[&str]) {
+        for table in tables {
+            self.execute(&format!(
+                "DO $$ DECLARE r regclass; BEGIN
+                     FOR r IN SELECT relid FROM pg_partition_tree('{table}') WHERE isleaf LOOP
+                         EXECUTE format('ALTER TABLE %s SET (autovacuum_enabled = false)', r);
+                     END LOOP;
+                 END $$"
+            ))
+            .await;
+        }
+    }
+
+    /// Rows of `webhook_events` (all its partitions) read by sequential scans plus entries
+    /// read from their indexes so far (`pg_stat_user_tables`, `pg_stat_user_indexes`),
     /// and the server processes still connected as `application_name`.
     pub async fn rows_scanned(&self, application_name: &str) -> (i64, i64) {
         let Inspect::Pg(client) = &self.inspect else {
@@ -391,11 +488,11 @@ impl TestDb {
         };
         let row = client
             .query_one(
-                "SELECT (SELECT COALESCE(t.seq_tup_read, 0)
+                "SELECT (SELECT COALESCE(sum(COALESCE(t.seq_tup_read, 0)
                                 + (SELECT COALESCE(sum(i.idx_tup_read), 0)::int8
-                                   FROM pg_stat_user_indexes i WHERE i.relid = t.relid)
+                                   FROM pg_stat_user_indexes i WHERE i.relid = t.relid)), 0)::int8
                          FROM pg_stat_user_tables t
-                         WHERE relname = 'webhook_events' AND schemaname = current_schema()),
+                         WHERE t.relid IN (SELECT relid FROM pg_partition_tree('webhook_events'))),
                         (SELECT count(*) FROM pg_stat_activity WHERE application_name = $1)",
                 &[&application_name],
             )
@@ -405,7 +502,8 @@ impl TestDb {
     }
 
     /// Rows read by sequential scans plus entries read from indexes so far, summed over
-    /// `tables` of this schema (`pg_stat_user_tables`, `pg_stat_user_indexes`). A backend
+    /// `tables` of this schema and their partitions (`pg_stat_user_tables`,
+    /// `pg_stat_user_indexes`). A backend
     /// reports its counts when it goes idle (at most once a second) or ends.
     pub async fn reads(&self, tables: &[&str]) -> i64 {
         let Inspect::Pg(client) = &self.inspect else {
@@ -419,7 +517,8 @@ impl TestDb {
                                         FROM pg_stat_user_indexes i WHERE i.relid = t.relid)),
                                  0)::int8
                  FROM pg_stat_user_tables t
-                 WHERE t.relname = ANY($1) AND t.schemaname = current_schema()",
+                 WHERE t.relid IN (SELECT p.relid FROM unnest($1::text[]) n,
+                                   pg_partition_tree(n::regclass) p)",
                 &[&tables],
             )
             .await
@@ -427,17 +526,19 @@ impl TestDb {
             .get(0)
     }
 
-    /// Blocks of `webhook_events`'s TOAST table (where large payloads, answers and headers
-    /// live) read so far, from disk or the buffer cache (`pg_statio_user_tables`).
+    /// Blocks of `webhook_events`'s TOAST tables (one a partition; where large payloads,
+    /// answers and headers live) read so far, from disk or the buffer cache
+    /// (`pg_statio_user_tables`).
     pub async fn toast_reads(&self) -> i64 {
         let Inspect::Pg(client) = &self.inspect else {
             panic!("a Postgres test");
         };
         client
             .query_one(
-                "SELECT COALESCE(toast_blks_read, 0) + COALESCE(toast_blks_hit, 0)
+                "SELECT COALESCE(sum(COALESCE(toast_blks_read, 0)
+                                     + COALESCE(toast_blks_hit, 0)), 0)::int8
                  FROM pg_statio_user_tables
-                 WHERE relname = 'webhook_events' AND schemaname = current_schema()",
+                 WHERE relid IN (SELECT relid FROM pg_partition_tree('webhook_events'))",
                 &[],
             )
             .await
@@ -563,6 +664,16 @@ impl TestDb {
         }
     }
 
+    /// The versions of every migration of this store, in order (the Postgres store's
+    /// storage over time took four more than the embedded store's).
+    pub fn all_migrations(&self) -> Vec<i64> {
+        let last = match &self.inspect {
+            Inspect::Pg(_) => 10,
+            Inspect::Sqlite(_) => 6,
+        };
+        (1..=last).collect()
+    }
+
     /// The migrations recorded as applied, in order.
     pub async fn migrations(&self) -> Vec<i64> {
         let sql = "SELECT version FROM hookgate_migrations ORDER BY version";
@@ -680,6 +791,17 @@ impl TestDb {
         TableLock::Pg(client)
     }
 
+    /// Holds a snapshot open (Postgres: a repeatable-read transaction that has read), as a
+    /// long report does: an index built concurrently waits for it, and nothing else does.
+    pub async fn hold_snapshot(&self) -> TableLock {
+        let client = self.own_connection().await;
+        client
+            .batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ; SELECT 1")
+            .await
+            .expect("hold a snapshot");
+        TableLock::Pg(client)
+    }
+
     /// Waits until `n` statements wait for this schema's events table, held by
     /// [`TestDb::lock_table`] (other tests' tables and row locks not counted).
     pub async fn wait_for_table_waiters(&self, n: i64) {
@@ -755,6 +877,11 @@ impl RowLock {
             .batch_execute("ROLLBACK")
             .await
             .expect("rollback");
+    }
+
+    /// Commits the insert, as the claim it stands for would: a blocked claim finds the row.
+    pub async fn commit(self) {
+        self.client.batch_execute("COMMIT").await.expect("commit");
     }
 }
 
