@@ -56,6 +56,16 @@ WHERE state = 'sealed'
       <= now() - $1::bigint * interval '1 millisecond'
 ORDER BY sealed_at";
 
+/// Whether slot `$1` is still sealed and due ([`DUE`]'s rule, `$2` retention.done, `$3` a
+/// turn), asked under the lock: another node's pass may have emptied it, and then turned
+/// the ring to it, since this pass read the due slots.
+const STILL_DUE: &str = "
+SELECT EXISTS (
+    SELECT 1 FROM hookgate_slots
+    WHERE slot = $1 AND state = 'sealed'
+      AND LEAST(sealed_at, opened_at + $3::bigint * interval '1 millisecond')
+          <= now() - $2::bigint * interval '1 millisecond') AS due";
+
 /// Moves at most `$4` of the rows slot `$1` must keep to the current slot, with their
 /// history: every row not yet final, a done row done within `$2` ms, a dead letter dead
 /// within `$3` ms. Each part is a range of the slot's (status, updated_at) index, so
@@ -300,8 +310,20 @@ async fn empty(
         let count = |column| get::<i64>(&row, column).map(|n| u64::try_from(n).unwrap_or(0));
         (count("done")?, count("dead")?)
     };
+    let quarter = millis(policy.done / TURNS_PER_RETENTION);
     loop {
         let tx = locked(client).await?;
+        let due: bool = get(
+            &tx.query_one(STILL_DUE, &[&slot, &done_ms, &quarter])
+                .await
+                .map_err(db_error)?,
+            "due",
+        )?;
+        if !due {
+            // Emptied by another node's pass (perhaps current again): nothing of it is ours.
+            tx.rollback().await.map_err(db_error)?;
+            return Ok(Some((0, 0)));
+        }
         let moved: i64 = get(
             &tx.query_one(MOVE_KEEPERS, &[&slot, &done_ms, &dead_ms, &batch])
                 .await

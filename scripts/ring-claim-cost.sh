@@ -1,0 +1,140 @@
+#!/usr/bin/env bash
+# What the slot ring costs a claim, at the SQL level (docs/performance.md, "Storage over
+# time"): one durable throwaway PostgreSQL, two schemas holding the same ROWS done events —
+# `flat`, one table keyed by (provider, event_key) as before the ring, and `ring`, six
+# list partitions by slot with the rows spread over five sealed slots — and pgbench running
+# the claim then the completion of a new key (a first run), or the claim of a known key
+# (a duplicate answered from its row), on each in turn. Prints transactions/s and Postgres
+# CPU (every backend) per transaction, ROUNDS alternated pairs.
+# Usage: scripts/ring-claim-cost.sh [ROWS=5000000] [DURATION=20] [ROUNDS=3]. Loopback only.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+rows=${1:-5000000}
+duration=${2:-20}
+rounds=${3:-3}
+
+dir=$(mktemp -d /tmp/hookgate-ring.XXXXXX)
+chmod 755 "$dir"
+trap 'scripts/pg-throwaway.sh stop "$dir/pg"' EXIT
+eval "$(scripts/pg-throwaway.sh start "$dir/pg" durable)"
+url=$HOOKGATE_TEST_DATABASE_URL
+pgbin=$(dirname "$(ls /usr/lib/postgresql/*/bin/pgbench | head -1)")
+as_pg() { if [ "$(id -u)" = 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi; }
+psql_() { as_pg "$pgbin/psql" -q -v ON_ERROR_STOP=1 "$url" "$@"; }
+
+columns="provider text NOT NULL, event_key text NOT NULL, status text NOT NULL,
+         attempts integer NOT NULL DEFAULT 1, last_path text NOT NULL, fingerprint text,
+         result_status smallint, locked_until timestamptz,
+         created_at timestamptz NOT NULL DEFAULT now(),
+         updated_at timestamptz NOT NULL DEFAULT now()"
+fill="SELECT 'p', 'k' || g, 'done', 1, 'first_run', md5(g::text), 200,
+             NULL::timestamptz, now(), now()"
+psql_ <<SQL
+CREATE SCHEMA flat;
+CREATE TABLE flat.e ($columns, PRIMARY KEY (provider, event_key));
+CREATE INDEX ON flat.e (status, updated_at);
+INSERT INTO flat.e $fill FROM generate_series(1, $rows) g;
+CREATE SCHEMA ring;
+CREATE TABLE ring.slots (slot smallint PRIMARY KEY, state text NOT NULL);
+INSERT INTO ring.slots VALUES (0, 'sealed'), (1, 'sealed'), (2, 'sealed'), (3, 'sealed'),
+                              (4, 'sealed'), (5, 'current');
+CREATE TABLE ring.e ($columns, slot smallint NOT NULL) PARTITION BY LIST (slot);
+DO \$\$ BEGIN FOR s IN 0..5 LOOP
+  EXECUTE format('CREATE TABLE ring.e_s%s PARTITION OF ring.e FOR VALUES IN (%s)', s, s);
+END LOOP; END \$\$;
+CREATE UNIQUE INDEX ON ring.e (provider, event_key, slot);
+CREATE INDEX ON ring.e (status, updated_at);
+INSERT INTO ring.e $fill, (g % 5)::smallint FROM generate_series(1, $rows) g;
+VACUUM ANALYZE;
+SQL
+
+# A first run: the claim of a new key, then its completion, as hookgate's statements do.
+cat > "$dir/flat-first.sql" <<'SQL'
+\set k random(1, 2000000000)
+INSERT INTO flat.e AS e (provider, event_key, status, attempts, last_path, locked_until)
+VALUES ('p', 'n' || :k, 'in_progress', 1, 'first_run', now() + interval '30 seconds')
+ON CONFLICT (provider, event_key) DO UPDATE SET attempts = e.attempts + 1
+WHERE e.status = 'failed' RETURNING attempts;
+UPDATE flat.e SET status = 'done', result_status = 200, locked_until = NULL, updated_at = now()
+WHERE provider = 'p' AND event_key = 'n' || :k AND attempts = 1 AND status = 'in_progress';
+SQL
+cat > "$dir/ring-first.sql" <<'SQL'
+\set k random(1, 2000000000)
+INSERT INTO ring.e AS e (provider, event_key, slot, status, attempts, last_path, locked_until)
+VALUES ('p', 'n' || :k,
+        COALESCE((SELECT w.slot FROM ring.e w WHERE w.provider = 'p' AND w.event_key = 'n' || :k
+                  LIMIT 1),
+                 (SELECT c.slot FROM ring.slots c WHERE c.state = 'current')),
+        'in_progress', 1, 'first_run', now() + interval '30 seconds')
+ON CONFLICT (provider, event_key, slot) DO UPDATE SET attempts = e.attempts + 1
+WHERE e.status = 'failed' RETURNING attempts;
+UPDATE ring.e SET status = 'done', result_status = 200, locked_until = NULL, updated_at = now()
+WHERE provider = 'p' AND event_key = 'n' || :k AND attempts = 1 AND status = 'in_progress';
+SQL
+# A duplicate whose answer is read from its row: the claim changes nothing, then the read.
+cat > "$dir/flat-dup.sql" <<SQL
+\set k random(1, $rows)
+INSERT INTO flat.e AS e (provider, event_key, status, attempts, last_path, locked_until)
+VALUES ('p', 'k' || :k, 'in_progress', 1, 'first_run', now() + interval '30 seconds')
+ON CONFLICT (provider, event_key) DO UPDATE SET attempts = e.attempts + 1
+WHERE e.status = 'failed' RETURNING attempts;
+SELECT status, attempts, result_status FROM flat.e WHERE provider = 'p' AND event_key = 'k' || :k;
+SQL
+cat > "$dir/ring-dup.sql" <<SQL
+\set k random(1, $rows)
+INSERT INTO ring.e AS e (provider, event_key, slot, status, attempts, last_path, locked_until)
+VALUES ('p', 'k' || :k,
+        COALESCE((SELECT w.slot FROM ring.e w WHERE w.provider = 'p' AND w.event_key = 'k' || :k
+                  LIMIT 1),
+                 (SELECT c.slot FROM ring.slots c WHERE c.state = 'current')),
+        'in_progress', 1, 'first_run', now() + interval '30 seconds')
+ON CONFLICT (provider, event_key, slot) DO UPDATE SET attempts = e.attempts + 1
+WHERE e.status = 'failed' RETURNING attempts;
+SELECT status, attempts, result_status FROM ring.e WHERE provider = 'p' AND event_key = 'k' || :k;
+SQL
+chmod 644 "$dir"/*.sql
+
+DIR=$dir PGBIN=$pgbin URL=$url DURATION=$duration ROUNDS=$rounds python3 - <<'PY'
+import os, re, subprocess
+
+d, pgbin, url = os.environ["DIR"], os.environ["PGBIN"], os.environ["URL"]
+secs, rounds = os.environ["DURATION"], int(os.environ["ROUNDS"])
+tick = os.sysconf("SC_CLK_TCK")
+as_pg = ["runuser", "-u", "postgres", "--"] if os.getuid() == 0 else []
+
+def postgres_ticks():
+    pm = int(open(f"{d}/pg/data/postmaster.pid").readline())
+    total = 0
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                fields = open(f"/proc/{entry}/stat").read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(entry) == pm or int(fields[1]) == pm:
+                total += sum(int(x) for x in fields[11:15])
+    return total
+
+def run(script):
+    subprocess.run(as_pg + [f"{pgbin}/psql", "-q", url, "-c", "CHECKPOINT"], check=True)
+    before = postgres_ticks()
+    out = subprocess.run(as_pg + [f"{pgbin}/pgbench", "-n", "-M", "prepared", "-c", "16",
+                          "-j", "2", "-T", secs, "-f", f"{d}/{script}.sql", url],
+                         capture_output=True, text=True, check=True).stdout
+    n = int(re.search(r"number of transactions actually processed: (\d+)", out).group(1))
+    us = (postgres_ticks() - before) / tick * 1e6 / n
+    return n / float(secs), us
+
+for kind in ["first", "dup"]:
+    ratios = []
+    for r in range(rounds):
+        flat_tps, flat_us = run(f"flat-{kind}")
+        ring_tps, ring_us = run(f"ring-{kind}")
+        ratios.append((ring_tps / flat_tps, ring_us / flat_us))
+        print(f"{kind} round {r + 1}: flat {flat_tps:.0f} tx/s {flat_us:.0f} us CPU/tx; "
+              f"ring {ring_tps:.0f} tx/s {ring_us:.0f} us CPU/tx; "
+              f"ring/flat tx/s {ratios[-1][0]:.2f}, CPU/tx {ratios[-1][1]:.2f}", flush=True)
+    ratios.sort()
+    print(f"{kind}: median ring/flat tx/s {ratios[len(ratios) // 2][0]:.2f}, "
+          f"CPU/tx {sorted(x[1] for x in ratios)[len(ratios) // 2]:.2f}")
+PY
