@@ -216,6 +216,17 @@ async fn alerts_and_dashboard_use_only_metrics_hookgate_serves() {
     })
     .await;
     app.deliver("evt_m", "{}").await;
+    // The tables' sizes are published by the node's first retention pass, at its start.
+    crate::helpers::eventually(
+        "the first retention pass to publish the tables' sizes",
+        || async {
+            app.get("/metrics")
+                .await
+                .body
+                .contains("# TYPE hookgate_table_bytes")
+        },
+    )
+    .await;
     let served = app.get("/metrics").await.body;
     let families: std::collections::HashSet<&str> = served
         .lines()
