@@ -11,8 +11,7 @@
 
 use std::time::{Duration, Instant};
 
-/// Clock ticks a second in /proc's times (`USER_HZ`): 100 on every Linux architecture.
-const TICKS_PER_SECOND: f64 = 100.0;
+use crate::proc_cpu::{cluster_ticks, stat, TICKS_PER_SECOND};
 
 /// Longest wait for the run's database to have no session left (a backend flushes its
 /// commit counts to the shared statistics when it exits; autovacuum may still be busy).
@@ -155,48 +154,8 @@ impl Sample {
     }
 }
 
-/// The postmaster's own and reaped children's time, plus every live child's.
-fn cluster_ticks(postmaster: u32) -> u64 {
-    let Some(own) = stat(postmaster) else {
-        panic!("the postmaster {postmaster} is gone");
-    };
-    let children: u64 = std::fs::read_dir("/proc")
-        .expect("/proc")
-        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
-        .filter_map(stat)
-        .filter(|s| s.ppid == postmaster)
-        .map(|s| s.utime + s.stime)
-        .sum();
-    own.utime + own.stime + own.cutime + own.cstime + children
-}
-
 /// This process's reaped children's time: the workers it spawned and waited for.
 fn reaped_children_ticks() -> u64 {
     let own = stat(std::process::id()).expect("/proc/self/stat");
     own.cutime + own.cstime
-}
-
-/// The fields of /proc/PID/stat the meter reads.
-struct Stat {
-    ppid: u32,
-    utime: u64,
-    stime: u64,
-    cutime: u64,
-    cstime: u64,
-}
-
-/// Reads /proc/PID/stat; `None` for a process that is gone.
-fn stat(pid: u32) -> Option<Stat> {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // The command name may hold spaces and parentheses: the fields start after the last ')'.
-    let fields: Vec<&str> = text.rsplit_once(')')?.1.split_whitespace().collect();
-    // After the name: state (3), ppid (4), …, utime (14), stime (15), cutime (16), cstime (17).
-    let field = |n: usize| fields.get(n - 3)?.parse::<u64>().ok();
-    Some(Stat {
-        ppid: u32::try_from(field(4)?).ok()?,
-        utime: field(14)?,
-        stime: field(15)?,
-        cutime: field(16)?,
-        cstime: field(17)?,
-    })
 }

@@ -44,6 +44,7 @@ mod failover;
 mod failover_report;
 mod ingest;
 mod node;
+mod proc_cpu;
 mod scenario;
 mod sender;
 mod target;
