@@ -22,6 +22,14 @@
 //!
 //! `--scenario burndown` and `--scenario ingest` compare queue mode with graphile-worker
 //! on Postgres, with their own options; see `compare.rs` (scripts/queue-compare.sh).
+//!
+//! `--scenario soak [--prefill 100000] [--rate 500] [--retention 10m] [--sweep-interval D]
+//! [--window 60s] [--duration 30m] [--mode sync|queue] [--store postgres|sqlite]` prefills
+//! done rows spread over the last week, then ingests new keys at the rate with retention
+//! running (the config's 72 h floor does not apply), prints one line a window (rows, rows
+//! past retention, bytes, CPU per event, p50/p99/max, duplicates) and exits non-zero on a
+//! duplicate, on expired prefill left or young prefill removed, and on unbounded growth;
+//! see `soak.rs`.
 
 mod burndown;
 mod chaos;
@@ -47,6 +55,11 @@ mod node;
 mod proc_cpu;
 mod scenario;
 mod sender;
+mod soak;
+mod soak_db;
+mod soak_ingest;
+mod soak_report;
+mod soak_target;
 mod target;
 
 #[path = "../../tests/api/helpers/proxy.rs"]
@@ -68,15 +81,15 @@ use target::{Behaviour, Target};
 #[derive(Debug, Parser)]
 struct Args {
     /// unique, duplicate, mixed, hot, hot_fail, slow_target, bare, chaos, failover, crash,
-    /// or all (chaos, failover and crash are not part of all); burndown and ingest are
-    /// `compare.rs`'s.
+    /// soak, or all (chaos, failover, crash and soak are not part of all); burndown and
+    /// ingest are `compare.rs`'s.
     #[arg(long, default_value = "all")]
     scenario: String,
     /// Concurrent client connections.
     #[arg(long, default_value_t = 64)]
     connections: usize,
     /// How long each scenario runs (default 10s; the queue-mode chaos run, 45s, plus its
-    /// drain; the failover run, 20s of sending).
+    /// drain; the failover run, 20s of sending; the soak, three times its retention).
     #[arg(long, value_parser = humantime::parse_duration)]
     duration: Option<Duration>,
     /// Most requests per scenario.
@@ -101,18 +114,30 @@ struct Args {
     #[arg(long, default_value = "127.0.0.1:0")]
     target_listen: String,
     /// Print the rate of every window of this length while a scenario runs (long trend
-    /// runs: does the rate hold as the table grows?).
+    /// runs: does the rate hold as the table grows?); the soak's report interval (default
+    /// 60s).
     #[arg(long, value_parser = humantime::parse_duration)]
     window: Option<Duration>,
     /// New events a second in the chaos scenario (default 100; in queue mode 40, which two
-    /// nodes on two shared cores carry with room for the slow answers) and the failover
-    /// scenario (default 50).
+    /// nodes on two shared cores carry with room for the slow answers), the failover
+    /// scenario (default 50) and the soak (default 500; 0: as fast as the connections go).
     #[arg(long)]
     rate: Option<u64>,
-    /// The chaos and failover scenarios' delivery mode: sync (senders redeliver) or queue
-    /// (hookgate redelivers; the chaos run with two nodes).
+    /// The chaos, failover and soak scenarios' delivery mode: sync (senders redeliver) or
+    /// queue (hookgate redelivers; the chaos run with two nodes).
     #[arg(long, default_value = "sync")]
     mode: String,
+    /// The soak's prefill: done rows written before the run, spread over the last week.
+    #[arg(long, default_value_t = 100_000)]
+    prefill: u64,
+    /// The soak's `retention.done` (default 10m; the config's 72 h floor is the
+    /// deployment's rule, not the bench's).
+    #[arg(long, value_parser = humantime::parse_duration)]
+    retention: Option<Duration>,
+    /// The soak's `retention.sweep_interval` (default a tenth of the retention, at most
+    /// half a window, at least 1s).
+    #[arg(long, value_parser = humantime::parse_duration)]
+    sweep_interval: Option<Duration>,
     /// Events posted at once in the crash scenario.
     #[arg(long, default_value_t = 300)]
     events: u64,
@@ -149,6 +174,13 @@ fn main() {
         ));
         if violations > 0 {
             eprintln!("FAILED: {violations} violation(s) across the failover");
+            std::process::exit(1);
+        }
+        return;
+    }
+    if args.scenario == "soak" {
+        if !soak::run(&args) {
+            eprintln!("FAILED: the soak's checks (see the lines marked FAIL)");
             std::process::exit(1);
         }
         return;
@@ -232,7 +264,7 @@ async fn run(args: &Args, scenario: Scenario) -> u64 {
         }
         (None, Scenario::Bare) => (bare_handler(), None, None),
         (None, _) => {
-            let (config, file) = config(args, scenario, &target.url);
+            let (config, file) = config(args, scenario.name(), &target.url);
             let store = hookgate::store::open(&config.store)
                 .await
                 .expect("open the store");
@@ -332,7 +364,7 @@ async fn run(args: &Args, scenario: Scenario) -> u64 {
 
 /// hookgate's config for one scenario: a provider `bench` keyed by header, on a fresh
 /// Postgres schema or SQLite file. Answers the SQLite file to remove afterwards.
-fn config(args: &Args, scenario: Scenario, target: &str) -> (Config, Option<String>) {
+fn config(args: &Args, scenario: &str, target: &str) -> (Config, Option<String>) {
     let mut config = Config::from_toml(&format!(
         r#"
         [server]
@@ -351,7 +383,7 @@ fn config(args: &Args, scenario: Scenario, target: &str) -> (Config, Option<Stri
     config.server.keep_alive = args.keep_alive.unwrap_or(config.server.keep_alive);
     let unique = format!(
         "bench_{}_{}_{}",
-        scenario.name(),
+        scenario,
         std::process::id(),
         fastrand::u32(..)
     );

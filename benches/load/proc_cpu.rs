@@ -20,7 +20,8 @@ pub fn stat(pid: u32) -> Option<Stat> {
     stat_at(&format!("/proc/{pid}/stat"))
 }
 
-/// Reads a `stat` file (a process's, or a thread's); `None` when it is gone.
+/// Reads a `stat` file (a process's, or a thread's: /proc/self/task/TID/stat,
+/// /proc/thread-self/stat); `None` when it is gone.
 pub fn stat_at(path: &str) -> Option<Stat> {
     let text = std::fs::read_to_string(path).ok()?;
     // The command name may hold spaces and parentheses: the fields start after the last ')'.
@@ -34,6 +35,22 @@ pub fn stat_at(path: &str) -> Option<Stat> {
         cutime: field(16)?,
         cstime: field(17)?,
     })
+}
+
+/// The calling thread's user + system ticks so far (0 where /proc cannot say).
+pub fn this_thread_ticks() -> u64 {
+    stat_at("/proc/thread-self/stat").map_or(0, |s| s.utime + s.stime)
+}
+
+/// The calling thread's id, for reading its ticks from another thread later.
+pub fn this_thread_id() -> Option<u32> {
+    let link = std::fs::read_link("/proc/thread-self").ok()?;
+    link.file_name()?.to_str()?.parse().ok()
+}
+
+/// A thread of this process: its user + system ticks so far (0 once it is gone).
+pub fn thread_ticks(tid: u32) -> u64 {
+    stat_at(&format!("/proc/self/task/{tid}/stat")).map_or(0, |s| s.utime + s.stime)
 }
 
 /// The cluster's ticks: the postmaster's own and reaped children's time, plus every live

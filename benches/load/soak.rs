@@ -1,0 +1,297 @@
+//! `--scenario soak`: does the store hold its size under a steady ingest with retention
+//! running? The events table is prefilled with done rows spread over the last week (most
+//! already past retention), then the node takes new keys at `--rate` while its sweeper
+//! runs every `--sweep-interval` with `retention.done = --retention`, and every `--window`
+//! one line says rows, rows past retention, bytes, CPU per event, latencies and duplicates.
+//!
+//! It fails (non-zero exit) when the target sees any key twice; when a prefill row already
+//! past retention at the start is still there at the end, or one within retention is gone
+//! (a run of seconds checks these); and on unbounded growth, judged on the steady part of
+//! the run — the windows ending after its settling time, the retention plus a sweep
+//! interval plus a window — by two rules:
+//! * **the disk holds its size**: the largest disk size of the steady part's last third is
+//!   at most 1.15 × that of its middle third. Largest, not last: Postgres's table grows
+//!   between autovacuum runs, SQLite's WAL between checkpoints; thirds, so the first third
+//!   absorbs a plateau still being reached.
+//! * **retention keeps up**: the fewest rows past retention in the last third are at most
+//!   what arrives in a sweep interval and a window. A prefill larger than the run's ingest
+//!   hides growth from the size rule; this one sees it, since rows past retention are ~0
+//!   while the sweeper keeps up and only grow when it does not.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use hookgate::config::Mode;
+use hookgate::startup::Application;
+use hookgate::worker::HttpDelivery;
+
+use crate::proc_cpu::{self, TICKS_PER_SECOND};
+use crate::soak_db::{Db, Prefill};
+use crate::soak_ingest::{Ingest, Window};
+use crate::soak_report::{Rules, Sample};
+use crate::soak_target::SoakTarget;
+use crate::Args;
+
+/// Defaults when the options are not given: a run of half an hour that keeps ten minutes
+/// of events, reported every minute, at a rate the 2-core machine carries with room left
+/// for retention.
+const RETENTION: Duration = Duration::from_secs(600);
+const WINDOW: Duration = Duration::from_secs(60);
+const RATE: u64 = 500;
+
+/// How long the last window waits for the senders' last answers after the deadline.
+const LAST_ANSWERS: Duration = Duration::from_secs(70);
+
+/// The run's options, defaults filled in.
+#[derive(Debug, Clone, Copy)]
+struct Options {
+    prefill: u64,
+    rate: u64,
+    duration: Duration,
+    rules: Rules,
+    connections: usize,
+    mode: Mode,
+}
+
+impl Options {
+    fn from_args(args: &Args) -> Self {
+        let retention = args.retention.unwrap_or(RETENTION);
+        let window = args.window.unwrap_or(WINDOW);
+        let sweep_interval = args
+            .sweep_interval
+            .unwrap_or((retention / 10).min(window / 2))
+            .max(Duration::from_secs(1));
+        let mode = match args.mode.as_str() {
+            "sync" => Mode::Sync,
+            "queue" => Mode::Queue,
+            other => panic!("--mode must be sync or queue, not {other}"),
+        };
+        Self {
+            prefill: args.prefill,
+            rate: args.rate.unwrap_or(RATE),
+            duration: args.duration.unwrap_or(3 * retention),
+            rules: Rules {
+                retention,
+                sweep_interval,
+                window,
+            },
+            connections: args.connections,
+            mode,
+        }
+    }
+}
+
+/// Runs the soak; answers whether every check passed.
+pub fn run(args: &Args) -> bool {
+    let options = Options::from_args(args);
+    actix_rt::System::new().block_on(soak(args, options))
+}
+
+async fn soak(args: &Args, o: Options) -> bool {
+    let target = SoakTarget::start();
+    let (mut config, sqlite_file) = crate::config(args, "soak", &target.url);
+    config.retention.done = o.rules.retention;
+    config.retention.sweep_interval = o.rules.sweep_interval;
+    config.providers[0].mode = Some(o.mode);
+    println!(
+        "# soak: store={} mode={} prefill={} rate={} retention={} sweep_interval={} \
+         window={} duration={} connections={} cpus={}",
+        args.store,
+        o.mode.as_str(),
+        o.prefill,
+        o.rate,
+        humantime::format_duration(o.rules.retention),
+        humantime::format_duration(o.rules.sweep_interval),
+        humantime::format_duration(o.rules.window),
+        humantime::format_duration(o.duration),
+        o.connections,
+        hookgate::config::cpus()
+    );
+    let store = hookgate::store::open(&config.store)
+        .await
+        .expect("open the store");
+    store.migrate().await.expect("migrate");
+    let db = match &sqlite_file {
+        Some(file) => Db::sqlite(file),
+        None => Db::postgres(&config.store.url, &config.store.schema).await,
+    };
+    let prefill = if o.prefill > 0 {
+        let t = Instant::now();
+        let prefill = db.prefill(o.prefill, o.mode.as_str()).await;
+        let counts = db.counts(o.rules.retention).await;
+        println!(
+            "# prefill: {} rows in {:.1}s, {} past retention, {:.1}MiB on disk",
+            o.prefill,
+            t.elapsed().as_secs_f64(),
+            counts.past_retention,
+            counts.disk as f64 / (1024.0 * 1024.0)
+        );
+        prefill
+    } else {
+        Prefill::default()
+    };
+    let app = Application::build(
+        &config,
+        store,
+        Arc::new(HttpDelivery),
+        hookgate::logging::discard(),
+    )
+    .await
+    .expect("start hookgate");
+    let base = format!("http://127.0.0.1:{}", app.port());
+    let node = app.stopper();
+    actix_rt::spawn(app.run_until_stopped());
+
+    let started = Instant::now();
+    let deadline = started + o.duration;
+    let ingest = Ingest::start(
+        format!("{base}/webhooks/bench"),
+        o.connections,
+        o.rate,
+        deadline,
+    );
+    let client = awc::Client::new();
+    let mut meter = Meter::read(&db, &ingest);
+    let mut samples: Vec<Sample> = Vec::new();
+    for k in 1u32.. {
+        let end = (started + o.rules.window * k).min(deadline);
+        actix_rt::time::sleep_until(end.into()).await;
+        if end == deadline {
+            let waited = Instant::now();
+            while !ingest.finished() && waited.elapsed() < LAST_ANSWERS {
+                actix_rt::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+        let at = started.elapsed();
+        let length = at - samples.last().map_or(Duration::ZERO, |s| s.at);
+        let window = ingest.take_window();
+        let counts = db.counts(o.rules.retention).await;
+        let (events_bytes, attempts_bytes, backlog_s) = node_metrics(&client, &base).await;
+        let now = Meter::read(&db, &ingest);
+        let (node_us, postgres_us) = now.per_event(&meter, window.accepted);
+        meter = now;
+        let sample = Sample {
+            at,
+            length,
+            counts,
+            events_bytes,
+            attempts_bytes,
+            backlog_s,
+            node_us,
+            postgres_us,
+            tally: target.tally(),
+            rss_mib: crate::rss_mib(),
+            ..latencies(window)
+        };
+        println!("{}", sample.line());
+        samples.push(sample);
+        if end >= deadline {
+            break;
+        }
+    }
+
+    let left = match prefill.rows {
+        0 => None,
+        _ => Some(db.prefill_left(&prefill, o.rules.retention).await),
+    };
+    let tally = target.tally();
+    let checks = o.rules.checks(&samples, tally, left);
+    let accepted: u64 = samples.iter().map(|s| s.accepted).sum();
+    let refused: u64 = samples.iter().map(|s| s.refused).sum();
+    let errors: u64 = samples.iter().map(|s| s.errors).sum();
+    let worst_p99 = samples.iter().map(|s| s.p99_ms).fold(0.0, f64::max);
+    let max = samples.iter().map(|s| s.max_ms).fold(0.0, f64::max);
+    println!(
+        "scenario=soak store={} mode={} events={accepted} refused={refused} errors={errors} \
+         deliveries={} duplicates={} worst_window_p99={worst_p99:.1}ms max={max:.0}ms",
+        args.store,
+        o.mode.as_str(),
+        tally.deliveries,
+        tally.duplicates
+    );
+    for check in &checks {
+        println!("{}", check.line());
+    }
+    node.stop().await;
+    db.drop_schema().await;
+    if let Some(file) = sqlite_file {
+        for suffix in ["", "-wal", "-shm"] {
+            let _ = std::fs::remove_file(format!("{file}{suffix}"));
+        }
+    }
+    checks.iter().all(|c| c.passed != Some(false))
+}
+
+/// A window's latencies and answers, as the sample's.
+fn latencies(mut window: Window) -> Sample {
+    window.latencies_us.sort_unstable();
+    let at = |p: f64| {
+        let n = window.latencies_us.len();
+        match n {
+            0 => 0.0,
+            _ => f64::from(window.latencies_us[((n - 1) as f64 * p).round() as usize]) / 1000.0,
+        }
+    };
+    Sample {
+        accepted: window.accepted,
+        refused: window.refused,
+        errors: window.errors,
+        p50_ms: at(0.50),
+        p99_ms: at(0.99),
+        max_ms: at(1.0),
+        ..Sample::default()
+    }
+}
+
+/// The node's `hookgate_table_bytes` of the events and their history, and its
+/// `hookgate_retention_backlog_seconds` (zeros if `/metrics` does not answer).
+async fn node_metrics(client: &awc::Client, base: &str) -> (u64, u64, f64) {
+    let Ok(mut response) = client.get(format!("{base}/metrics")).send().await else {
+        return (0, 0, 0.0);
+    };
+    let body = response.body().limit(1 << 22).await.unwrap_or_default();
+    let text = String::from_utf8_lossy(&body);
+    let value = |prefix: &str| {
+        text.lines()
+            .find(|l| l.starts_with(prefix))
+            .and_then(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    (
+        value(r#"hookgate_table_bytes{table="webhook_events"}"#) as u64,
+        value(r#"hookgate_table_bytes{table="webhook_attempts"}"#) as u64,
+        value("hookgate_retention_backlog_seconds "),
+    )
+}
+
+/// CPU ticks at one moment: the bench's process, the part of it that is not the node
+/// (its senders' thread, its own SQLite reads), and the Postgres cluster without the
+/// bench's backend.
+struct Meter {
+    process: u64,
+    bench: u64,
+    cluster: Option<u64>,
+}
+
+impl Meter {
+    fn read(db: &Db, ingest: &Ingest) -> Self {
+        let own = proc_cpu::stat(std::process::id()).map_or(0, |s| s.utime + s.stime);
+        Self {
+            process: own,
+            bench: ingest.ticks() + db.own_process_ticks(),
+            cluster: db.cluster_ticks(),
+        }
+    }
+
+    /// The node's and the cluster's CPU per event since `before`, in µs.
+    fn per_event(&self, before: &Meter, events: u64) -> (f64, Option<f64>) {
+        let us = |ticks: u64| ticks as f64 / TICKS_PER_SECOND * 1e6 / events.max(1) as f64;
+        let node = (self.process.saturating_sub(before.process))
+            .saturating_sub(self.bench.saturating_sub(before.bench));
+        let cluster = match (self.cluster, before.cluster) {
+            (Some(now), Some(then)) => Some(us(now.saturating_sub(then))),
+            _ => None,
+        };
+        (us(node), cluster)
+    }
+}

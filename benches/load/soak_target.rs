@@ -1,0 +1,99 @@
+//! The soak run's target: answers every delivery 200 at once and remembers which of the
+//! run's keys it has seen in a bit set, one bit per event (`soak-N` is bit N), so an
+//! hours-long run holds a few MB where the other scenarios' target keeps an entry per key.
+//! Counts keys delivered twice, and deliveries of keys the run never sent. It never fails
+//! or slows a delivery: the soak measures retention, not redelivery.
+
+use std::sync::{Arc, Mutex};
+
+use actix_web::{web, App, HttpRequest, HttpResponse, HttpServer};
+
+/// The prefix of the run's keys; the sequence number follows it.
+pub const KEY_PREFIX: &str = "soak-";
+
+/// What the target saw so far.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Tally {
+    pub deliveries: u64,
+    /// Keys delivered more than once.
+    pub duplicates: u64,
+    /// Deliveries whose key is not one of the run's (`soak-N`).
+    pub foreign: u64,
+}
+
+#[derive(Default)]
+struct Seen {
+    /// Bit N set: `soak-N` was delivered.
+    bits: Vec<u64>,
+    tally: Tally,
+}
+
+/// The running target.
+pub struct SoakTarget {
+    pub url: String,
+    seen: Arc<Mutex<Seen>>,
+}
+
+impl SoakTarget {
+    /// Binds a free loopback port with one worker.
+    pub fn start() -> Self {
+        let seen = Arc::new(Mutex::new(Seen::default()));
+        let state = web::Data::new(Arc::clone(&seen));
+        let server = HttpServer::new(move || {
+            App::new()
+                .app_data(state.clone())
+                .default_service(web::to(receive))
+        })
+        .workers(1)
+        .backlog(4096)
+        .disable_signals()
+        .bind("127.0.0.1:0")
+        .expect("bind the soak target");
+        let port = server.addrs()[0].port();
+        actix_rt::spawn(server.run());
+        Self {
+            url: format!("http://127.0.0.1:{port}/effects"),
+            seen,
+        }
+    }
+
+    pub fn tally(&self) -> Tally {
+        self.seen.lock().expect("the target's counts").tally
+    }
+}
+
+/// Reads the whole body (an unread body makes actix-web close the connection), marks the
+/// key's bit, answers 200.
+async fn receive(
+    req: HttpRequest,
+    _body: web::Bytes,
+    seen: web::Data<Arc<Mutex<Seen>>>,
+) -> HttpResponse {
+    // hookgate sends `provider:key`.
+    let number = req
+        .headers()
+        .get("Idempotency-Key")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.rsplit_once(KEY_PREFIX))
+        .and_then(|(_, n)| n.parse::<usize>().ok());
+    {
+        let mut seen = seen.lock().expect("the target's counts");
+        seen.tally.deliveries += 1;
+        match number {
+            Some(n) => {
+                let (word, bit) = (n / 64, 1u64 << (n % 64));
+                if seen.bits.len() <= word {
+                    seen.bits.resize(word + 1, 0);
+                }
+                if seen.bits[word] & bit != 0 {
+                    seen.tally.duplicates += 1;
+                }
+                seen.bits[word] |= bit;
+            }
+            None => seen.tally.foreign += 1,
+        }
+    }
+    HttpResponse::Ok()
+        .content_type("application/json")
+        .body(r#"{"ok":true}"#)
+}
