@@ -24,7 +24,8 @@
 //! on Postgres, with their own options; see `compare.rs` (scripts/queue-compare.sh).
 //!
 //! `--scenario soak [--prefill 100000] [--rate 500] [--retention 10m] [--sweep-interval D]
-//! [--window 60s] [--duration 30m] [--mode sync|queue] [--store postgres|sqlite]` prefills
+//! [--window 60s] [--duration 30m] [--mode sync|queue] [--store postgres|sqlite]
+//! [--node-retention D]` prefills
 //! done rows spread over the last week, then ingests new keys at the rate with retention
 //! running (the config's 72 h floor does not apply), prints one line a window (rows, rows
 //! past retention, bytes, CPU per event, p50/p99/max, duplicates) and exits non-zero on a
@@ -134,6 +135,10 @@ struct Args {
     /// deployment's rule, not the bench's).
     #[arg(long, value_parser = humantime::parse_duration)]
     retention: Option<Duration>,
+    /// The soak node's `retention.done` when it should differ from `--retention`, which
+    /// the checks expect: a huge one (365d) shows that the growth checks fail.
+    #[arg(long, value_parser = humantime::parse_duration)]
+    node_retention: Option<Duration>,
     /// The soak's `retention.sweep_interval` (default a tenth of the retention, at most
     /// half a window, at least 1s).
     #[arg(long, value_parser = humantime::parse_duration)]

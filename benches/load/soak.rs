@@ -17,6 +17,12 @@
 //!   what arrives in a sweep interval and a window. A prefill larger than the run's ingest
 //!   hides growth from the size rule; this one sees it, since rows past retention are ~0
 //!   while the sweeper keeps up and only grow when it does not.
+//!
+//! A run shorter than the settling time plus three windows is not judged for growth, and
+//! cannot be: a store rightly grows for a whole retention period. The size rule sees growth
+//! of more than 15 % across a third of the steady part, so slow growth needs a long run.
+//! `--node-retention 365d` gives the node a retention other than the one the checks expect,
+//! to see them fail.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -48,6 +54,8 @@ struct Options {
     prefill: u64,
     rate: u64,
     duration: Duration,
+    /// The node's `retention.done`; the checks expect `rules.retention`.
+    node_retention: Duration,
     rules: Rules,
     connections: usize,
     mode: Mode,
@@ -70,6 +78,7 @@ impl Options {
             prefill: args.prefill,
             rate: args.rate.unwrap_or(RATE),
             duration: args.duration.unwrap_or(3 * retention),
+            node_retention: args.node_retention.unwrap_or(retention),
             rules: Rules {
                 retention,
                 sweep_interval,
@@ -90,17 +99,24 @@ pub fn run(args: &Args) -> bool {
 async fn soak(args: &Args, o: Options) -> bool {
     let target = SoakTarget::start();
     let (mut config, sqlite_file) = crate::config(args, "soak", &target.url);
-    config.retention.done = o.rules.retention;
+    config.retention.done = o.node_retention;
     config.retention.sweep_interval = o.rules.sweep_interval;
     config.providers[0].mode = Some(o.mode);
     println!(
-        "# soak: store={} mode={} prefill={} rate={} retention={} sweep_interval={} \
+        "# soak: store={} mode={} prefill={} rate={} retention={}{} sweep_interval={} \
          window={} duration={} connections={} cpus={}",
         args.store,
         o.mode.as_str(),
         o.prefill,
         o.rate,
         humantime::format_duration(o.rules.retention),
+        match o.node_retention == o.rules.retention {
+            true => String::new(),
+            false => format!(
+                " (the node's: {})",
+                humantime::format_duration(o.node_retention)
+            ),
+        },
         humantime::format_duration(o.rules.sweep_interval),
         humantime::format_duration(o.rules.window),
         humantime::format_duration(o.duration),
