@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
-# CI's guard against double deliveries under load: the load bench's `hot_fail` scenario
-# (all connections on a few fresh keys, the target failing 20 % of deliveries) for a few
-# seconds on each store. The bench exits non-zero if the target saw any duplicate.
+# CI's guard against double deliveries under load and against rot in the soak: on each
+# store, the load bench's `hot_fail` scenario (all connections on a few fresh keys, the
+# target failing 20 % of deliveries) for a few seconds, then a few seconds of its `soak`
+# scenario with a tiny prefill (2 000 done rows over a week, 1 714 of them past a 1-day
+# retention: the sweeper must remove exactly those). The bench exits non-zero if the
+# target saw any duplicate or the soak's retention checks fail.
 # Usage: scripts/bench-guard.sh [DURATION]   (default 3s). Loopback only.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -14,4 +17,6 @@ export HOOKGATE_BENCH_DATABASE_URL="$HOOKGATE_TEST_DATABASE_URL"
 unset HOOKGATE_TEST_DATABASE_URL
 for store in sqlite postgres; do
   cargo bench -q --bench load -- --scenario hot_fail --store "$store" --duration "$duration"
+  cargo bench -q --bench load -- --scenario soak --store "$store" --duration "$duration" \
+    --prefill 2000 --retention 1d --window 1s --rate 200
 done
