@@ -45,7 +45,8 @@ const RETENTION: Duration = Duration::from_secs(600);
 const WINDOW: Duration = Duration::from_secs(60);
 const RATE: u64 = 500;
 
-/// How long the last window waits for the senders' last answers after the deadline.
+/// How long the last window waits for the senders' last answers after the deadline: a
+/// request's own timeout (60 s) and some.
 const LAST_ANSWERS: Duration = Duration::from_secs(70);
 
 /// The run's options, defaults filled in.

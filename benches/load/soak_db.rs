@@ -103,8 +103,12 @@ impl Db {
             .await
             .expect("connect to Postgres directly");
         actix_rt::spawn(connection);
+        // No parallel workers: the counts run in this backend alone, so their CPU is
+        // taken out of the cluster's whole.
         client
-            .batch_execute(&format!("SET search_path TO {schema}"))
+            .batch_execute(&format!(
+                "SET search_path TO {schema}; SET max_parallel_workers_per_gather = 0"
+            ))
             .await
             .expect("the run's schema");
         let backend: i32 = client
