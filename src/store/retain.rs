@@ -1,14 +1,9 @@
 //! Retention as every store takes it: what a pass keeps ([`Retention`]), what it did and
-//! what it left past retention ([`Retained`]), the sizes of the store's tables
-//! ([`TableSize`]), and the row-by-row pass ([`by_rows`]) of a store that deletes expired
-//! rows in bounded batches. How a backend removes a period's rows is its own: this file
+//! what it left past retention ([`Retained`]), and the sizes of the store's tables
+//! ([`TableSize`]). How a backend removes a period's rows is its own: this file
 //! only says what a pass must answer.
 
-use std::time::{Duration, Instant};
-
-use super::api::Store;
-use super::types::StoreError;
-use crate::claim::Status;
+use std::time::Duration;
 
 /// What retention keeps: `done` rows for `done` after they were done, dead letters for
 /// `dead` after they died; the other statuses are never removed by retention.
@@ -57,25 +52,3 @@ pub const TABLES: [&str; 5] = [
     "hookgate_replay_jobs",
     "hookgate_replay_items",
 ];
-
-/// A pass that deletes expired rows one statement of `policy.batch` rows at a time —
-/// `done`, then dead letters — for as long as full batches come back and the budget lasts.
-/// There is no ceiling but the budget: a pass keeps up with any rate the store can
-/// delete at. Answers the rows deleted; the caller adds the backlog.
-pub async fn by_rows(store: &dyn Store, policy: &Retention) -> Result<Retained, StoreError> {
-    let started = Instant::now();
-    let mut retained = Retained::default();
-    for (status, age) in [(Status::Done, policy.done), (Status::Dead, policy.dead)] {
-        loop {
-            let deleted = store.sweep(status, age, policy.batch).await?;
-            match status {
-                Status::Dead => retained.dead += deleted,
-                _ => retained.done += deleted,
-            }
-            if deleted < u64::from(policy.batch) || started.elapsed() >= policy.budget {
-                break;
-            }
-        }
-    }
-    Ok(retained)
-}

@@ -36,7 +36,7 @@ use crate::store::api::{
 };
 use crate::store::operator::{OperatorStore, SearchFilter};
 use crate::store::page::PageCursor;
-use crate::store::retain::{self, Retained, Retention, TableSize, TABLES};
+use crate::store::retain::{Retained, Retention, TableSize, TABLES};
 use crate::store::search::Order;
 
 /// The migrations, applied in order, each once.
@@ -481,7 +481,7 @@ impl Store for SqliteStore {
 
     fn retain<'a>(&'a self, policy: &'a Retention) -> StoreFuture<'a, Retained> {
         Box::pin(async move {
-            let mut retained = retain::by_rows(self, policy).await?;
+            let mut retained = by_rows(self, policy).await?;
             let (done, dead) = (millis(policy.done), millis(policy.dead));
             let backlog_ms: f64 = self
                 .reader
@@ -622,6 +622,28 @@ impl Store for SqliteStore {
     fn queue_depth(&self) -> StoreFuture<'_, Vec<QueueDepth>> {
         Box::pin(self.reader.call(queue::queue_depth))
     }
+}
+
+/// A pass that deletes expired rows one statement of `policy.batch` rows at a time —
+/// `done`, then dead letters — for as long as full batches come back and the budget lasts.
+/// There is no ceiling but the budget: a pass keeps up with any rate the store can
+/// delete at. Answers the rows deleted; the caller adds the backlog.
+async fn by_rows(store: &dyn Store, policy: &Retention) -> Result<Retained, StoreError> {
+    let started = std::time::Instant::now();
+    let mut retained = Retained::default();
+    for (status, age) in [(Status::Done, policy.done), (Status::Dead, policy.dead)] {
+        loop {
+            let deleted = store.sweep(status, age, policy.batch).await?;
+            match status {
+                Status::Dead => retained.dead += deleted,
+                _ => retained.done += deleted,
+            }
+            if deleted < u64::from(policy.batch) || started.elapsed() >= policy.budget {
+                break;
+            }
+        }
+    }
+    Ok(retained)
 }
 
 #[cfg(test)]
