@@ -165,6 +165,21 @@ impl Db {
                     )
                     .await
                     .expect("prefill the events table");
+                // On a store whose events live in a ring of slots, the prefill went into
+                // the current slot: it is dated back to the oldest prefilled row, as a ring
+                // that took that week would have it, so the first pass seals and empties it.
+                let oldest = t0 - n as f64 * step;
+                client
+                    .batch_execute(&format!(
+                        "DO $$ BEGIN
+                             IF to_regclass('hookgate_slots') IS NOT NULL THEN
+                                 UPDATE hookgate_slots SET opened_at = to_timestamp({oldest})
+                                 WHERE state = 'current';
+                             END IF;
+                         END $$"
+                    ))
+                    .await
+                    .expect("date the ring's current slot");
                 client
                     .batch_execute("ANALYZE webhook_events")
                     .await
