@@ -25,12 +25,13 @@
 //!
 //! `--scenario soak [--prefill 100000] [--rate 500] [--retention 10m] [--sweep-interval D]
 //! [--window 60s] [--duration 30m] [--mode sync|queue] [--store postgres|sqlite]
-//! [--node-retention D]` prefills
+//! [--node-retention D] [--redeliver D] [--no-counts]` prefills
 //! done rows spread over the last week, then ingests new keys at the rate with retention
 //! running (the config's 72 h floor does not apply), prints one line a window (rows, rows
-//! past retention, bytes, CPU per event, p50/p99/max, duplicates) and exits non-zero on a
-//! duplicate, on expired prefill left or young prefill removed, and on unbounded growth;
-//! see `soak.rs`.
+//! past retention, bytes, CPU per event, p50/p99/max, duplicates), then with `--redeliver D`
+//! D of redeliveries of prefilled keys, and exits non-zero on a
+//! duplicate, on expired prefill left or young prefill removed, on a redelivery not answered
+//! from its row, and on unbounded growth; see `soak.rs`.
 
 mod burndown;
 mod chaos;
@@ -143,6 +144,16 @@ struct Args {
     /// half a window, at least 1s).
     #[arg(long, value_parser = humantime::parse_duration)]
     sweep_interval: Option<Duration>,
+    /// The soak's redelivery phase: after the first runs, this long at the same rate of
+    /// redeliveries of prefilled keys within retention (duplicates the node's cache never
+    /// saw, answered from their rows).
+    #[arg(long, value_parser = humantime::parse_duration)]
+    redeliver: Option<Duration>,
+    /// The soak counts no rows each window (for runs on tens of millions of rows, where
+    /// the counts' scans would take a core); the growth and prefill checks are then not
+    /// judged, and the disk is the node's table bytes.
+    #[arg(long)]
+    no_counts: bool,
     /// Events posted at once in the crash scenario.
     #[arg(long, default_value_t = 300)]
     events: u64,

@@ -16,7 +16,7 @@ pub const PREFILL_SPAN: Duration = Duration::from_secs(7 * 24 * 3600);
 
 /// The provider of the prefill's rows (the node's), and their keys' prefix.
 const PROVIDER: &str = "bench";
-const PREFILL_PREFIX: &str = "prefill-";
+pub const PREFILL_PREFIX: &str = "prefill-";
 
 /// A direct connection to the run's store.
 pub enum Db {
@@ -138,48 +138,82 @@ impl Db {
         }
     }
 
-    /// Writes `rows` done rows of mode `mode` with keys `prefill-0..rows`, spread evenly
+    /// Writes `rows` done rows of mode `mode` with keys `prefill-0..rows` (each answered
+    /// 200 with an empty body, as a target's plain acknowledgement), spread evenly
     /// over [`PREFILL_SPAN`] back from now — in one statement (Postgres) or one
     /// transaction (SQLite) — then prepares the table as one that has stood a while
     /// (Postgres: ANALYZE, as autovacuum would, and a checkpoint; SQLite: the WAL emptied).
     /// Only new keys, before the node starts: no other session waits on it.
-    pub async fn prefill(&self, rows: u64, mode: &str) -> Prefill {
+    ///
+    /// On Postgres's ring of slots the rows go where a ring that took that week with
+    /// `retention` would hold them. When the week fits in the five slots a ring keeps (a
+    /// retention of at least four fifths of it), each slot holds a quarter of `retention`
+    /// — slots 1 to 4 sealed, the newest in slot 5, current — and nothing is due yet: the
+    /// claims probe five populated slots, as on a ring in its steady state. Otherwise (a
+    /// retention of minutes, whose ring would have emptied most of the week) every row
+    /// goes into the current slot, dated back to the oldest row, so the first pass seals
+    /// and empties it.
+    pub async fn prefill(&self, rows: u64, mode: &str, retention: Duration) -> Prefill {
         let step = PREFILL_SPAN.as_secs_f64() / rows.max(1) as f64;
         let n = i64::try_from(rows).expect("prefill rows");
         match self {
             Self::Postgres { client, .. } => {
-                let t0: f64 = client
-                    .query_one("SELECT extract(epoch FROM now())::float8", &[])
+                let row = client
+                    .query_one(
+                        "SELECT extract(epoch FROM now())::float8,
+                                to_regclass('hookgate_slots') IS NOT NULL",
+                        &[],
+                    )
                     .await
-                    .expect("the store's clock")
-                    .get(0);
+                    .expect("the store's clock");
+                let (t0, ring): (f64, bool) = (row.get(0), row.get(1));
+                let quarter = retention.as_secs_f64() / 4.0;
+                let spread = ring && PREFILL_SPAN.as_secs_f64() <= 5.0 * quarter;
+                // Row i was changed (n - 1 - i) × step after the oldest.
+                let (slot_column, slot_value) = match spread {
+                    true => (
+                        "slot, ",
+                        format!("(1 + LEAST(4, floor(($4::bigint - 1 - i) * $6::float8 / {quarter})))::smallint, "),
+                    ),
+                    false => ("", String::new()),
+                };
                 client
                     .execute(
-                        "INSERT INTO webhook_events (provider, event_key, status, attempts,
-                             last_path, mode, created_at, updated_at)
-                         SELECT $1::text, $2::text || i, 'done', 1, 'first_run', $3::text,
-                                to_timestamp($5::float8 - i * $6::float8 - 0.05),
-                                to_timestamp($5::float8 - i * $6::float8)
-                         FROM generate_series(0, $4::bigint - 1) AS i",
+                        &format!(
+                            "INSERT INTO webhook_events (provider, event_key, {slot_column}status,
+                                 attempts, last_path, mode, result_status, result_body,
+                                 created_at, updated_at)
+                             SELECT $1::text, $2::text || i, {slot_value}'done', 1, 'first_run',
+                                    $3::text, 200, '\\x'::bytea,
+                                    to_timestamp($5::float8 - i * $6::float8 - 0.05),
+                                    to_timestamp($5::float8 - i * $6::float8)
+                             FROM generate_series(0, $4::bigint - 1) AS i"
+                        ),
                         &[&PROVIDER, &PREFILL_PREFIX, &mode, &n, &t0, &step],
                     )
                     .await
                     .expect("prefill the events table");
-                // On a store whose events live in a ring of slots, the prefill went into
-                // the current slot: it is dated back to the oldest prefilled row, as a ring
-                // that took that week would have it, so the first pass seals and empties it.
-                let oldest = t0 - n as f64 * step;
+                let oldest = t0 - (n - 1).max(0) as f64 * step;
+                let date_the_ring = match (ring, spread) {
+                    (false, _) => String::new(),
+                    (true, false) => format!(
+                        "UPDATE hookgate_slots SET opened_at = to_timestamp({oldest})
+                         WHERE state = 'current';"
+                    ),
+                    (true, true) => format!(
+                        "UPDATE hookgate_slots SET state = 'sealed',
+                             opened_at = to_timestamp({oldest} + (slot - 1) * {quarter}),
+                             sealed_at = to_timestamp({oldest} + slot * {quarter})
+                         WHERE slot BETWEEN 1 AND 4;
+                         UPDATE hookgate_slots SET state = 'current', sealed_at = NULL,
+                             opened_at = to_timestamp({oldest} + 4 * {quarter})
+                         WHERE slot = 5;"
+                    ),
+                };
                 client
-                    .batch_execute(&format!(
-                        "DO $$ BEGIN
-                             IF to_regclass('hookgate_slots') IS NOT NULL THEN
-                                 UPDATE hookgate_slots SET opened_at = to_timestamp({oldest})
-                                 WHERE state = 'current';
-                             END IF;
-                         END $$"
-                    ))
+                    .batch_execute(&date_the_ring)
                     .await
-                    .expect("date the ring's current slot");
+                    .expect("date the ring's slots");
                 client
                     .batch_execute("ANALYZE webhook_events")
                     .await
@@ -202,8 +236,9 @@ impl Db {
                         "WITH RECURSIVE seq(i) AS (
                              SELECT 0 UNION ALL SELECT i + 1 FROM seq WHERE i + 1 < ?4)
                          INSERT INTO webhook_events (provider, event_key, status, attempts,
-                             last_path, mode, created_at, updated_at)
-                         SELECT ?1, ?2 || i, 'done', 1, 'first_run', ?3,
+                             last_path, mode, result_status, result_body, created_at,
+                             updated_at)
+                         SELECT ?1, ?2 || i, 'done', 1, 'first_run', ?3, 200, x'',
                                 ?5 - i * ?6 - 0.05, ?5 - i * ?6
                          FROM seq WHERE i < ?4",
                         rusqlite::params![PROVIDER, PREFILL_PREFIX, mode, n, t0, step],

@@ -1,6 +1,7 @@
 //! The soak run's senders: `connections` clients on keep-alive connections posting events
-//! with new keys (`soak-0`, `soak-1`, …), event N due `N / rate` seconds after the start
-//! (with rate 0, as fast as the answers come), until the deadline. Each answer's latency
+//! with new keys (`soak-0`, `soak-1`, …) — or, in the redelivery phase, keys of the
+//! prefill's rows — event N due `N / rate` seconds after the start (with rate 0, as fast
+//! as the answers come), until the deadline. Each answer's latency
 //! and status go into the current window, which the reporter takes each window. Runs on a
 //! thread of its own so its CPU can be told apart from the node's.
 
@@ -31,6 +32,32 @@ pub struct Window {
     pub errors: u64,
 }
 
+/// Which keys the senders post.
+#[derive(Debug, Clone, Copy)]
+pub enum Keys {
+    /// New keys, `soak-N`: first runs.
+    New,
+    /// Keys of done rows the prefill wrote, `{prefix}I` for I below `rows`, spread over
+    /// them (I = N × a large prime mod `rows`, so N < `rows` never repeats one): duplicates
+    /// the node's cache has never seen, answered from their rows.
+    Prefilled { prefix: &'static str, rows: u64 },
+}
+
+impl Keys {
+    /// The key of the run's event `n`.
+    fn key(self, n: u64) -> String {
+        match self {
+            Self::New => format!("{KEY_PREFIX}{n}"),
+            Self::Prefilled { prefix, rows } => {
+                // A prime larger than any prefill, so coprime with `rows`.
+                const SPREAD: u128 = 2_305_843_009_213_693_951;
+                let i = (u128::from(n) * SPREAD % u128::from(rows.max(1))) as u64;
+                format!("{prefix}{i}")
+            }
+        }
+    }
+}
+
 /// The senders, running.
 pub struct Ingest {
     window: Arc<Mutex<Window>>,
@@ -42,8 +69,14 @@ pub struct Ingest {
 }
 
 impl Ingest {
-    /// Starts sending to `url` (`…/webhooks/{provider}`) until `deadline`.
-    pub fn start(url: String, connections: usize, rate: u64, deadline: Instant) -> Self {
+    /// Starts sending `keys` to `url` (`…/webhooks/{provider}`) until `deadline`.
+    pub fn start(
+        url: String,
+        keys: Keys,
+        connections: usize,
+        rate: u64,
+        deadline: Instant,
+    ) -> Self {
         let window = Arc::new(Mutex::new(Window::default()));
         let shared = Arc::clone(&window);
         let last_ticks = Arc::new(AtomicU64::new(0));
@@ -53,7 +86,14 @@ impl Ingest {
             .name("soak-driver".into())
             .spawn(move || {
                 let _ = tid_tx.send(proc_cpu::this_thread_id());
-                actix_rt::System::new().block_on(send(url, connections, rate, deadline, shared));
+                actix_rt::System::new().block_on(send(
+                    url,
+                    keys,
+                    connections,
+                    rate,
+                    deadline,
+                    shared,
+                ));
                 at_end.store(proc_cpu::this_thread_ticks(), Ordering::SeqCst);
             })
             .expect("start the soak's senders");
@@ -88,6 +128,7 @@ impl Ingest {
 /// The senders' loop, on the driver thread's own actix system.
 async fn send(
     url: String,
+    keys: Keys,
     connections: usize,
     rate: u64,
     deadline: Instant,
@@ -112,7 +153,7 @@ async fn send(
                 } else if Instant::now() >= deadline {
                     break;
                 }
-                let key = format!("{KEY_PREFIX}{n}");
+                let key = keys.key(n);
                 let sent = Instant::now();
                 let answer = client
                     .post(&url)
