@@ -138,9 +138,9 @@ SELECT count(*)::bigint AS deleted FROM gone";
 
 /// How late retention is, in ms: how long the most overdue sealed slot has waited past
 /// its time to be emptied ([`DUE`]: `$1` retention.done, `$2` a turn), how long the current
-/// slot has stayed current past two turns (the ring cannot turn), how far past retention
-/// the oldest done row of a row-by-row slot is (`$1`), and the oldest dead letter (`$3`).
-/// Zero while retention keeps up.
+/// slot has stayed current past two turns (the ring cannot turn), and how far past `$3`
+/// (retention.dead) the oldest dead letter is. Zero while retention keeps up. Reads the
+/// ring's state and one entry of each partition's status index.
 const BACKLOG: &str = "
 SELECT GREATEST(0,
     COALESCE((SELECT max(extract(epoch FROM now() - LEAST(sealed_at,
@@ -149,12 +149,20 @@ SELECT GREATEST(0,
               FROM hookgate_slots WHERE state = 'sealed'), 0),
     COALESCE((SELECT extract(epoch FROM now() - opened_at)::float8 * 1000 - 2 * $2::float8
               FROM hookgate_slots WHERE state = 'current'), 0),
-    COALESCE((SELECT extract(epoch FROM now() - min(updated_at))::float8 * 1000 - $1::float8
-              FROM webhook_events WHERE status = 'done'
-                AND slot IN (SELECT slot FROM hookgate_slots WHERE row_by_row)), 0),
     COALESCE((SELECT extract(epoch FROM now() - min(updated_at))::float8 * 1000 - $3::float8
               FROM webhook_events WHERE status = 'dead'), 0))::bigint
     AS backlog_ms";
+
+/// How far past `$2` (retention.done) the oldest done row of row-by-row slot `$1` is, in
+/// ms (zero or less: none). The slot is a parameter, so only its partition is read — one
+/// entry of its status index. Asked with the row-by-row slots in the query itself
+/// (`slot IN (SELECT …)`), nothing told the planner which partitions to leave out: it read
+/// every done row of every slot, a sequential scan of the whole table each pass, which at
+/// 50 million rows outlasted the statement deadline, so no pass ever ended.
+const ROW_BY_ROW_BACKLOG: &str = "
+SELECT COALESCE(extract(epoch FROM now() - min(updated_at))::float8 * 1000 - $2::float8, 0)
+       ::bigint AS backlog_ms
+FROM webhook_events WHERE slot = $1 AND status = 'done'";
 
 /// Whether the ring is due to turn: its current slot opened `$1` ms ago or earlier and an
 /// empty slot can take its place. Read without a lock; [`SEAL`] asks again under it.
@@ -186,7 +194,8 @@ impl Inner {
         // The done rows of a slot from an upgraded table go one by one until it is
         // emptied; dead letters, the exception, go one by one wherever they are, when
         // their own retention ends rather than with their slot.
-        for slot in slots(&client, ROW_BY_ROW, &[]).await? {
+        let row_by_row = slots(&client, ROW_BY_ROW, &[]).await?;
+        for &slot in &row_by_row {
             let done = ("done", policy.done);
             sweep_rows(
                 &client,
@@ -212,7 +221,14 @@ impl Inner {
             )
             .await
             .map_err(db_error)?;
-        let backlog_ms: i64 = get(&row, "backlog_ms")?;
+        let mut backlog_ms: i64 = get(&row, "backlog_ms")?;
+        for slot in row_by_row {
+            let row = client
+                .query_one(ROW_BY_ROW_BACKLOG, &[&slot, &millis_f(policy.done)])
+                .await
+                .map_err(db_error)?;
+            backlog_ms = backlog_ms.max(get(&row, "backlog_ms")?);
+        }
         retained.backlog = Duration::from_millis(u64::try_from(backlog_ms).unwrap_or(0));
         Ok(retained)
     }
