@@ -1,11 +1,20 @@
 #!/usr/bin/env bash
 # What the slot ring costs a claim, at the SQL level (docs/performance.md, "Storage over
-# time"): one durable throwaway PostgreSQL, two schemas holding the same ROWS done events —
-# `flat`, one table keyed by (provider, event_key) as before the ring, and `ring`, six
-# list partitions by slot with the rows spread over five sealed slots — and pgbench running
-# the claim then the completion of a new key (a first run), or the claim of a known key
-# (a duplicate answered from its row), on each in turn. Prints transactions/s and Postgres
-# CPU (every backend) per transaction, ROUNDS alternated pairs.
+# time"): one durable throwaway PostgreSQL, three schemas holding the same ROWS done events —
+# `flat`, one table keyed by (provider, event_key) as before the ring; `ring`, six list
+# partitions by slot with the rows spread over five sealed slots; `ring4`, four partitions
+# (three sealed) — and pgbench (prepared statements, 16 clients) running each variant for
+# DURATION seconds, ROUNDS rounds, each round every variant in turn. Prints transactions/s
+# and Postgres CPU (every backend) per transaction, then each variant's medians.
+#
+# Variants (VARIANTS="..." picks some):
+#   S-first     a first run: the claim of a new key, then its completion found by key
+#   S-firstlit  the same, the completion naming the key's slot as a literal (one partition
+#               in the plan: what carrying the slot from the claim, a slot per statement
+#               text, would cost)
+#   S-firstslot the same, the slot a parameter read back from the claim (pruned when the
+#               statement runs; the planner keeps choosing custom plans for it)
+#   S-dup       a duplicate answered from its row: the claim changes nothing, then the read
 # Usage: scripts/ring-claim-cost.sh [ROWS=5000000] [DURATION=20] [ROUNDS=3]. Loopback only.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -45,12 +54,22 @@ END LOOP; END \$\$;
 CREATE UNIQUE INDEX ON ring.e (provider, event_key, slot);
 CREATE INDEX ON ring.e (status, updated_at);
 INSERT INTO ring.e $fill, (g % 5)::smallint FROM generate_series(1, $rows) g;
+CREATE SCHEMA ring4;
+CREATE TABLE ring4.slots (slot smallint PRIMARY KEY, state text NOT NULL);
+INSERT INTO ring4.slots VALUES (0, 'sealed'), (1, 'sealed'), (2, 'sealed'), (3, 'current');
+CREATE TABLE ring4.e ($columns, slot smallint NOT NULL) PARTITION BY LIST (slot);
+DO \$\$ BEGIN FOR s IN 0..3 LOOP
+  EXECUTE format('CREATE TABLE ring4.e_s%s PARTITION OF ring4.e FOR VALUES IN (%s)', s, s);
+END LOOP; END \$\$;
+CREATE UNIQUE INDEX ON ring4.e (provider, event_key, slot);
+CREATE INDEX ON ring4.e (status, updated_at);
+INSERT INTO ring4.e $fill, (g % 3)::smallint FROM generate_series(1, $rows) g;
 VACUUM ANALYZE;
 SQL
 
 # A first run: the claim of a new key, then its completion, as hookgate's statements do.
 cat > "$dir/flat-first.sql" <<'SQL'
-\set k random(1, 2000000000)
+\set k random(1, 9000000000000000000)
 INSERT INTO flat.e AS e (provider, event_key, status, attempts, last_path, locked_until)
 VALUES ('p', 'n' || :k, 'in_progress', 1, 'first_run', now() + interval '30 seconds')
 ON CONFLICT (provider, event_key) DO UPDATE SET attempts = e.attempts + 1
@@ -59,7 +78,7 @@ UPDATE flat.e SET status = 'done', result_status = 200, locked_until = NULL, upd
 WHERE provider = 'p' AND event_key = 'n' || :k AND attempts = 1 AND status = 'in_progress';
 SQL
 cat > "$dir/ring-first.sql" <<'SQL'
-\set k random(1, 2000000000)
+\set k random(1, 9000000000000000000)
 INSERT INTO ring.e AS e (provider, event_key, slot, status, attempts, last_path, locked_until)
 VALUES ('p', 'n' || :k,
         COALESCE((SELECT w.slot FROM ring.e w WHERE w.provider = 'p' AND w.event_key = 'n' || :k
@@ -92,6 +111,24 @@ ON CONFLICT (provider, event_key, slot) DO UPDATE SET attempts = e.attempts + 1
 WHERE e.status = 'failed' RETURNING attempts;
 SELECT status, attempts, result_status FROM ring.e WHERE provider = 'p' AND event_key = 'k' || :k;
 SQL
+for s in ring ring4; do
+cat > "$dir/$s-firstslot.sql" <<SQL
+\set k random(1, 9000000000000000000)
+INSERT INTO $s.e AS e (provider, event_key, slot, status, attempts, last_path, locked_until)
+VALUES ('p', 'n' || :k,
+        COALESCE((SELECT w.slot FROM $s.e w WHERE w.provider = 'p' AND w.event_key = 'n' || :k
+                  LIMIT 1),
+                 (SELECT c.slot FROM $s.slots c WHERE c.state = 'current')),
+        'in_progress', 1, 'first_run', now() + interval '30 seconds')
+ON CONFLICT (provider, event_key, slot) DO UPDATE SET attempts = e.attempts + 1
+WHERE e.status = 'failed' RETURNING attempts, slot AS s \gset
+UPDATE $s.e SET status = 'done', result_status = 200, locked_until = NULL, updated_at = now()
+WHERE provider = 'p' AND event_key = 'n' || :k AND slot = :s AND attempts = 1 AND status = 'in_progress';
+SQL
+sed "s/slot = :s/slot = $([ $s = ring ] && echo 5 || echo 3)/" "$dir/$s-firstslot.sql" > "$dir/$s-firstlit.sql"
+sed "s/ring\./$s./g" "$dir/ring-first.sql" > "$dir/$s-first.sql.tmp" && mv "$dir/$s-first.sql.tmp" "$dir/$s-first.sql"
+sed "s/ring\./$s./g" "$dir/ring-dup.sql" > "$dir/$s-dup.sql.tmp" && mv "$dir/$s-dup.sql.tmp" "$dir/$s-dup.sql"
+done
 chmod 644 "$dir"/*.sql
 
 DIR=$dir PGBIN=$pgbin URL=$url DURATION=$duration ROUNDS=$rounds python3 - <<'PY'
@@ -120,21 +157,26 @@ def run(script):
     before = postgres_ticks()
     out = subprocess.run(as_pg + [f"{pgbin}/pgbench", "-n", "-M", "prepared", "-c", "16",
                           "-j", "2", "-T", secs, "-f", f"{d}/{script}.sql", url],
-                         capture_output=True, text=True, check=True).stdout
+                         capture_output=True, text=True)
+    if out.returncode:
+        print(out.stderr[-2000:])
+        raise SystemExit(1)
+    out = out.stdout
     n = int(re.search(r"number of transactions actually processed: (\d+)", out).group(1))
     us = (postgres_ticks() - before) / tick * 1e6 / n
     return n / float(secs), us
 
-for kind in ["first", "dup"]:
-    ratios = []
-    for r in range(rounds):
-        flat_tps, flat_us = run(f"flat-{kind}")
-        ring_tps, ring_us = run(f"ring-{kind}")
-        ratios.append((ring_tps / flat_tps, ring_us / flat_us))
-        print(f"{kind} round {r + 1}: flat {flat_tps:.0f} tx/s {flat_us:.0f} us CPU/tx; "
-              f"ring {ring_tps:.0f} tx/s {ring_us:.0f} us CPU/tx; "
-              f"ring/flat tx/s {ratios[-1][0]:.2f}, CPU/tx {ratios[-1][1]:.2f}", flush=True)
-    ratios.sort()
-    print(f"{kind}: median ring/flat tx/s {ratios[len(ratios) // 2][0]:.2f}, "
-          f"CPU/tx {sorted(x[1] for x in ratios)[len(ratios) // 2]:.2f}")
+variants = os.environ.get("VARIANTS", "flat-first ring-first ring-firstlit ring-firstslot "
+                          "ring4-first ring4-firstlit flat-dup ring-dup ring4-dup").split()
+res = {v: [] for v in variants}
+for r in range(rounds):
+    for v in variants:
+        tps, us = run(v)
+        res[v].append((tps, us))
+        print(f"round {r + 1} {v}: {tps:.0f} tx/s {us:.0f} us CPU/tx", flush=True)
+def median(xs):
+    return sorted(xs)[len(xs) // 2]
+for v in variants:
+    tps, us = median([x[0] for x in res[v]]), median([x[1] for x in res[v]])
+    print(f"{v}: median {tps:.0f} tx/s {us:.0f} us CPU/tx")
 PY
