@@ -808,6 +808,33 @@ impl TestDb {
         self.wait_for_waiters_on("webhook_events", n).await;
     }
 
+    /// Waits until `n` statements whose text contains `text` wait for this schema's events
+    /// table (Postgres): only the statements a test races, not a node's own retention pass
+    /// or size query that happens to wait on the same lock.
+    pub async fn wait_for_table_waiters_running(&self, text: &str, n: i64) {
+        let Inspect::Pg(client) = &self.inspect else {
+            panic!("lock waiters are a Postgres test");
+        };
+        let table = format!("{}.webhook_events", self.schema);
+        super::eventually(
+            &format!("{n} statements with {text:?} to wait for {table}"),
+            || async {
+                client
+                    .query_one(
+                        "SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
+                     WHERE NOT l.granted AND l.relation = $1::text::regclass
+                       AND strpos(a.query, $2) > 0",
+                        &[&table, &text],
+                    )
+                    .await
+                    .expect("pg_locks")
+                    .get::<_, i64>(0)
+                    >= n
+            },
+        )
+        .await;
+    }
+
     /// Waits until `n` statements wait for this schema's `table` (Postgres).
     pub async fn wait_for_waiters_on(&self, table: &str, n: i64) {
         let Inspect::Pg(client) = &self.inspect else {
