@@ -176,6 +176,7 @@ mod tests {
         let writer = Writer::start(
             Connection::open_in_memory().unwrap(),
             Duration::from_secs(5),
+            None,
         )
         .unwrap();
         writer

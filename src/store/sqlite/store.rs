@@ -13,6 +13,8 @@
 //! Durability: WAL with `synchronous = FULL`. Every commit (one per batch of operations) is
 //! fsynced before any answer leaves: losing a committed `done` row to a power cut would let
 //! a later redelivery run the target twice, which is exactly what hookgate exists to stop.
+//! The WAL is copied back into the file by the checkpointer thread (`checkpointer`), not by
+//! the commit that filled it; the writer only lets it start over, between two batches.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -21,6 +23,7 @@ use std::time::Duration;
 use actix_web::web::Bytes;
 use rusqlite::{params, Connection, OpenFlags, OptionalExtension};
 
+use super::checkpointer;
 use super::operator::SqliteOperator;
 use super::queue;
 use super::reader::Reader;
@@ -190,7 +193,7 @@ impl SqliteStore {
             })?;
         }
         create_private(path)?;
-        let conn = Connection::open(path).map_err(sql_error)?;
+        let mut conn = Connection::open(path).map_err(sql_error)?;
         conn.busy_timeout(BUSY_TIMEOUT).map_err(sql_error)?;
         let journal: String = conn
             .pragma_update_and_check(None, "journal_mode", "WAL", |r| r.get(0))
@@ -200,11 +203,17 @@ impl SqliteStore {
         // History rows go with their event (ON DELETE CASCADE).
         conn.pragma_update(None, "foreign_keys", "ON")
             .map_err(sql_error)?;
-        let writer = Writer::start(conn, deadline)?;
-        // A connection of their own for plain reads in WAL mode only: an in-memory database
-        // answers `memory` (a second connection would open another, empty one), and outside
-        // WAL a reader would hold up the writer's commits.
-        let reads = if journal.eq_ignore_ascii_case("wal") {
+        // Connections of their own for checkpoints and plain reads in WAL mode only: an
+        // in-memory database answers `memory` (a second connection would open another,
+        // empty one), and outside WAL a reader would hold up the writer's commits.
+        let wal = journal.eq_ignore_ascii_case("wal");
+        let checkpoints = if wal {
+            Some(checkpointer::start(&mut conn, open_checkpointer(path)?)?)
+        } else {
+            None
+        };
+        let writer = Writer::start(conn, deadline, checkpoints)?;
+        let reads = if wal {
             Some(open_reader(path, deadline)?)
         } else {
             None
@@ -241,6 +250,17 @@ fn open_reader(path: &Path, deadline: Duration) -> Result<Connection, StoreError
     let conn = Connection::open_with_flags(path, flags).map_err(sql_error)?;
     conn.busy_timeout(BUSY_TIMEOUT.min(deadline))
         .map_err(sql_error)?;
+    Ok(conn)
+}
+
+/// The checkpointer's connection: read-write (a checkpoint writes the database file),
+/// never creating it (the writer's connection did).
+fn open_checkpointer(path: &Path) -> Result<Connection, StoreError> {
+    let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
+        | OpenFlags::SQLITE_OPEN_URI
+        | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+    let conn = Connection::open_with_flags(path, flags).map_err(sql_error)?;
+    conn.busy_timeout(BUSY_TIMEOUT).map_err(sql_error)?;
     Ok(conn)
 }
 

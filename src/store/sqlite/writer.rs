@@ -40,6 +40,10 @@ struct Ran {
 /// keeps its caller waiting for a later batch.
 type Job = Box<dyn FnOnce(Option<&Connection>) -> Ran + Send>;
 
+/// Work the writer thread does between two batches, on its connection, outside any
+/// transaction: after the first batch's callers have their answers.
+pub(crate) type BetweenBatches = Box<dyn FnMut(&Connection) + Send>;
+
 /// Sends jobs to the writer thread.
 #[derive(Clone)]
 pub(crate) struct Writer {
@@ -49,12 +53,17 @@ pub(crate) struct Writer {
 
 impl Writer {
     /// Starts the thread owning `conn`; it ends when every `Writer` is dropped. A caller
-    /// waits at most `deadline` for its answer.
-    pub(crate) fn start(conn: Connection, deadline: Duration) -> Result<Self, StoreError> {
+    /// waits at most `deadline` for its answer. `between` runs after each batch is
+    /// answered, before the next begins.
+    pub(crate) fn start(
+        conn: Connection,
+        deadline: Duration,
+        between: Option<BetweenBatches>,
+    ) -> Result<Self, StoreError> {
         let (jobs, queue) = mpsc::channel::<Job>();
         thread::Builder::new()
             .name("hookgate-sqlite".into())
-            .spawn(move || run(conn, queue))
+            .spawn(move || run(conn, queue, between))
             .map_err(|e| {
                 StoreError::Unavailable(format!("starting the SQLite thread: {e}").into())
             })?;
@@ -136,8 +145,9 @@ fn in_savepoint<T>(
 }
 
 /// Runs batches until every `Writer` is dropped and the queue is empty. A poisoned batch's
-/// untried jobs lead the next batch, which is topped up from the queue.
-fn run(conn: Connection, queue: mpsc::Receiver<Job>) {
+/// untried jobs lead the next batch, which is topped up from the queue; `between` runs
+/// after each batch is answered.
+fn run(conn: Connection, queue: mpsc::Receiver<Job>, mut between: Option<BetweenBatches>) {
     let mut batch = Vec::new();
     loop {
         if batch.is_empty() {
@@ -153,6 +163,9 @@ fn run(conn: Connection, queue: mpsc::Receiver<Job>) {
             }
         }
         batch = run_batch(&conn, batch);
+        if let Some(between) = &mut between {
+            between(&conn);
+        }
     }
 }
 
