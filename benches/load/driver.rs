@@ -19,13 +19,18 @@ pub struct Report {
     pub errors: u64,
 }
 
+/// The `p` quantile of `sorted` latencies (µs), in ms; 0 when there are none.
+fn percentile_ms(sorted: &[u32], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    f64::from(sorted[i]) / 1000.0
+}
+
 impl Report {
     fn percentile(&self, p: f64) -> f64 {
-        if self.latencies_us.is_empty() {
-            return 0.0;
-        }
-        let i = ((self.latencies_us.len() as f64 - 1.0) * p).round() as usize;
-        f64::from(self.latencies_us[i]) / 1000.0
+        percentile_ms(&self.latencies_us, p)
     }
 
     pub fn rps(&self) -> f64 {
@@ -60,17 +65,26 @@ pub async fn drive(
     let deadline = started + duration;
     let sent = Rc::new(RefCell::new(0u64));
     let answered = Rc::new(std::cell::Cell::new(0u64));
+    // The latencies answered in the window running now (kept only with `window`).
+    let recent: Rc<RefCell<Vec<u32>>> = Rc::default();
     let reporter = window.map(|every| {
         let answered = Rc::clone(&answered);
+        let recent = Rc::clone(&recent);
         actix_rt::spawn(async move {
             let mut last = 0;
             for n in 1.. {
                 actix_rt::time::sleep_until((started + every * n).into()).await;
                 let now = answered.get();
+                let mut latencies = std::mem::take(&mut *recent.borrow_mut());
+                latencies.sort_unstable();
                 println!(
-                    "# window {n} ({:.0}s): {:.0} req/s, {now} answered so far",
+                    "# window {n} ({:.0}s): {:.0} req/s, p50 {:.2} ms, p99 {:.2} ms, \
+                     max {:.2} ms, {now} answered so far",
                     (every * n).as_secs_f64(),
-                    (now - last) as f64 / every.as_secs_f64()
+                    (now - last) as f64 / every.as_secs_f64(),
+                    percentile_ms(&latencies, 0.50),
+                    percentile_ms(&latencies, 0.99),
+                    percentile_ms(&latencies, 1.0),
                 );
                 last = now;
             }
@@ -81,6 +95,7 @@ pub async fn drive(
         let url = url.clone();
         let sent = Rc::clone(&sent);
         let answered = Rc::clone(&answered);
+        let recent = window.map(|_| Rc::clone(&recent));
         tasks.push(actix_rt::spawn(async move {
             let client = awc::Client::builder()
                 .timeout(Duration::from_secs(60))
@@ -110,6 +125,9 @@ pub async fn drive(
                         let _ = response.body().await;
                         let us = t.elapsed().as_micros().min(u128::from(u32::MAX)) as u32;
                         report.latencies_us.push(us);
+                        if let Some(recent) = &recent {
+                            recent.borrow_mut().push(us);
+                        }
                         *report
                             .statuses
                             .entry(response.status().as_u16())

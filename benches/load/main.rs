@@ -115,9 +115,9 @@ struct Args {
     /// Address the bench's target binds (give a fixed port with `--url`).
     #[arg(long, default_value = "127.0.0.1:0")]
     target_listen: String,
-    /// Print the rate of every window of this length while a scenario runs (long trend
-    /// runs: does the rate hold as the table grows?); the soak's report interval (default
-    /// 60s).
+    /// Print the rate and the latency (p50, p99, max) of every window of this length while
+    /// a scenario runs (long trend runs: do they hold as the table grows?); the soak's
+    /// report interval (default 60s).
     #[arg(long, value_parser = humantime::parse_duration)]
     window: Option<Duration>,
     /// New events a second in the chaos scenario (default 100; in queue mode 40, which two
