@@ -15,6 +15,8 @@
 #   S-firstslot the same, the slot a parameter read back from the claim (pruned when the
 #               statement runs; the planner keeps choosing custom plans for it)
 #   S-dup       a duplicate answered from its row: the claim changes nothing, then the read
+#   ring-dupskip the same, the claim inserting nothing for a key whose row is done (no row
+#               lock: hookgate's claims since the duplicate-latency fix)
 # Usage: scripts/ring-claim-cost.sh [ROWS=5000000] [DURATION=20] [ROUNDS=3]. Loopback only.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -111,6 +113,22 @@ ON CONFLICT (provider, event_key, slot) DO UPDATE SET attempts = e.attempts + 1
 WHERE e.status = 'failed' RETURNING attempts;
 SELECT status, attempts, result_status FROM ring.e WHERE provider = 'p' AND event_key = 'k' || :k;
 SQL
+# The same duplicate, its claim inserting nothing for a key whose row is done (a claim
+# never changes a done row): ON CONFLICT DO UPDATE locks the row it conflicts with even
+# when its WHERE leaves the row alone, which writes the lock into the row's heap page.
+cat > "$dir/ring-dupskip.sql" <<SQL
+\set k random(1, $rows)
+INSERT INTO ring.e AS e (provider, event_key, slot, status, attempts, last_path, locked_until)
+SELECT 'p', 'k' || :k, COALESCE(s.slot, (SELECT c.slot FROM ring.slots c WHERE c.state = 'current')),
+       'in_progress', 1, 'first_run', now() + interval '30 seconds'
+FROM (SELECT 1) one
+LEFT JOIN LATERAL (SELECT w.slot, w.status FROM ring.e w
+                   WHERE w.provider = 'p' AND w.event_key = 'k' || :k LIMIT 1) s ON true
+WHERE s.status IS NULL OR s.status NOT IN ('done', 'dead')
+ON CONFLICT (provider, event_key, slot) DO UPDATE SET attempts = e.attempts + 1
+WHERE e.status = 'failed' RETURNING attempts;
+SELECT status, attempts, result_status FROM ring.e WHERE provider = 'p' AND event_key = 'k' || :k;
+SQL
 for s in ring ring4; do
 cat > "$dir/$s-firstslot.sql" <<SQL
 \set k random(1, 9000000000000000000)
@@ -152,9 +170,16 @@ def postgres_ticks():
                 total += sum(int(x) for x in fields[11:15])
     return total
 
+def wal_bytes():
+    out = subprocess.run(as_pg + [f"{pgbin}/psql", "-qAt", url, "-c",
+                          "SELECT pg_current_wal_lsn() - '0/0'"],
+                         capture_output=True, text=True, check=True)
+    return int(float(out.stdout.strip()))
+
 def run(script):
     subprocess.run(as_pg + [f"{pgbin}/psql", "-q", url, "-c", "CHECKPOINT"], check=True)
     before = postgres_ticks()
+    wal_before = wal_bytes()
     out = subprocess.run(as_pg + [f"{pgbin}/pgbench", "-n", "-M", "prepared", "-c", "16",
                           "-j", "2", "-T", secs, "-f", f"{d}/{script}.sql", url],
                          capture_output=True, text=True)
@@ -164,19 +189,21 @@ def run(script):
     out = out.stdout
     n = int(re.search(r"number of transactions actually processed: (\d+)", out).group(1))
     us = (postgres_ticks() - before) / tick * 1e6 / n
-    return n / float(secs), us
+    return n / float(secs), us, (wal_bytes() - wal_before) / n
 
 variants = os.environ.get("VARIANTS", "flat-first ring-first ring-firstlit ring-firstslot "
                           "ring4-first ring4-firstlit flat-dup ring-dup ring4-dup").split()
 res = {v: [] for v in variants}
 for r in range(rounds):
     for v in variants:
-        tps, us = run(v)
-        res[v].append((tps, us))
-        print(f"round {r + 1} {v}: {tps:.0f} tx/s {us:.0f} us CPU/tx", flush=True)
+        tps, us, wal = run(v)
+        res[v].append((tps, us, wal))
+        print(f"round {r + 1} {v}: {tps:.0f} tx/s {us:.0f} us CPU/tx {wal:.0f} B WAL/tx",
+              flush=True)
 def median(xs):
     return sorted(xs)[len(xs) // 2]
 for v in variants:
     tps, us = median([x[0] for x in res[v]]), median([x[1] for x in res[v]])
-    print(f"{v}: median {tps:.0f} tx/s {us:.0f} us CPU/tx")
+    wal = median([x[2] for x in res[v]])
+    print(f"{v}: median {tps:.0f} tx/s {us:.0f} us CPU/tx {wal:.0f} B WAL/tx")
 PY

@@ -26,6 +26,7 @@ macro_rules! on_both_stores {
 mod bad_input;
 mod concurrency;
 mod console;
+mod duplicates;
 mod edges;
 mod failover;
 mod failures;

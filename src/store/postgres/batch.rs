@@ -22,10 +22,11 @@ use crate::store::api::{millis, Enqueued, Fenced, History, Kept, QueueRow, Store
 /// Claims for many keys: the single-row `CLAIM` over `unnest`ed input.
 ///
 /// Reads: one primary-key probe per input key, never a scan (see the report branch).
-/// Locks: each input key's row, in key order. A concurrent claimer of one of these keys
-/// waits for this statement's commit and then sees the row it left (a live lease). Keys
-/// whose row was inserted by another transaction after this statement's snapshot are
-/// missing from the report; their calls retry alone.
+/// Locks: each input key's row that is not `done` or `dead` (those are only read, as in
+/// `CLAIM`), in key order. A concurrent claimer of one of these keys waits for this
+/// statement's commit and then sees the row it left (a live lease). Keys whose row was
+/// inserted by another transaction after this statement's snapshot are missing from the
+/// report; their calls retry alone.
 ///
 /// The report branch returns, for each input key not won, its row as the statement's
 /// snapshot saw it. Won keys are filtered out before the probe with `NOT IN`, a hashed
@@ -49,11 +50,13 @@ claimed AS (
            now() + i.lease_ms * interval '1 millisecond',
            i.payload, i.content_type, i.request_headers, i.payload IS NOT NULL
     FROM input i
-    -- The slot each key is in (one primary-key probe per slot), or the current one.
+    -- The slot each key is in (one primary-key probe per slot), or the current one; a
+    -- key whose row is done or dead is only reported (no claim changes it: see `CLAIM`).
     LEFT JOIN LATERAL (
-        SELECT w.slot FROM webhook_events w
+        SELECT w.slot, w.status FROM webhook_events w
         WHERE w.provider = i.provider AND w.event_key = i.event_key
         LIMIT 1) s ON true
+    WHERE s.status IS NULL OR s.status NOT IN ('done', 'dead')
     ORDER BY i.provider, i.event_key
 ",
     pg_claim_conflict!(),

@@ -56,6 +56,13 @@ pub(crate) use pg_slot_of;
 /// Claim, in one statement: insert the key, or take over a `failed` row or an expired
 /// lease; otherwise report the row as it stands.
 ///
+/// A key whose row the statement's snapshot sees `done` or `dead` is not inserted at all:
+/// no claim changes such a row, and `ON CONFLICT DO UPDATE` locks the row it meets even when
+/// its `WHERE` leaves it alone — a write of the row's heap page, a WAL record and, for a
+/// page not written since the last checkpoint, a copy of the whole page. A duplicate
+/// answered from its row writes nothing. A replay that moves the row on after the snapshot
+/// is ordered after this claim, which reports the row as the snapshot saw it.
+///
 /// Locks: the one `(provider, event_key)` row (or its index slot). A concurrent claimer of
 /// the same key blocks on that row lock until this statement commits, then re-evaluates
 /// the `WHERE` against the committed row: after our win it sees `in_progress` with a live
@@ -69,11 +76,18 @@ WITH claimed AS (
     INSERT INTO webhook_events AS e
         (provider, event_key, slot, status, attempts, last_path, fingerprint, locked_until,
          payload, content_type, request_headers, keep_payload)
-    VALUES ($1, $2, ",
-    pg_slot_of!("$1", "$2"),
-    ", 'in_progress', 1, 'first_run', $3,
-            now() + $4::bigint * interval '1 millisecond',
-            $5, $6, $7, $5::bytea IS NOT NULL)
+    SELECT $1::text, $2::text,
+           COALESCE(s.slot, (SELECT c.slot FROM hookgate_slots c WHERE c.state = 'current')),
+           'in_progress', 1, 'first_run', $3::text,
+           now() + $4::bigint * interval '1 millisecond',
+           $5::bytea, $6::text, $7::text, $5::bytea IS NOT NULL
+    FROM (SELECT) one
+    -- The slot the key is in (one primary-key probe per slot), and its row's status.
+    LEFT JOIN LATERAL (
+        SELECT w.slot, w.status FROM webhook_events w
+        WHERE w.provider = $1 AND w.event_key = $2
+        LIMIT 1) s ON true
+    WHERE s.status IS NULL OR s.status NOT IN ('done', 'dead')
 ",
     pg_claim_conflict!(),
     "
