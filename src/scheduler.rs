@@ -12,12 +12,14 @@
 //! until an event is queued that no worker could start, or `queue.poll_interval` passes
 //! (backoffs and other nodes' rows). It backs off while the store is unavailable, and takes
 //! nothing once the node drains. [`Scheduler::run_once`] is one pass (tests call it by
-//! hand).
+//! hand, after [`Scheduler::by_hand`] has stopped the node's own).
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use slog::{warn, Logger};
+use tokio::sync::Mutex;
 
 use crate::metrics::Metrics;
 use crate::provider::Target;
@@ -41,6 +43,10 @@ pub struct Scheduler {
     poll: Duration,
     /// The lease a taken row holds.
     lease: Duration,
+    /// Held by [`Scheduler::run_forever`] through each of its passes.
+    own_pass: Mutex<()>,
+    /// Set by [`Scheduler::by_hand`]: the node runs no more passes of its own.
+    by_hand: AtomicBool,
 }
 
 impl Scheduler {
@@ -62,7 +68,18 @@ impl Scheduler {
             log,
             poll,
             lease,
+            own_pass: Mutex::new(()),
+            by_hand: Default::default(),
         }
+    }
+
+    /// Stops the node's own passes for good, once the one running (if any) has ended: every
+    /// pass from now on is its caller's ([`Scheduler::run_once`]). Tests drive the scheduler
+    /// this way, so that no pass of the node's — woken by a worker that frees up or an
+    /// arrival — takes a row or a provider's room beside theirs.
+    pub async fn by_hand(&self) {
+        self.by_hand.store(true, Ordering::Relaxed);
+        drop(self.own_pass.lock().await);
     }
 
     /// One pass: takes each provider's due rows, as many as can start now, and hands them
@@ -150,13 +167,19 @@ impl Scheduler {
         let mut backoff = self.poll;
         let mut measured: Option<Instant> = None;
         loop {
+            let own_pass = self.own_pass.lock().await;
+            if self.by_hand.load(Ordering::Relaxed) {
+                return;
+            }
             if measured.is_none_or(|t| t.elapsed() >= DEPTH_EVERY) {
                 if let Err(e) = self.measure().await {
                     warn!(self.log, "queue.measure_failed"; "error" => %e);
                 }
                 measured = Some(Instant::now());
             }
-            match self.run_once().await {
+            let pass = self.run_once().await;
+            drop(own_pass);
+            match pass {
                 Ok(pass) => {
                     backoff = self.poll;
                     self.dispatcher.signals().wait(pass.full, self.poll).await;

@@ -48,7 +48,7 @@ async fn dead_letter(app: &TestApp, key: &str) {
     app.target.set(Behaviour::Status(400));
     let answer = app.deliver(key, "{}").await;
     assert_eq!((answer.status, answer.path.as_str()), (200, "first_run"));
-    wait_status(app, key, "dead").await;
+    app.wait_status(key, "dead").await;
     app.target.set(Behaviour::Accept);
 }
 
@@ -62,13 +62,6 @@ async fn provider_stats(app: &TestApp) -> Value {
         .find(|p| p["name"] == PROVIDER)
         .cloned()
         .unwrap()
-}
-
-async fn wait_status(app: &TestApp, key: &str, status: &str) {
-    eventually(&format!("{key} to be {status}"), || async {
-        app.db.status(PROVIDER, key).await.as_deref() == Some(status)
-    })
-    .await;
 }
 
 /// `evt_busy` holds the shard's only worker (the target hangs on it), and `evt_waiting`
@@ -94,8 +87,8 @@ async fn a_row_waiting_in_a_shard_is_held_by_an_operators_pause(backend: Backend
     let pause = format!("/admin/api/providers/{PROVIDER}/pause");
     assert_eq!(admin_post(&app, &pause).await, 200);
     app.target.release();
-    wait_status(&app, "evt_busy", "done").await;
-    wait_status(&app, "evt_waiting", "failed").await;
+    app.wait_status("evt_busy", "done").await;
+    app.wait_status("evt_waiting", "failed").await;
     let waiting = TestApp::idem("evt_waiting");
     assert_eq!(app.target.count(&waiting), 0, "delivered during the pause");
     assert_eq!(app.scheduler.run_once().await.unwrap().taken, 0, "held");
@@ -116,8 +109,8 @@ async fn a_row_waiting_in_a_shard_is_held_by_its_targets_retry_after(backend: Ba
     let app = spawn_app_on(backend, one_worker).await;
     a_row_waits_for_the_busy_worker(&app).await;
     app.target.release_with(Behaviour::Throttle(429, "30"));
-    wait_status(&app, "evt_busy", "failed").await;
-    wait_status(&app, "evt_waiting", "failed").await;
+    app.wait_status("evt_busy", "failed").await;
+    app.wait_status("evt_waiting", "failed").await;
     assert_eq!(
         app.target.count(&TestApp::idem("evt_waiting")),
         0,
@@ -235,7 +228,7 @@ async fn a_targets_retry_after_pauses_its_provider_for_a_bounded_time(backend: B
     app.target
         .set(Behaviour::Throttle(429, "18446744073709551615"));
     assert_eq!(app.deliver("evt_slow", "{}").await.status, 202);
-    wait_status(&app, "evt_slow", "failed").await;
+    app.wait_ended("evt_slow", "failed", 1).await;
     let backoff = app.db.backoff(PROVIDER, "evt_slow").await;
     assert!(backoff > 3600.0, "the event's own wait: {backoff} s");
 

@@ -18,13 +18,6 @@ fn queue_mode(c: &mut Config) {
     c.queue.poll_interval = Duration::from_secs(3600);
 }
 
-async fn wait_status(app: &TestApp, key: &str, status: &str) {
-    eventually(&format!("{key} to be {status}"), || async {
-        app.db.status(PROVIDER, key).await.as_deref() == Some(status)
-    })
-    .await;
-}
-
 async fn a_queued_event_is_answered_202_and_delivered_once_at_once(backend: Backend) {
     let app = spawn_app_on(backend, queue_mode).await;
     let first = app.deliver("evt_q", r#"{"id":"evt_q"}"#).await;
@@ -33,7 +26,7 @@ async fn a_queued_event_is_answered_202_and_delivered_once_at_once(backend: Back
     assert_eq!(first.body, r#"{"status":"queued"}"#);
     // Delivered without any scheduler pass: the first attempt starts at once.
     app.target.wait_for(&TestApp::idem("evt_q"), 1).await;
-    wait_status(&app, "evt_q", "done").await;
+    app.wait_status("evt_q", "done").await;
 
     // The row is done a moment before the shard lets go of the key: a redelivery in
     // between is answered 202 duplicate_queued from memory.
@@ -62,7 +55,7 @@ async fn a_redelivery_while_queued_or_running_changes_nothing(backend: Backend) 
         assert_eq!(again.path, "duplicate_queued");
     }
     app.target.release();
-    wait_status(&app, "evt_r", "done").await;
+    app.wait_status("evt_r", "done").await;
     assert_eq!(app.target.count(&TestApp::idem("evt_r")), 1);
 }
 
@@ -71,7 +64,7 @@ async fn failures_are_retried_by_hookgate_until_the_target_accepts(backend: Back
     app.target.set(Behaviour::Status(500));
     assert_eq!(app.deliver("evt_f", "{}").await.status, 202);
     app.target.wait_for(&TestApp::idem("evt_f"), 1).await;
-    wait_status(&app, "evt_f", "failed").await;
+    app.wait_ended("evt_f", "failed", 1).await;
     assert_eq!(
         app.scheduler.run_once().await.unwrap().taken,
         0,
@@ -81,7 +74,7 @@ async fn failures_are_retried_by_hookgate_until_the_target_accepts(backend: Back
     app.db.make_due(PROVIDER, "evt_f").await;
     assert_eq!(app.scheduler.run_once().await.unwrap().taken, 1);
     app.target.wait_for(&TestApp::idem("evt_f"), 2).await;
-    wait_status(&app, "evt_f", "failed").await;
+    app.wait_ended("evt_f", "failed", 2).await;
 
     let config = crate::helpers::base_config(&app.db, &app.target);
     let stuck = hookgate::cli::list(&config, Some(PROVIDER), Some("failed"), 10)
@@ -108,7 +101,7 @@ async fn failures_are_retried_by_hookgate_until_the_target_accepts(backend: Back
     app.target.set(Behaviour::Accept);
     app.db.make_due(PROVIDER, "evt_f").await;
     app.scheduler.run_once().await.unwrap();
-    wait_status(&app, "evt_f", "done").await;
+    app.wait_status("evt_f", "done").await;
     let row = app
         .store
         .lookup(&EventId::new(PROVIDER, "evt_f"))
@@ -129,21 +122,20 @@ async fn an_always_failing_event_is_a_dead_letter_after_max_attempts(backend: Ba
         c.retry.max_attempts = 3;
     })
     .await;
+    app.scheduler.by_hand().await;
+    app.scheduler.by_hand().await;
     app.target.set(Behaviour::Status(500));
     app.deliver("evt_d", r#"{"id":"evt_d"}"#).await;
     for n in 1..=3 {
         app.target.wait_for(&TestApp::idem("evt_d"), n).await;
-        eventually("the attempt to be recorded", || async {
-            let status = app.db.status(PROVIDER, "evt_d").await;
-            matches!(status.as_deref(), Some("failed" | "dead"))
-        })
-        .await;
+        let status = if n < 3 { "failed" } else { "dead" };
+        app.wait_ended("evt_d", status, n).await;
         if n < 3 {
             app.db.make_due(PROVIDER, "evt_d").await;
-            app.scheduler.run_once().await.unwrap();
+            assert_eq!(app.scheduler.run_once().await.unwrap().taken, 1);
         }
     }
-    wait_status(&app, "evt_d", "dead").await;
+    app.wait_status("evt_d", "dead").await;
     let row = app
         .store
         .lookup(&EventId::new(PROVIDER, "evt_d"))
@@ -190,7 +182,7 @@ async fn the_lease_is_renewed_while_a_long_delivery_runs(backend: Backend) {
     );
 
     app.target.release();
-    wait_status(&app, "evt_long", "done").await;
+    app.wait_status("evt_long", "done").await;
     assert_eq!(app.target.count(&TestApp::idem("evt_long")), 1);
 }
 
@@ -282,10 +274,11 @@ async fn a_scheduler_pass_racing_an_arrival_keeps_the_providers_limit() {
         c.providers[0].target.max_in_flight = Some(1);
     })
     .await;
+    app.scheduler.by_hand().await;
     let (ra, rb) = (TestApp::idem("evt_ra"), TestApp::idem("evt_rb"));
     app.target.set(Behaviour::Status(500));
     assert_eq!(app.deliver("evt_ra", "{}").await.status, 202);
-    wait_status(&app, "evt_ra", "failed").await;
+    app.wait_ended("evt_ra", "failed", 1).await;
     app.db.make_due(PROVIDER, "evt_ra").await;
     app.target.set(Behaviour::Hang);
 
@@ -343,10 +336,11 @@ async fn a_row_taken_while_its_provider_was_paused_goes_back_unstarted() {
         c.admin.token = Some(hookgate::config::Secret::new("t0ken"));
     })
     .await;
+    app.scheduler.by_hand().await;
     let idem = TestApp::idem("evt_pz");
     app.target.set(Behaviour::Status(500));
     assert_eq!(app.deliver("evt_pz", "{}").await.status, 202);
-    wait_status(&app, "evt_pz", "failed").await;
+    app.wait_ended("evt_pz", "failed", 1).await;
     app.db.make_due(PROVIDER, "evt_pz").await;
     app.target.set(Behaviour::Accept);
 
@@ -505,7 +499,7 @@ async fn a_queued_delivery_cut_by_kill_9_is_retaken_after_its_lease_by_the_next_
     db.expire_lease(PROVIDER, "evt_k9").await;
     next.db.make_due(PROVIDER, "evt_k9").await;
     next.scheduler.run_once().await.unwrap();
-    wait_status(&next, "evt_k9", "done").await;
+    next.wait_status("evt_k9", "done").await;
     let row = next
         .store
         .lookup(&EventId::new(PROVIDER, "evt_k9"))

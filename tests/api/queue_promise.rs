@@ -34,13 +34,6 @@ fn long_deliveries(c: &mut Config) {
     c.providers[0].target.timeout = Duration::from_secs(30);
 }
 
-async fn wait_status(app: &TestApp, key: &str, status: &str) {
-    eventually(&format!("{key} to be {status}"), || async {
-        app.db.status(PROVIDER, key).await.as_deref() == Some(status)
-    })
-    .await;
-}
-
 /// A queue event the target refused for good (400): a dead letter after one attempt.
 async fn dead_letter(app: &TestApp, key: &str) {
     app.target.set(Behaviour::Status(400));
@@ -50,7 +43,7 @@ async fn dead_letter(app: &TestApp, key: &str) {
             .status,
         202
     );
-    wait_status(app, key, "dead").await;
+    app.wait_status(key, "dead").await;
 }
 
 /// Waits until the attempt running on `key` has outlived its first lease (so only
@@ -100,7 +93,7 @@ async fn a_command_line_replay_of_a_queue_event_renews_its_lease_and_no_schedule
     let (line, ()) = futures_util::join!(replay, watch);
     let line = line.expect("replayed");
     assert!(line.contains("done"), "{line}");
-    wait_status(&app, "evt_rp", "done").await;
+    app.wait_status("evt_rp", "done").await;
     assert_eq!(app.target.count(&TestApp::idem("evt_rp")), 2);
 }
 
@@ -167,7 +160,7 @@ async fn a_node_that_cannot_renew_its_lease_hangs_up_before_another_node_retakes
 
     proxy.thaw();
     a.target.release();
-    wait_status(&b, "evt_fz", "done").await;
+    b.wait_status("evt_fz", "done").await;
     let row = b
         .store
         .lookup(&EventId::new(PROVIDER, "evt_fz"))
@@ -284,7 +277,7 @@ async fn a_targets_retry_after_is_bounded_and_can_never_take_a_shard_down(backen
         let app = spawn_app_on(backend, long_deliveries).await;
         app.target.set(Behaviour::Throttle(503, value));
         assert_eq!(app.deliver("evt_ra", "{}").await.status, 202);
-        wait_status(&app, "evt_ra", "failed").await;
+        app.wait_status("evt_ra", "failed").await;
         let backoff = app.db.backoff(PROVIDER, "evt_ra").await;
         assert!(
             (low - 0.01..=high + 0.01).contains(&backoff),
@@ -325,7 +318,7 @@ async fn throttled_tries_do_not_use_up_the_attempts(backend: Backend) {
             .await;
         }
         app.target.wait_for(&idem, n).await;
-        wait_status(&app, "evt_th", "failed").await;
+        app.wait_status("evt_th", "failed").await;
     }
     let row = app.store.lookup(&EventId::new(PROVIDER, "evt_th")).await;
     let row = row.unwrap().expect("row");
@@ -339,7 +332,7 @@ async fn an_event_throttled_past_its_horizon_is_a_dead_letter(backend: Backend) 
     let idem = TestApp::idem("evt_old");
     app.target.set(Behaviour::Throttle(429, "1"));
     assert_eq!(app.deliver("evt_old", "{}").await.status, 202);
-    wait_status(&app, "evt_old", "failed").await;
+    app.wait_status("evt_old", "failed").await;
     app.db.age(PROVIDER, "evt_old", 30).await;
     app.db.make_due(PROVIDER, "evt_old").await;
     eventually("the next try", || async {
@@ -347,7 +340,7 @@ async fn an_event_throttled_past_its_horizon_is_a_dead_letter(backend: Backend) 
         app.target.count(&idem) >= 2
     })
     .await;
-    wait_status(&app, "evt_old", "dead").await;
+    app.wait_status("evt_old", "dead").await;
     let dead = app
         .store
         .dead_letters(Some(PROVIDER), None, 10)
@@ -361,6 +354,7 @@ async fn an_event_throttled_past_its_horizon_is_a_dead_letter(backend: Backend) 
 /// started runs, as it is on every other node.
 async fn another_payload_is_refused_while_a_scheduled_attempt_runs(backend: Backend) {
     let app = spawn_app_on(backend, long_deliveries).await;
+    app.scheduler.by_hand().await;
     let idem = TestApp::idem("evt_fp");
     app.target.set(Behaviour::Status(500));
     assert_eq!(
@@ -369,7 +363,7 @@ async fn another_payload_is_refused_while_a_scheduled_attempt_runs(backend: Back
             .status,
         202
     );
-    wait_status(&app, "evt_fp", "failed").await;
+    app.wait_ended("evt_fp", "failed", 1).await;
     app.target.set(Behaviour::Hang);
     app.db.make_due(PROVIDER, "evt_fp").await;
     assert_eq!(app.scheduler.run_once().await.unwrap().taken, 1);
@@ -382,7 +376,7 @@ async fn another_payload_is_refused_while_a_scheduled_attempt_runs(backend: Back
     let same = app.deliver("evt_fp", r#"{"id":"evt_fp","a":1}"#).await;
     assert_eq!((same.status, same.path.as_str()), (202, "duplicate_queued"));
     app.target.release();
-    wait_status(&app, "evt_fp", "done").await;
+    app.wait_status("evt_fp", "done").await;
 }
 
 /// A row keeps the mode it was accepted in: a node whose provider is now in sync mode
@@ -391,7 +385,7 @@ async fn queue_rows_are_delivered_after_their_provider_left_queue_mode(backend: 
     let app = spawn_app_on(backend, long_deliveries).await;
     app.target.set(Behaviour::Status(500));
     assert_eq!(app.deliver("evt_mv", "{}").await.status, 202);
-    wait_status(&app, "evt_mv", "failed").await;
+    app.wait_status("evt_mv", "failed").await;
     let sync_node = app
         .second_node(|c| c.queue.poll_interval = Duration::from_secs(3600))
         .await;
@@ -417,7 +411,7 @@ async fn failed_queue_row_on_a_drained_node(backend: Backend, key: &str) -> Test
     .await;
     app.target.set(Behaviour::Status(500));
     assert_eq!(app.deliver(key, "{}").await.status, 202);
-    wait_status(&app, key, "failed").await;
+    app.wait_status(key, "failed").await;
     app.start_shutdown();
     eventually("the queue node to drain", || async {
         app.log.count("hookgate.draining") > 0
@@ -488,7 +482,7 @@ async fn a_sync_redelivery_never_takes_over_this_nodes_queue_attempt(backend: Ba
     })
     .await;
     let again = redeliver_while_held(&node, "evt_sw", hold).await;
-    wait_status(&app, "evt_sw", "done").await;
+    app.wait_status("evt_sw", "done").await;
     assert_eq!(app.target.count(&idem), 2, "the 500, then one delivery");
     assert_eq!(
         (again.status, again.path.as_str()),
@@ -542,7 +536,7 @@ async fn a_redelivery_never_takes_over_this_nodes_replay(backend: Backend) {
         "{again:?}"
     );
     assert_eq!(replayed.status, 200, "{replayed:?}");
-    wait_status(&node, "evt_rs", "done").await;
+    node.wait_status("evt_rs", "done").await;
     assert_eq!(node.target.count(&idem), 2, "the 400, then the replay");
 }
 
@@ -557,7 +551,7 @@ async fn failed_sync_row_and_a_queue_node(
     let app = spawn_app_on(backend, |_| {}).await;
     app.target.set(Behaviour::Status(500));
     assert_eq!(app.deliver(key, "{}").await.status, 503);
-    wait_status(&app, key, "failed").await;
+    app.wait_status(key, "failed").await;
     let node = app
         .second_node(|c| {
             c.providers[0].mode = Some(Mode::Queue);
@@ -595,7 +589,7 @@ async fn a_queue_node_runs_a_sync_rows_redelivery_as_its_sync_attempt(backend: B
         (201, "retry_after_failure"),
         "{retried:?}"
     );
-    wait_status(&app, "evt_ms", "done").await;
+    app.wait_status("evt_ms", "done").await;
     let again = node.deliver("evt_ms", "{}").await;
     assert_eq!((again.status, again.path.as_str()), (201, "duplicate_done"));
     assert_eq!(node.scheduler.run_once().await.unwrap().taken, 0);
@@ -617,7 +611,7 @@ async fn parallel_redeliveries_of_a_sync_row_on_a_queue_node_deliver_it_once(bac
         answers.iter().all(|a| a.status == 201 || a.status == 409),
         "{answers:?}"
     );
-    wait_status(&app, "evt_mx", "done").await;
+    app.wait_status("evt_mx", "done").await;
     assert_eq!(app.target.count(&TestApp::idem("evt_mx")), 2);
 }
 
@@ -688,7 +682,7 @@ async fn a_sync_rows_redelivery_reaches_a_queue_target_slower_than_the_lease(bac
         (201, "retry_after_failure"),
         "{retried:?}"
     );
-    wait_status(&app, "evt_ml", "done").await;
+    app.wait_status("evt_ml", "done").await;
     assert_eq!(app.target.count(&idem), 2);
 }
 
@@ -733,7 +727,7 @@ async fn queue_rows_of_a_removed_provider_become_dead_letters(backend: Backend) 
     let app = spawn_app_on(backend, long_deliveries).await;
     app.target.set(Behaviour::Status(500));
     assert_eq!(app.deliver("evt_rm", "{}").await.status, 202);
-    wait_status(&app, "evt_rm", "failed").await;
+    app.wait_status("evt_rm", "failed").await;
     let config = base_config(&app.db, &app.target);
     let sweeper = |providers: &[&str]| {
         let horizons = providers
@@ -815,7 +809,7 @@ async fn a_draining_node_takes_no_queue_rows(backend: Backend) {
     let app = spawn_app_on(backend, long_deliveries).await;
     app.target.set(Behaviour::Status(500));
     assert_eq!(app.deliver("evt_wait", "{}").await.status, 202);
-    wait_status(&app, "evt_wait", "failed").await;
+    app.wait_status("evt_wait", "failed").await;
     app.target.set(Behaviour::Hang);
     assert_eq!(app.deliver("evt_last", "{}").await.status, 202);
     app.target.wait_for(&TestApp::idem("evt_last"), 1).await;
@@ -827,7 +821,7 @@ async fn a_draining_node_takes_no_queue_rows(backend: Backend) {
     .await;
     assert_eq!(app.scheduler.run_once().await.unwrap().taken, 0);
     app.target.release();
-    wait_status(&app, "evt_last", "done").await;
+    app.wait_status("evt_last", "done").await;
     assert_eq!(app.target.count(&TestApp::idem("evt_wait")), 1);
     assert_eq!(
         app.db.status(PROVIDER, "evt_wait").await.as_deref(),

@@ -209,6 +209,29 @@ impl TestApp {
         format!("{PROVIDER}:{key}")
     }
 
+    /// Waits until the row of `key` (of [`PROVIDER`]) is `status`.
+    pub async fn wait_status(&self, key: &str, status: &str) {
+        eventually(&format!("{key} to be {status}"), || async {
+            self.db.status(PROVIDER, key).await.as_deref() == Some(status)
+        })
+        .await;
+    }
+
+    /// Waits until the row of `key` is `status` and this node has ended `n` attempts of
+    /// `key`. The row is written first; only then does the node free the attempt's worker,
+    /// its provider's slot and its key, apply a pause the target asked for, and log the
+    /// outcome (`webhook.done`, `webhook.failed`, `webhook.dead`). A scheduler pass in
+    /// between finds the key still in flight, or no room, and takes nothing.
+    pub async fn wait_ended(&self, key: &str, status: &str, n: usize) {
+        self.wait_status(key, status).await;
+        let outcomes = ["webhook.done", "webhook.failed", "webhook.dead"];
+        eventually(&format!("{n} attempts of {key} to end"), || async {
+            let ended = outcomes.iter().map(|m| self.log.events(m, key).len());
+            ended.sum::<usize>() >= n
+        })
+        .await;
+    }
+
     /// POSTs `body` to `/webhooks/stripe` with the key in `X-Idempotency-Key`.
     pub async fn deliver(&self, key: &str, body: &str) -> Answer {
         self.post(
