@@ -9,15 +9,23 @@ use std::time::{Duration, Instant};
 
 use actix_web::{web, App, HttpRequest, HttpResponse, HttpServer};
 
+use crate::shards::Shards;
+
 /// A gap between two new keys at the target longer than this is reported as a pause: at
 /// a thousand deliveries a second and more, a quarter second without one is no accident.
 pub const PAUSE: Duration = Duration::from_millis(250);
 
-/// What arrived, per key.
+/// What arrived.
 #[derive(Default)]
 struct Seen {
-    /// Deliveries of each key, and when its first one arrived.
-    keys: HashMap<String, (u32, Instant)>,
+    /// Deliveries of each key, and when its first one arrived; split by key (see
+    /// `shards.rs`: one map would stall every delivery as it doubles, and show as a pause).
+    keys: Shards<HashMap<String, (u32, Instant)>>,
+    times: Mutex<Times>,
+}
+
+#[derive(Default)]
+struct Times {
     /// When the first key arrived.
     first: Option<Instant>,
     /// When the last new key arrived.
@@ -29,13 +37,13 @@ struct Seen {
 #[derive(Clone)]
 pub struct CompareTarget {
     pub url: String,
-    seen: Arc<Mutex<Seen>>,
+    seen: Arc<Seen>,
 }
 
 impl CompareTarget {
     /// Binds a free loopback port and serves on this actix system.
     pub fn start() -> Self {
-        let seen = Arc::new(Mutex::new(Seen::default()));
+        let seen = Arc::new(Seen::default());
         let state = web::Data::new(Arc::clone(&seen));
         let server = HttpServer::new(move || {
             App::new()
@@ -57,34 +65,38 @@ impl CompareTarget {
 
     /// Distinct keys delivered.
     pub fn keys(&self) -> usize {
-        self.seen.lock().unwrap().keys.len()
+        let mut n = 0;
+        self.seen.keys.each(|shard| n += shard.len());
+        n
     }
 
     /// Deliveries in all, and keys delivered more than once.
     pub fn deliveries_and_duplicates(&self) -> (u64, u64) {
-        let seen = self.seen.lock().unwrap();
-        let duplicates = seen.keys.values().filter(|(n, _)| *n > 1).count() as u64;
-        (seen.deliveries, duplicates)
+        let mut duplicates = 0;
+        self.seen
+            .keys
+            .each(|shard| duplicates += shard.values().filter(|(n, _)| *n > 1).count() as u64);
+        (self.seen.times.lock().unwrap().deliveries, duplicates)
     }
 
     /// When the first key arrived.
     pub fn first(&self) -> Option<Instant> {
-        self.seen.lock().unwrap().first
+        self.seen.times.lock().unwrap().first
     }
 
     /// When the last key not seen before arrived.
     pub fn last_new(&self) -> Option<Instant> {
-        self.seen.lock().unwrap().last_new
+        self.seen.times.lock().unwrap().last_new
     }
 
     /// Pauses longer than `longer_than` between one new key and the next, from the first
     /// to the last: how many, and their total length (time the worker delivered nothing
     /// new while work was left).
     pub fn pauses(&self, longer_than: Duration) -> (u64, Duration) {
-        let mut firsts: Vec<Instant> = {
-            let seen = self.seen.lock().unwrap();
-            seen.keys.values().map(|&(_, at)| at).collect()
-        };
+        let mut firsts: Vec<Instant> = Vec::new();
+        self.seen
+            .keys
+            .each(|shard| firsts.extend(shard.values().map(|&(_, at)| at)));
         firsts.sort_unstable();
         firsts
             .windows(2)
@@ -95,18 +107,14 @@ impl CompareTarget {
 
     /// When `key` first arrived, for each key asked about.
     pub fn first_arrivals<'a>(&self, keys: impl Iterator<Item = &'a str>) -> Vec<Option<Instant>> {
-        let seen = self.seen.lock().unwrap();
-        keys.map(|k| seen.keys.get(k).map(|&(_, at)| at)).collect()
+        keys.map(|k| self.seen.keys.lock(k).get(k).map(|&(_, at)| at))
+            .collect()
     }
 }
 
 /// Reads the whole body (an application does; actix-web closes a connection whose body was
 /// left unread) and answers 200.
-async fn receive(
-    req: HttpRequest,
-    _body: web::Bytes,
-    seen: web::Data<Arc<Mutex<Seen>>>,
-) -> HttpResponse {
+async fn receive(req: HttpRequest, _body: web::Bytes, seen: web::Data<Arc<Seen>>) -> HttpResponse {
     let now = Instant::now();
     let key = req
         .headers()
@@ -115,13 +123,17 @@ async fn receive(
         .unwrap_or("")
         .to_owned();
     {
-        let mut seen = seen.lock().unwrap();
-        seen.deliveries += 1;
-        let entry = seen.keys.entry(key).or_insert((0, now));
-        entry.0 += 1;
-        if entry.0 == 1 {
-            seen.first.get_or_insert(now);
-            seen.last_new = Some(now);
+        let new = {
+            let mut shard = seen.keys.lock(&key);
+            let entry = shard.entry(key).or_insert((0, now));
+            entry.0 += 1;
+            entry.0 == 1
+        };
+        let mut times = seen.times.lock().unwrap();
+        times.deliveries += 1;
+        if new {
+            times.first.get_or_insert(now);
+            times.last_new = times.last_new.max(Some(now));
         }
     }
     HttpResponse::Ok()

@@ -57,6 +57,7 @@ mod node;
 mod proc_cpu;
 mod scenario;
 mod sender;
+mod shards;
 mod soak;
 mod soak_db;
 mod soak_ingest;

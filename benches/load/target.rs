@@ -2,10 +2,13 @@
 //! `Idempotency-Key` and attempt, and can fail a fraction of them or add latency.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use actix_web::{web, App, HttpRequest, HttpResponse, HttpServer};
+
+use crate::shards::Shards;
 
 /// How the target behaves during one scenario.
 #[derive(Debug, Clone, Copy, Default)]
@@ -16,20 +19,27 @@ pub struct Behaviour {
     pub delay: Duration,
 }
 
+/// What one shard of the keys saw.
 #[derive(Default)]
-struct Counts {
+struct KeyCounts {
     /// Successful deliveries per key.
     ok: HashMap<String, u32>,
     /// Deliveries per (key, attempt): more than one means an attempt ran twice.
     attempts: HashMap<(String, String), u32>,
-    total: u64,
+}
+
+#[derive(Default)]
+struct Counts {
+    /// Split by key (see `shards.rs`: one map would stall every delivery as it doubles).
+    keys: Shards<KeyCounts>,
+    total: AtomicU64,
 }
 
 /// The running target.
 #[derive(Clone)]
 pub struct Target {
     pub url: String,
-    counts: Arc<Mutex<Counts>>,
+    counts: Arc<Counts>,
 }
 
 /// What the target saw.
@@ -42,7 +52,7 @@ pub struct Tally {
 
 impl Target {
     pub fn start(behaviour: Behaviour, listen: &str) -> Self {
-        let counts = Arc::new(Mutex::new(Counts::default()));
+        let counts = Arc::new(Counts::default());
         let state = web::Data::new((Arc::clone(&counts), behaviour));
         let server = HttpServer::new(move || {
             App::new()
@@ -63,17 +73,20 @@ impl Target {
     }
 
     pub fn tally(&self) -> Tally {
-        let counts = self.counts.lock().unwrap();
-        let dup_ok = counts.ok.values().filter(|&&n| n > 1).count() as u64;
-        let dup_attempts = counts.attempts.values().filter(|&&n| n > 1).count() as u64;
+        let mut duplicates = 0;
+        self.counts.keys.each(|shard| {
+            let dup_ok = shard.ok.values().filter(|&&n| n > 1).count() as u64;
+            let dup_attempts = shard.attempts.values().filter(|&&n| n > 1).count() as u64;
+            duplicates += dup_ok + dup_attempts;
+        });
         Tally {
-            deliveries: counts.total,
-            duplicates: dup_ok + dup_attempts,
+            deliveries: self.counts.total.load(Ordering::Relaxed),
+            duplicates,
         }
     }
 }
 
-type State = (Arc<Mutex<Counts>>, Behaviour);
+type State = (Arc<Counts>, Behaviour);
 
 /// Reads the whole body, as an application does: actix-web closes a connection whose
 /// request body was left unread, which would cost hookgate a new connection per delivery.
@@ -93,11 +106,11 @@ async fn receive(req: HttpRequest, _body: web::Bytes, state: web::Data<State>) -
     }
     let fail = behaviour.fail_rate > 0.0 && fastrand::f64() < behaviour.fail_rate;
     {
-        let mut counts = counts.lock().unwrap();
-        counts.total += 1;
-        *counts.attempts.entry((key.clone(), attempt)).or_default() += 1;
+        counts.total.fetch_add(1, Ordering::Relaxed);
+        let mut shard = counts.keys.lock(&key);
+        *shard.attempts.entry((key.clone(), attempt)).or_default() += 1;
         if !fail {
-            *counts.ok.entry(key).or_default() += 1;
+            *shard.ok.entry(key).or_default() += 1;
         }
     }
     if fail {
