@@ -146,6 +146,7 @@ impl Sweeper {
             dead: self.retention.dead,
             batch: self.retention.sweep_batch,
             budget: self.retention.sweep_interval / BUDGET_SHARE,
+            interval: self.retention.sweep_interval,
         };
         let retained = self.store.retain(&policy).await?;
         self.metrics.swept(Status::Done.as_str(), retained.done);

@@ -19,6 +19,9 @@ pub struct Retention {
     /// How long one pass may keep removing rows: a backlog larger than that is left for
     /// the next pass, and shows as [`Retained::backlog`].
     pub budget: Duration,
+    /// How often passes run (`retention.sweep_interval`): a store that acts at a set age
+    /// acts at the pass nearest to it where acting early is safe.
+    pub interval: Duration,
 }
 
 /// What one retention pass did, and what it left.

@@ -51,6 +51,7 @@ const RING_RETENTION: Retention = Retention {
     dead: Duration::from_secs(365 * 24 * 3600),
     batch: 2,
     budget: Duration::from_secs(3600),
+    interval: Duration::ZERO,
 };
 
 fn secs(n: i64) -> Duration {

@@ -58,6 +58,35 @@ async fn turn_the_ring(app: &TestApp) {
     );
 }
 
+/// Passes come every `retention.sweep_interval`, and a slot opens during one: the ring
+/// turns at the pass nearest a turn's age, not at the first pass past it, which came a
+/// sweep interval late at nearly every turn (a 42-minute soak turned every 180 s where
+/// a turn is 150 s).
+#[actix_web::test]
+async fn a_pass_turns_the_ring_at_the_pass_nearest_a_turn() {
+    let app = spawn_app_with(|_| {}).await;
+    let (quarter, interval) = (retention().done / 4, retention().sweep_interval);
+    let before = app.db.current_slot().await;
+    // Three quarters of an interval short of a turn: the next pass is nearer to it.
+    app.db.age_ring(quarter - interval * 3 / 4).await;
+    pass(&app.store).await;
+    assert_eq!(
+        app.db.current_slot().await,
+        before,
+        "{:?}",
+        app.db.ring().await
+    );
+    // A quarter of an interval short: this pass is the nearest.
+    app.db.age_ring(interval / 2).await;
+    pass(&app.store).await;
+    assert_ne!(
+        app.db.current_slot().await,
+        before,
+        "{:?}",
+        app.db.ring().await
+    );
+}
+
 #[actix_web::test]
 async fn a_redelivery_after_turns_of_the_ring_is_answered_from_its_row_in_an_older_slot() {
     let app = spawn_app_with(|c| c.cache.capacity = 0).await;

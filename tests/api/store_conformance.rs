@@ -321,6 +321,7 @@ async fn retention_keeps_what_is_inside_it_and_removes_the_rest_within_two_passe
         dead,
         batch: 2,
         budget: Duration::from_secs(60),
+        interval: Duration::ZERO,
     };
     let (hour, now) = (Duration::from_secs(3600), Duration::ZERO);
     let pass = |policy: Retention| {

@@ -186,7 +186,13 @@ impl Inner {
         // Emptying first frees a slot for the turn; a slot the turn sealed late may be due
         // at once.
         empty_due(&mut client, policy, started, &mut retained).await?;
-        match turn(&mut client, quarter).await {
+        // Passes come every `policy.interval`: the ring turns at the pass nearest a turn's
+        // age, not at the first one past it, which would come most of an interval late at
+        // nearly every turn (a slot opens during a pass and is asked about a turn's age
+        // later, before that pass's work). Sealing early is safe: a slot is emptied
+        // `retention.done` after it was sealed, or after a turn if that is sooner.
+        let seal_at = quarter.saturating_sub(policy.interval / 2);
+        match turn(&mut client, seal_at).await {
             Err(e) if !is_lock_timeout(&e) => return Err(e),
             _ => {}
         }
@@ -274,13 +280,13 @@ async fn slots(
 }
 
 /// Seals the current slot and opens the next empty one, if the current slot opened
-/// `quarter` ago or earlier. A ring with no empty slot (emptying is behind) does not turn:
+/// `age` ago or earlier. A ring with no empty slot (emptying is behind) does not turn:
 /// the current slot keeps taking keys, and the backlog says why.
-async fn turn(client: &mut Object, quarter: Duration) -> Result<(), StoreError> {
-    let quarter = millis(quarter);
+async fn turn(client: &mut Object, age: Duration) -> Result<(), StoreError> {
+    let age = millis(age);
     let due: bool = get(
         &client
-            .query_one(TURN_DUE, &[&quarter])
+            .query_one(TURN_DUE, &[&age])
             .await
             .map_err(db_error)?,
         "due",
@@ -289,7 +295,7 @@ async fn turn(client: &mut Object, quarter: Duration) -> Result<(), StoreError> 
         return Ok(());
     }
     let tx = locked(client).await?;
-    let Some(sealed) = tx.query_opt(SEAL, &[&quarter]).await.map_err(db_error)? else {
+    let Some(sealed) = tx.query_opt(SEAL, &[&age]).await.map_err(db_error)? else {
         return tx.rollback().await.map_err(db_error);
     };
     let sealed: i16 = get(&sealed, "slot")?;
