@@ -272,6 +272,7 @@ impl Watch<'_> {
         let url = format!("{}/webhooks/bench", self.base);
         let ingest = Ingest::start(url, keys, o.connections, o.rate, deadline);
         let mut meter = Meter::read(self.db, &ingest);
+        let mut swept_before = node_metrics(self.client, self.base).await.swept_done;
         let mut samples: Vec<Sample> = Vec::new();
         for k in 1u32.. {
             let end = (started + o.rules.window * k).min(deadline);
@@ -285,8 +286,10 @@ impl Watch<'_> {
             let at = started.elapsed();
             let length = at - samples.last().map_or(Duration::ZERO, |s| s.at);
             let window = ingest.take_window();
-            let (events_bytes, attempts_bytes, backlog_s) =
-                node_metrics(self.client, self.base).await;
+            let node = node_metrics(self.client, self.base).await;
+            let (events_bytes, attempts_bytes) = (node.events_bytes, node.attempts_bytes);
+            let swept = node.swept_done.saturating_sub(swept_before);
+            swept_before = node.swept_done;
             let counts = match o.counts {
                 true => self.db.counts(o.rules.retention).await,
                 false => Counts {
@@ -303,7 +306,8 @@ impl Watch<'_> {
                 counts,
                 events_bytes,
                 attempts_bytes,
-                backlog_s,
+                backlog_s: node.backlog_s,
+                swept,
                 node_us,
                 postgres_us,
                 tally: self.target.tally(),
@@ -353,11 +357,22 @@ fn latencies(mut window: Window) -> Sample {
     }
 }
 
-/// The node's `hookgate_table_bytes` of the events and their history, and its
-/// `hookgate_retention_backlog_seconds` (zeros if `/metrics` does not answer).
-async fn node_metrics(client: &awc::Client, base: &str) -> (u64, u64, f64) {
+/// What the soak reads of the node's `/metrics` each window.
+#[derive(Default)]
+struct NodeMetrics {
+    /// `hookgate_table_bytes` of the events and of their history.
+    events_bytes: u64,
+    attempts_bytes: u64,
+    /// `hookgate_retention_backlog_seconds`.
+    backlog_s: f64,
+    /// `hookgate_swept_rows_total` of done rows, since the node started.
+    swept_done: u64,
+}
+
+/// The node's metrics the soak prints (zeros if `/metrics` does not answer).
+async fn node_metrics(client: &awc::Client, base: &str) -> NodeMetrics {
     let Ok(mut response) = client.get(format!("{base}/metrics")).send().await else {
-        return (0, 0, 0.0);
+        return NodeMetrics::default();
     };
     let body = response.body().limit(1 << 22).await.unwrap_or_default();
     let text = String::from_utf8_lossy(&body);
@@ -367,11 +382,12 @@ async fn node_metrics(client: &awc::Client, base: &str) -> (u64, u64, f64) {
             .and_then(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
             .unwrap_or(0.0)
     };
-    (
-        value(r#"hookgate_table_bytes{table="webhook_events"}"#) as u64,
-        value(r#"hookgate_table_bytes{table="webhook_attempts"}"#) as u64,
-        value("hookgate_retention_backlog_seconds "),
-    )
+    NodeMetrics {
+        events_bytes: value(r#"hookgate_table_bytes{table="webhook_events"}"#) as u64,
+        attempts_bytes: value(r#"hookgate_table_bytes{table="webhook_attempts"}"#) as u64,
+        backlog_s: value("hookgate_retention_backlog_seconds "),
+        swept_done: value(r#"hookgate_swept_rows_total{kind="done"}"#) as u64,
+    }
 }
 
 /// CPU ticks at one moment: the bench's process, the part of it that is not the node

@@ -30,6 +30,9 @@ pub struct Sample {
     pub attempts_bytes: u64,
     /// The node's `hookgate_retention_backlog_seconds`, as of its last sweep.
     pub backlog_s: f64,
+    /// Done rows the node's retention removed in the window (`hookgate_swept_rows_total`):
+    /// which windows a slot was emptied in.
+    pub swept: u64,
     /// CPU per accepted event: the bench's process without its senders and its own reads
     /// (the node and the bench's target), and the Postgres cluster without the bench's
     /// backend.
@@ -52,7 +55,7 @@ impl Sample {
         };
         format!(
             "t={:>5.0}s ev/s={:>6.0} rows={:>8} history={:>6} past_retention={:>7} \
-             backlog={:.0}s disk={} events={} history={} cpu/ev={cpu} p50={:.1}ms \
+             backlog={:.0}s swept={} disk={} events={} history={} cpu/ev={cpu} p50={:.1}ms \
              p99={:.1}ms max={:.0}ms refused={} errors={} deliveries={} duplicates={} rss={}MiB",
             self.at.as_secs_f64(),
             self.accepted as f64 / self.length.as_secs_f64().max(1e-3),
@@ -60,6 +63,7 @@ impl Sample {
             self.counts.attempts,
             self.counts.past_retention,
             self.backlog_s,
+            self.swept,
             mib(self.counts.disk),
             mib(self.events_bytes),
             mib(self.attempts_bytes),
