@@ -578,3 +578,88 @@ async fn a_retention_pass_reads_none_of_the_rows_it_keeps() {
         db.ring().await
     );
 }
+
+/// A duplicate answered from its row reads the slots up to the one that holds its key and
+/// no further. With a week of rows in five sealed slots every further slot is one more key
+/// index descended per duplicate — at 50 million rows, a leaf page from disk each — where
+/// the claim's own first step already found the row (docs/performance.md, "Storage over
+/// time"). Done rows in every slot, the keys claimed again in slot 0 (the first the
+/// claim's probe visits), one at a time and concurrently (the batched claim): no other
+/// slot is scanned.
+#[actix_web::test]
+async fn a_duplicate_answered_from_its_row_reads_no_slot_past_its_own() {
+    let db = TestDb::new().await;
+    let name = format!("hookgate_ring_dup_{}", fastrand::u32(..));
+    let config = StoreConfig {
+        url: format!("{}?application_name={name}", db.url),
+        schema: db.schema.clone(),
+        pool_size: 4,
+        ..StoreConfig::default()
+    };
+    let store = db.store_with(config).await;
+    db.autovacuum_off(&["webhook_events"]).await;
+    db.execute(
+        "INSERT INTO webhook_events (provider, event_key, slot, status, attempts, last_path,
+                                     result_status)
+         SELECT 'p', 'k' || g, (g % 6)::int2, 'done', 1, 'first_run', 200
+         FROM generate_series(0, 5999) g",
+    )
+    .await;
+    db.execute("ANALYZE webhook_events").await;
+    // Index scans of every slot but slot 0: the claims' probes of slots that hold rows
+    // (the store's connections plan no sequential scans; its start reads each slot once
+    // that way).
+    let elsewhere = || async {
+        db.flush_stats().await;
+        let row = db
+            .query_one(
+                "SELECT COALESCE(sum(t.idx_scan), 0)::int8
+                 FROM pg_stat_user_tables t
+                 JOIN pg_partition_tree('webhook_events'::regclass) p ON p.relid = t.relid
+                 WHERE p.isleaf AND t.relname <> 'webhook_events_s0'",
+                &[],
+            )
+            .await;
+        row.get::<_, i64>(0)
+    };
+    let before = elsewhere().await;
+    let ids: Vec<EventId> = (0..40)
+        .map(|i| EventId::new("p", format!("k{}", i * 6)))
+        .collect();
+    let lease = Duration::from_secs(30);
+    let mut answers = Vec::new();
+    for id in &ids[..20] {
+        answers.push(store.claim(id, None, lease, None).await);
+    }
+    answers.extend(
+        join_all(
+            ids[20..]
+                .iter()
+                .map(|id| store.claim(id, None, lease, None)),
+        )
+        .await,
+    );
+    for answer in &answers {
+        assert!(
+            matches!(
+                answer,
+                Ok(ClaimResult::Existing(RowState {
+                    status: Status::Done,
+                    ..
+                }))
+            ),
+            "{answer:?}"
+        );
+    }
+    // Counts reach the statistics when the connections end: close them, then read.
+    drop(store);
+    eventually("the claims' connections to end", || async {
+        db.backends(&name).await == 0
+    })
+    .await;
+    let scans = elsewhere().await - before;
+    assert_eq!(
+        scans, 0,
+        "40 duplicates in slot 0 scanned other slots {scans} times"
+    );
+}
