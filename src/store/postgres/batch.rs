@@ -21,17 +21,19 @@ use crate::store::api::{millis, Enqueued, Fenced, History, Kept, QueueRow, Store
 
 /// Claims for many keys: the single-row `CLAIM` over `unnest`ed input.
 ///
-/// Reads: one primary-key probe per input key, never a scan (see the report branch).
+/// Reads: each input key's row as the statement's snapshot sees it (`found`: the slots'
+/// key indexes probed in turn up to the slot that holds the key), never a scan. Keys whose
+/// row is neither `done` nor `dead` go on to the insert; the others, and keys whose claim
+/// did not win, are reported from `found`, without probing the table again (which would
+/// descend every slot's key index: see `CLAIM`). Won keys are filtered out of the report
+/// with `NOT IN`, a hashed lookup: `NOT EXISTS` would be an anti-join, which without hash
+/// joins (see `PgStore::connect`) costs won × reported comparisons. `found` carries the
+/// input's columns so that no step joins two sets of rows.
 /// Locks: each input key's row that is not `done` or `dead` (those are only read, as in
 /// `CLAIM`), in key order. A concurrent claimer of one of these keys waits for this
 /// statement's commit and then sees the row it left (a live lease). Keys whose row was
 /// inserted by another transaction after this statement's snapshot are missing from the
 /// report; their calls retry alone.
-///
-/// The report branch returns, for each input key not won, its row as the statement's
-/// snapshot saw it. Won keys are filtered out before the probe with `NOT IN`, a hashed
-/// lookup: `NOT EXISTS` would be an anti-join, which without hash joins (see
-/// `PgStore::connect`) costs won × reported comparisons.
 const CLAIM_BATCH: &str = concat!(
     "
 WITH input AS (
@@ -41,23 +43,29 @@ WITH input AS (
              request_headers)
 ),
 current AS (SELECT slot FROM hookgate_slots WHERE state = 'current'),
+found AS (
+    SELECT i.*, s.slot, s.status, s.attempts, s.last_path, s.fingerprint AS row_fingerprint,
+           s.locked_until, s.result_status, s.result_content_type, s.result_body
+    FROM input i
+    LEFT JOIN LATERAL (
+        SELECT w.slot, w.status, w.attempts, w.last_path, w.fingerprint, w.locked_until,
+               w.result_status, w.result_content_type, w.result_body
+        FROM webhook_events w
+        WHERE w.provider = i.provider AND w.event_key = i.event_key
+        LIMIT 1) s ON true
+),
 claimed AS (
     INSERT INTO webhook_events AS e
         (provider, event_key, slot, status, attempts, last_path, fingerprint, locked_until,
          payload, content_type, request_headers, keep_payload)
-    SELECT i.provider, i.event_key, COALESCE(s.slot, (SELECT slot FROM current)),
-           'in_progress', 1, 'first_run', i.fingerprint,
-           now() + i.lease_ms * interval '1 millisecond',
-           i.payload, i.content_type, i.request_headers, i.payload IS NOT NULL
-    FROM input i
-    -- The slot each key is in (one primary-key probe per slot), or the current one; a
-    -- key whose row is done or dead is only reported (no claim changes it: see `CLAIM`).
-    LEFT JOIN LATERAL (
-        SELECT w.slot, w.status FROM webhook_events w
-        WHERE w.provider = i.provider AND w.event_key = i.event_key
-        LIMIT 1) s ON true
-    WHERE s.status IS NULL OR s.status NOT IN ('done', 'dead')
-    ORDER BY i.provider, i.event_key
+    SELECT f.provider, f.event_key, COALESCE(f.slot, (SELECT slot FROM current)),
+           'in_progress', 1, 'first_run', f.fingerprint,
+           now() + f.lease_ms * interval '1 millisecond',
+           f.payload, f.content_type, f.request_headers, f.payload IS NOT NULL
+    FROM found f
+    -- A key whose row is done or dead is only reported (no claim changes it: see `CLAIM`).
+    WHERE f.status IS NULL OR f.status NOT IN ('done', 'dead')
+    ORDER BY f.provider, f.event_key
 ",
     pg_claim_conflict!(),
     "
@@ -67,19 +75,13 @@ claimed AS (
 )
 SELECT * FROM claimed
 UNION ALL
-SELECT w.provider, w.event_key, false, w.status, w.attempts, w.last_path, w.fingerprint,
-       GREATEST(0, extract(epoch FROM w.locked_until - now()) * 1000)::bigint,
-       w.result_status, w.result_content_type, w.result_body
-FROM input i
-CROSS JOIN LATERAL (
-    -- One primary-key probe per input key. OFFSET 0 keeps the planner from flattening this
-    -- into a join, which for a large batch on a table with stale statistics it runs as a
-    -- hash join over a sequential scan of the whole table.
-    SELECT * FROM webhook_events w
-    WHERE w.provider = i.provider AND w.event_key = i.event_key
-    OFFSET 0) w
--- Won keys need no probe (NOT IN: the keys are never NULL).
-WHERE (i.provider, i.event_key) NOT IN (SELECT provider, event_key FROM claimed)"
+SELECT f.provider, f.event_key, false, f.status, f.attempts, f.last_path, f.row_fingerprint,
+       GREATEST(0, extract(epoch FROM f.locked_until - now()) * 1000)::bigint,
+       f.result_status, f.result_content_type, f.result_body
+FROM found f
+-- Keys with a row; won keys are not reported (NOT IN: the keys are never NULL).
+WHERE f.status IS NOT NULL
+  AND (f.provider, f.event_key) NOT IN (SELECT provider, event_key FROM claimed)"
 );
 
 /// Enqueues of many events: the single-row `ENQUEUE` over `unnest`ed input — each key

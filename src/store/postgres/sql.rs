@@ -56,23 +56,33 @@ pub(crate) use pg_slot_of;
 /// Claim, in one statement: insert the key, or take over a `failed` row or an expired
 /// lease; otherwise report the row as it stands.
 ///
-/// A key whose row the statement's snapshot sees `done` or `dead` is not inserted at all:
-/// no claim changes such a row, and `ON CONFLICT DO UPDATE` locks the row it meets even when
-/// its `WHERE` leaves it alone — a write of the row's heap page, a WAL record and, for a
-/// page not written since the last checkpoint, a copy of the whole page. A duplicate
-/// answered from its row writes nothing. A replay that moves the row on after the snapshot
-/// is ordered after this claim, which reports the row as the snapshot saw it.
+/// `found` is the key's row as the statement's snapshot sees it, found by probing the
+/// slots' key indexes in turn up to the slot that holds it. A key whose row is `done` or
+/// `dead` is not inserted at all: no claim changes such a row, and `ON CONFLICT DO UPDATE`
+/// locks the row it meets even when its `WHERE` leaves it alone — a write of the row's heap
+/// page, a WAL record and, for a page not written since the last checkpoint, a copy of the
+/// whole page. A duplicate answered from its row writes nothing, and is answered from
+/// `found`: asking the table again would probe every slot's key index. A replay that moves
+/// the row on after the snapshot is ordered after this claim, which reports the row as the
+/// snapshot saw it.
 ///
 /// Locks: the one `(provider, event_key)` row (or its index slot). A concurrent claimer of
 /// the same key blocks on that row lock until this statement commits, then re-evaluates
 /// the `WHERE` against the committed row: after our win it sees `in_progress` with a live
 /// lease, so it cannot win too. `done` and `dead` never match, whatever `locked_until`
-/// says. The report branch reads the statement's snapshot; if a concurrent insert
-/// committed after that snapshot, it returns no row and the caller runs the statement
-/// again (see [`PgStore::claim`]).
+/// says. The report is the snapshot's row; if a concurrent insert committed after that
+/// snapshot, there is none and the statement returns no row: the caller runs it again
+/// (see [`PgStore::claim`]).
 pub(crate) const CLAIM: &str = concat!(
     "
-WITH claimed AS (
+WITH found AS (
+    SELECT w.slot, w.status, w.attempts, w.last_path, w.fingerprint, w.locked_until,
+           w.result_status, w.result_content_type, w.result_body
+    FROM webhook_events w
+    WHERE w.provider = $1 AND w.event_key = $2
+    LIMIT 1
+),
+claimed AS (
     INSERT INTO webhook_events AS e
         (provider, event_key, slot, status, attempts, last_path, fingerprint, locked_until,
          payload, content_type, request_headers, keep_payload)
@@ -82,11 +92,7 @@ WITH claimed AS (
            now() + $4::bigint * interval '1 millisecond',
            $5::bytea, $6::text, $7::text, $5::bytea IS NOT NULL
     FROM (SELECT) one
-    -- The slot the key is in (one primary-key probe per slot), and its row's status.
-    LEFT JOIN LATERAL (
-        SELECT w.slot, w.status FROM webhook_events w
-        WHERE w.provider = $1 AND w.event_key = $2
-        LIMIT 1) s ON true
+    LEFT JOIN found s ON true
     WHERE s.status IS NULL OR s.status NOT IN ('done', 'dead')
 ",
     pg_claim_conflict!(),
@@ -100,8 +106,8 @@ UNION ALL
 SELECT false, status, attempts, last_path, fingerprint,
        GREATEST(0, extract(epoch FROM locked_until - now()) * 1000)::bigint,
        result_status, result_content_type, result_body
-FROM webhook_events
-WHERE provider = $1 AND event_key = $2 AND NOT EXISTS (SELECT 1 FROM claimed)"
+FROM found
+WHERE NOT EXISTS (SELECT 1 FROM claimed)"
 );
 
 /// An attempt's history row, from the row the outcome statement `changed` (its
