@@ -67,14 +67,7 @@ async fn claim_and_complete(store: &Arc<dyn Store>, keys: std::ops::Range<u32>, 
 #[actix_web::test]
 async fn claims_and_completions_never_scan_the_table_whatever_its_statistics() {
     let db = TestDb::new().await;
-    let name = format!("hookgate_plans_{}", fastrand::u32(..));
-    let config = StoreConfig {
-        url: format!("{}?application_name={name}", db.url),
-        schema: db.schema.clone(),
-        pool_size: 4,
-        ..StoreConfig::default()
-    };
-    let store = db.store_with(config).await;
+    let (store, name) = db.named_store("hookgate_plans", 4).await;
     db.autovacuum_off(&["webhook_events"]).await;
     // Prepared and run on an empty table, each statement more often than Postgres's five
     // custom plans on every pooled connection, so a generic plan is chosen there.

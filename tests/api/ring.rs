@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use futures_util::future::join_all;
 use hookgate::claim::{ClaimResult, RowState, Status, StoredResult};
-use hookgate::config::{Mode, RetentionConfig, Secret, StoreConfig};
+use hookgate::config::{Mode, RetentionConfig, Secret};
 use hookgate::key::EventId;
 use hookgate::metrics::Metrics;
 use hookgate::retention::Sweeper;
@@ -545,14 +545,7 @@ async fn a_turn_never_splits_a_key_between_a_claim_in_flight_and_the_next() {
 #[actix_web::test]
 async fn a_retention_pass_reads_none_of_the_rows_it_keeps() {
     let db = TestDb::new().await;
-    let name = format!("hookgate_ring_reads_{}", fastrand::u32(..));
-    let config = StoreConfig {
-        url: format!("{}?application_name={name}", db.url),
-        schema: db.schema.clone(),
-        pool_size: 2,
-        ..StoreConfig::default()
-    };
-    let store = db.store_with(config).await;
+    let (store, name) = db.named_store("hookgate_ring_reads", 2).await;
     db.autovacuum_off(&["webhook_events"]).await;
     db.execute(
         "INSERT INTO webhook_events (provider, event_key, status, attempts, last_path,
@@ -566,11 +559,7 @@ async fn a_retention_pass_reads_none_of_the_rows_it_keeps() {
     let before = db.reads(&["webhook_events"]).await;
     pass(&store).await;
     // Counts reach the statistics when the connections end: close them, then read.
-    drop(store);
-    eventually("the pass's connections to end", || async {
-        db.backends(&name).await == 0
-    })
-    .await;
+    db.close(store, &name).await;
     let read = db.reads(&["webhook_events"]).await - before;
     assert!(
         read < 100,
@@ -589,14 +578,7 @@ async fn a_retention_pass_reads_none_of_the_rows_it_keeps() {
 #[actix_web::test]
 async fn a_duplicate_answered_from_its_row_reads_no_slot_past_its_own() {
     let db = TestDb::new().await;
-    let name = format!("hookgate_ring_dup_{}", fastrand::u32(..));
-    let config = StoreConfig {
-        url: format!("{}?application_name={name}", db.url),
-        schema: db.schema.clone(),
-        pool_size: 4,
-        ..StoreConfig::default()
-    };
-    let store = db.store_with(config).await;
+    let (store, name) = db.named_store("hookgate_ring_dup", 4).await;
     db.autovacuum_off(&["webhook_events"]).await;
     db.execute(
         "INSERT INTO webhook_events (provider, event_key, slot, status, attempts, last_path,
@@ -652,11 +634,7 @@ async fn a_duplicate_answered_from_its_row_reads_no_slot_past_its_own() {
         );
     }
     // Counts reach the statistics when the connections end: close them, then read.
-    drop(store);
-    eventually("the claims' connections to end", || async {
-        db.backends(&name).await == 0
-    })
-    .await;
+    db.close(store, &name).await;
     let scans = elsewhere().await - before;
     assert_eq!(
         scans, 0,

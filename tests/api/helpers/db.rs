@@ -125,6 +125,29 @@ impl TestDb {
         self.store_with(self.store_config()).await
     }
 
+    /// A migrated store whose connections carry a name of their own (`prefix` and a random
+    /// number), returned with it: the statistics of what it read reach Postgres's views
+    /// only when its connections end (see [`TestDb::close`]).
+    pub async fn named_store(&self, prefix: &str, pool_size: usize) -> (Arc<dyn Store>, String) {
+        let name = format!("{prefix}_{}", fastrand::u32(..));
+        let config = StoreConfig {
+            url: format!("{}?application_name={name}", self.url),
+            schema: self.schema.clone(),
+            pool_size,
+            ..StoreConfig::default()
+        };
+        (self.store_with(config).await, name)
+    }
+
+    /// Drops `store` and waits until its connections, named `name`, have ended.
+    pub async fn close(&self, store: Arc<dyn Store>, name: &str) {
+        drop(store);
+        crate::helpers::eventually("the store's connections to end", || async {
+            self.backends(name).await == 0
+        })
+        .await;
+    }
+
     pub async fn store_with(&self, config: StoreConfig) -> Arc<dyn Store> {
         let store = hookgate::store::open(&config).await.expect("store");
         store.migrate().await.expect("migrate");
