@@ -21,14 +21,18 @@ pub(crate) const TURNS_PER_RETENTION: u32 = 4;
 
 /// How long a ring transaction waits for the table's lock before it gives up until the
 /// next pass: every claim waits behind the lock request meanwhile, so this bounds the
-/// pause a turn can put on ingest when an operator's read or a long transaction holds
+/// pause a turn can put on ingest when a long write (a claim stuck on a row lock) holds
 /// the table.
 const RING_LOCK_TIMEOUT: Duration = Duration::from_millis(500);
 
 /// The first statement of every ring transaction: claims, completions and history writes
 /// wait until it commits, and it waits for the ones running (a statement takes its
-/// snapshot after its locks, so whatever runs after sees the ring as this left it).
-const LOCK: &str = "LOCK TABLE webhook_events, webhook_attempts IN EXCLUSIVE MODE";
+/// snapshot after its locks, so whatever runs after sees the ring as this left it). It
+/// locks the two parents `ONLY`: every statement of the store names them, so that
+/// excludes every writer, and it never waits for what works on one partition alone —
+/// autovacuum or `ANALYZE` of a slot, which give way to a waiter only after
+/// `deadlock_timeout`, past [`RING_LOCK_TIMEOUT`], while every claim waited behind it.
+const LOCK: &str = "LOCK TABLE ONLY webhook_events, ONLY webhook_attempts IN EXCLUSIVE MODE";
 
 /// Seals the current slot if it opened `$1` ms ago or earlier and an empty slot can take
 /// its place; answers the sealed slot.
@@ -247,8 +251,9 @@ impl Inner {
 }
 
 /// Empties every sealed slot whose time is up ([`DUE`]), oldest first, and adds what went
-/// with them to `retained`. A slot whose lock could not be had in time, or whose keepers
-/// outlast the pass's budget, is left for the next pass.
+/// with them to `retained`. A slot whose locks could not be had in time (the tables'
+/// within [`RING_LOCK_TIMEOUT`], its partitions' at once), or whose keepers outlast the
+/// pass's budget, is left for the next pass with those after it.
 async fn empty_due(
     client: &mut Object,
     policy: &Retention,
@@ -360,8 +365,14 @@ async fn empty(
         )?;
         if moved < batch {
             // Every keeper is out (the lock is held): the rest goes with the partitions.
+            // Their lock is asked for without waiting: a reader of the slot (a report, a
+            // dump) or its autovacuum holds one the truncation must wait for, and every
+            // claim would wait behind this transaction meanwhile. The lock error leaves
+            // the slot for the next pass, which the backlog shows.
             tx.batch_execute(&format!(
-                "TRUNCATE webhook_events_s{slot}, webhook_attempts_s{slot}"
+                "LOCK TABLE webhook_events_s{slot}, webhook_attempts_s{slot}
+                     IN ACCESS EXCLUSIVE MODE NOWAIT;
+                 TRUNCATE webhook_events_s{slot}, webhook_attempts_s{slot}"
             ))
             .await
             .map_err(db_error)?;

@@ -380,14 +380,61 @@ impl TestDb {
     /// Locks one of the store's tables (`hookgate_paused`, ...) in a transaction left open,
     /// so that every statement on it waits until [`TableLock::release`] (Postgres only).
     pub async fn lock_pg_table(&self, table: &str) -> TableLock {
+        self.hold_lock(table, "ACCESS EXCLUSIVE").await
+    }
+
+    /// Holds `table`'s lock in `mode` in a transaction left open until
+    /// [`TableLock::release`] (Postgres): `SHARE UPDATE EXCLUSIVE` is what autovacuum and
+    /// `ANALYZE` of the table hold while they run.
+    pub async fn hold_lock(&self, table: &str, mode: &str) -> TableLock {
         let client = self.own_connection().await;
         client
-            .batch_execute(&format!(
-                "BEGIN; LOCK TABLE {table} IN ACCESS EXCLUSIVE MODE"
-            ))
+            .batch_execute(&format!("BEGIN; LOCK TABLE {table} IN {mode} MODE"))
             .await
             .expect("lock the table");
         TableLock::Pg(client)
+    }
+
+    /// Runs `work` while watching this schema's `tables` for a lock request that waits
+    /// (Postgres): its output, and whether such a wait was seen before it ended.
+    pub async fn lock_waits_during<T>(
+        &self,
+        tables: &[&str],
+        work: impl std::future::Future<Output = T>,
+    ) -> (T, bool) {
+        let Inspect::Pg(client) = &self.inspect else {
+            panic!("lock waiters are a Postgres test");
+        };
+        let tables: Vec<String> = tables
+            .iter()
+            .map(|t| format!("{}.{t}", self.schema))
+            .collect();
+        let done = std::sync::atomic::AtomicBool::new(false);
+        let run = async {
+            let out = work.await;
+            done.store(true, Ordering::SeqCst);
+            out
+        };
+        let watch = async {
+            while !done.load(Ordering::SeqCst) {
+                let waits: bool = client
+                    .query_one(
+                        "SELECT EXISTS (
+                             SELECT 1 FROM pg_locks
+                             WHERE NOT granted
+                               AND relation = ANY($1::text[]::regclass[]))",
+                        &[&tables],
+                    )
+                    .await
+                    .expect("pg_locks")
+                    .get(0);
+                if waits {
+                    return true;
+                }
+            }
+            false
+        };
+        futures_util::join!(run, watch)
     }
 
     /// `(connections, encrypted ones)` of this cluster whose `application_name` is `name`.
