@@ -102,6 +102,55 @@ async fn claims_and_completions_never_scan_the_table_whatever_its_statistics() {
     );
 }
 
+/// How many times the test below runs the take on its one connection: a number no other
+/// test's take reaches, by which its statement is told apart from theirs (each schema's
+/// statements are counted apart, under the same text).
+const TAKES: i64 = 137;
+
+/// The scheduler's take is planned once per connection, not at every execution, whatever
+/// the statistics make of its parameters. Planned at each execution, it is a join over
+/// every slot with the node's keys in flight as a constant: half of Postgres's CPU in the
+/// queue-mode soak (docs/performance.md, "Queue mode's rise in CPU, measured again").
+/// Here the statistics say one provider holds every row, so a take for another provider,
+/// planned for its value, looks cheaper than the generic plan: Postgres's plan cache would
+/// plan every execution. Counted by `pg_stat_statements` (the test cluster loads it).
+#[actix_web::test]
+async fn a_queue_take_is_planned_once_whatever_its_parameters() {
+    let db = TestDb::new().await;
+    db.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements WITH SCHEMA public")
+        .await;
+    let (store, name) = db.named_store("hookgate_take_plans", 1).await;
+    db.execute(
+        "INSERT INTO webhook_events (provider, event_key, status, mode, attempts, last_path,
+                                     next_attempt_at)
+         SELECT 'p', 'q' || g, 'queued', 'queue', 0, 'queued', now() - interval '1 hour'
+         FROM generate_series(1, 20000) g",
+    )
+    .await;
+    db.execute("ANALYZE webhook_events").await;
+    let busy: Vec<Arc<str>> = (0..300).map(|i| Arc::from(format!("busy{i}"))).collect();
+    let lease = Duration::from_secs(30);
+    for _ in 0..TAKES {
+        let taken = store.take_due("other", 10, lease, &busy).await.unwrap();
+        assert!(taken.is_empty(), "the other provider has no rows");
+    }
+    db.close(store, &name).await;
+
+    let row = db
+        .query_one(
+            "SELECT count(*), COALESCE(sum(plans), 0)::bigint FROM public.pg_stat_statements
+             WHERE query LIKE '%event_key <> ALL%' AND calls = $1",
+            &[&TAKES],
+        )
+        .await;
+    let (statements, plans): (i64, i64) = (row.get(0), row.get(1));
+    assert_eq!(statements, 1, "the take's statement, run {TAKES} times");
+    assert!(
+        plans <= 6,
+        "{plans} plans for {TAKES} takes on one connection: planned at every execution"
+    );
+}
+
 /// Rows of the operator-reads table: two thirds dead letters, three providers, one row
 /// changed every millisecond (two at a time: ties for the page order's tie-break).
 const BIG: i64 = 100_000;

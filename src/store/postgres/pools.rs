@@ -75,8 +75,15 @@ pub(crate) fn open(config: &StoreConfig, schema: String) -> Result<Pools, StoreE
     // stopped at its limit, ties put in order a few at a time (an incremental sort).
     // Checked by tests/api/plans.rs.
     let operators = format!("{options} -c enable_sort=off -c enable_bitmapscan=off");
+    // The hot statements keep their generic plans whatever the statistics say. Left to
+    // choose (it chooses again whenever autovacuum's ANALYZE of a slot invalidates a
+    // plan), the plan cache came to plan the queue's take at every execution — a join over
+    // every slot with the keys in flight as a constant — and planning took half of
+    // Postgres's CPU (docs/performance.md). The operators' reads keep the choice: their
+    // optional filters are worth a plan per value. Checked by tests/api/plans.rs.
+    let hot = format!("{options} -c plan_cache_mode=force_generic_plan");
     Ok(Pools {
-        hot: pool(config.pool_size, options)?,
+        hot: pool(config.pool_size, hot)?,
         operator: pool(config.operator_pool_size, operators)?,
     })
 }
