@@ -27,7 +27,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use hookgate::config::Mode;
+use hookgate::claim::Mode;
 use hookgate::startup::Application;
 use hookgate::worker::HttpDelivery;
 
@@ -223,11 +223,20 @@ async fn soak(args: &Args, o: Options) -> bool {
     let accepted: u64 = samples.iter().map(|s| s.accepted).sum();
     let refused: u64 = samples.iter().map(|s| s.refused).sum();
     let errors: u64 = samples.iter().map(|s| s.errors).sum();
+    let mut refused_by = std::collections::BTreeMap::<&str, u64>::new();
+    for (answer, n) in samples.iter().flat_map(|s| &s.refused_by) {
+        *refused_by.entry(answer).or_default() += n;
+    }
+    let refused_as: String = refused_by
+        .iter()
+        .map(|(k, n)| format!(" {k}:{n}"))
+        .collect();
     let worst_p99 = samples.iter().map(|s| s.p99_ms).fold(0.0, f64::max);
     let max = samples.iter().map(|s| s.max_ms).fold(0.0, f64::max);
     println!(
-        "scenario=soak store={} mode={} events={accepted} refused={refused} errors={errors} \
-         deliveries={} duplicates={} worst_window_p99={worst_p99:.1}ms max={max:.0}ms",
+        "scenario=soak store={} mode={} events={accepted} refused={refused}{refused_as} \
+         errors={errors} deliveries={} duplicates={} worst_window_p99={worst_p99:.1}ms \
+         max={max:.0}ms",
         args.store,
         o.mode.as_str(),
         tally.deliveries,
@@ -349,6 +358,7 @@ fn latencies(mut window: Window) -> Sample {
     Sample {
         accepted: window.accepted,
         refused: window.refused,
+        refused_by: window.refused_by,
         errors: window.errors,
         p50_ms: at(0.50),
         p99_ms: at(0.99),

@@ -6,6 +6,7 @@
 //! thread of its own so its CPU can be told apart from the node's.
 
 use std::cell::Cell;
+use std::collections::BTreeMap;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -28,6 +29,9 @@ pub struct Window {
     pub accepted: u64,
     /// Other answers (503 `overloaded` and the like); the event is not sent again.
     pub refused: u64,
+    /// The other answers by status and `Hookgate-Path` (`"503/overloaded"`), so a run
+    /// says what it was refused, not only how often.
+    pub refused_by: BTreeMap<String, u64>,
     /// Requests that got no answer.
     pub errors: u64,
 }
@@ -164,19 +168,29 @@ async fn send(
                 let status = match answer {
                     Ok(mut response) => {
                         let _ = response.body().await;
-                        Some(response.status())
+                        let path = response
+                            .headers()
+                            .get("Hookgate-Path")
+                            .and_then(|v| v.to_str().ok())
+                            .unwrap_or("-")
+                            .to_owned();
+                        Some((response.status(), path))
                     }
                     Err(_) => None,
                 };
                 let us = sent.elapsed().as_micros().min(u128::from(u32::MAX)) as u32;
                 let mut window = window.lock().expect("the soak's window");
                 match status {
-                    Some(s) if s.is_success() => {
+                    Some((s, _)) if s.is_success() => {
                         window.accepted += 1;
                         window.latencies_us.push(us);
                     }
-                    Some(_) => {
+                    Some((s, path)) => {
                         window.refused += 1;
+                        *window
+                            .refused_by
+                            .entry(format!("{}/{path}", s.as_u16()))
+                            .or_default() += 1;
                         window.latencies_us.push(us);
                     }
                     None => window.errors += 1,

@@ -3,6 +3,7 @@
 //! these) look only at the steady part of the run, the windows ending after
 //! [`Rules::settle`]: its last third against its middle third.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use crate::soak_db::{Counts, PrefillLeft};
@@ -23,6 +24,8 @@ pub struct Sample {
     pub accepted: u64,
     pub refused: u64,
     pub errors: u64,
+    /// The other answers by status and path (`"503/overloaded"`).
+    pub refused_by: BTreeMap<String, u64>,
     pub counts: Counts,
     /// The node's `hookgate_table_bytes` for the events and their history, as of its last
     /// sweep.
@@ -53,10 +56,20 @@ impl Sample {
             Some(pg) => format!("{:.0}+{pg:.0}µs", self.node_us),
             None => format!("{:.0}µs", self.node_us),
         };
+        let refused_as = if self.refused_by.is_empty() {
+            String::new()
+        } else {
+            let each: Vec<String> = self
+                .refused_by
+                .iter()
+                .map(|(k, n)| format!("{k}:{n}"))
+                .collect();
+            format!(" refused_as={}", each.join(","))
+        };
         format!(
             "t={:>5.0}s ev/s={:>6.0} rows={:>8} history={:>6} past_retention={:>7} \
              backlog={:.0}s swept={} disk={} events={} history={} cpu/ev={cpu} p50={:.1}ms \
-             p99={:.1}ms max={:.0}ms refused={} errors={} deliveries={} duplicates={} rss={}MiB",
+             p99={:.1}ms max={:.0}ms refused={} errors={} deliveries={} duplicates={} rss={}MiB{refused_as}",
             self.at.as_secs_f64(),
             self.accepted as f64 / self.length.as_secs_f64().max(1e-3),
             self.counts.rows,
