@@ -3,7 +3,9 @@
 #   * every repository path README.md and docs/*.md name (in `code` or a link) exists;
 #   * every `hookgate …` subcommand they show is one the binary accepts;
 #   * docs/design.md's file map names every file under src/ (and, by the first check,
-#     names no file that does not exist).
+#     names no file that does not exist);
+#   * every type hookgate exports is imported by one path: a file outside the type's
+#     top-level module, and every test and bench, names it the same way.
 # Usage: scripts/check-docs.sh   (builds the debug binary). Exits non-zero on any finding.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -73,6 +75,47 @@ design = open("docs/design.md", encoding="utf-8").read()
 for path in sorted(glob.glob("src/**/*", recursive=True)):
     if os.path.isfile(path) and f"`{path}`" not in design:
         problems.append(f"docs/design.md: the file map has no row for {path}")
+
+# One path per type: `use crate::…` in src/ (from outside the file's own top-level module)
+# and `use hookgate::…` in tests/ and benches/ name each type by one path.
+def use_items(text):
+    def split(body):
+        out, depth, cur = [], 0, ""
+        for ch in body:
+            depth += (ch == "{") - (ch == "}")
+            if ch == "," and depth == 0:
+                out.append(cur)
+                cur = ""
+            else:
+                cur += ch
+        return [item for item in out + [cur] if item]
+    def expand(prefix, body):
+        for item in split(body):
+            if "{" in item:
+                head, rest = item.split("{", 1)
+                yield from expand(prefix + head, rest.rsplit("}", 1)[0])
+            else:
+                yield prefix + item
+    head, _, rest = text.partition("{")
+    return list(expand(head, rest.rsplit("}", 1)[0])) if rest else [text]
+
+paths_of = {}
+for top, root in (("src", "crate"), ("tests", "hookgate"), ("benches", "hookgate")):
+    for path in glob.glob(f"{top}/**/*.rs", recursive=True):
+        own = path.split("/")[1].removesuffix(".rs") if top == "src" else None
+        text = open(path, encoding="utf-8").read()
+        for use in re.finditer(r"(?m)^\s*(?:pub(?:\([^)]*\))? )?use (" + root + r"::[^;]*);", text):
+            for item in use_items(re.sub(r"\s+", "", re.sub(r"\s+as\s+", "@", use.group(1)))):
+                segments = item.split("@")[0].split("::")
+                name = segments[-1]
+                if not name[:1].isupper() or (own and segments[1] == own):
+                    continue
+                module = "::".join(["hookgate"] + segments[1:-1])
+                paths_of.setdefault(name, {}).setdefault(module, path)
+for name, modules in sorted(paths_of.items()):
+    if len(modules) > 1:
+        each = "; ".join(f"{m}::{name} ({f})" for m, f in sorted(modules.items()))
+        problems.append(f"{name} is imported by {len(modules)} paths: {each}")
 
 for problem in problems:
     print(problem, file=sys.stderr)

@@ -1,4 +1,4 @@
-//! The vocabulary of the claim path: the row's [`Status`], the named [`Path`] every attempt
+//! The vocabulary of the claim path: the row's [`Status`] and [`Mode`], the named [`Path`] every attempt
 //! is labelled with, and the pure rule ([`classify`]) that turns a row the claim did *not*
 //! win into a path.
 //!
@@ -7,6 +7,8 @@
 
 use std::fmt;
 use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
 
 /// A row's state, as stored in `webhook_events.status`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -54,6 +56,35 @@ impl Status {
             "dead" => Status::Dead,
             _ => return None,
         })
+    }
+}
+
+/// How a provider's events reach the target: chosen in the config, kept on the row.
+#[derive(Debug, Clone, Copy, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum Mode {
+    /// The sender's request waits for the target; the sender redelivers.
+    Sync,
+    /// 202 once the row is durable; hookgate delivers and redelivers.
+    Queue,
+}
+
+impl Mode {
+    /// The name as written in the config and stored on the row.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Mode::Sync => "sync",
+            Mode::Queue => "queue",
+        }
+    }
+
+    /// The mode named `text` (as stored on a row), if any.
+    pub fn parse(text: &str) -> Option<Mode> {
+        match text {
+            "sync" => Some(Mode::Sync),
+            "queue" => Some(Mode::Queue),
+            _ => None,
+        }
     }
 }
 

@@ -11,7 +11,7 @@
 //!
 //! | pattern | where |
 //! |---|---|
-//! | row states, named paths, the not-won and mismatch rules (core) | [`claim`] |
+//! | row states and modes, named paths, the not-won and mismatch rules (core) | [`claim`] |
 //! | the idempotency key and its sources (core) | [`key`] |
 //! | canonical JSON, payload fingerprints (core) | [`canonical`] |
 //! | signature schemes, bounded header parsing (core) | [`signature`] |

@@ -8,10 +8,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::canonical::Fingerprinter;
+use crate::claim::Mode;
 use crate::config::provider::{effective_key, effective_mode};
-use crate::config::{Mode, Preset, ProviderConfig, Switch};
-use crate::key::KeyDeriver;
-use crate::key::KeySource;
+use crate::config::{Preset, ProviderConfig, Switch};
+use crate::key::{KeyDeriver, KeySource};
 use crate::signature::hmac::HmacSpec;
 use crate::signature::standard::decode_secret;
 use crate::signature::{Scheme, Verifier};

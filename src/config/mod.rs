@@ -19,7 +19,7 @@ pub mod validate;
 
 pub use load::{secret_from_env, ConfigError};
 pub use provider::{
-    effective_mode, HmacConfig, KeepPayload, Mode, Preset, ProviderConfig, SecretRef, Switch,
+    effective_mode, HmacConfig, KeepPayload, Preset, ProviderConfig, SecretRef, Switch,
     TargetConfig,
 };
 pub use settings::{
@@ -28,7 +28,3 @@ pub use settings::{
 };
 pub use store::{redact_url_password, StoreConfig};
 pub use validate::{Rule, RuleStatus};
-
-// The core's types that config files name, re-exported where users of the config look.
-pub use crate::key::KeySource;
-pub use crate::secret::Secret;

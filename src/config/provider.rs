@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use crate::claim::Mode;
 use crate::key::KeySource;
 use crate::signature::SigningKey;
 
@@ -100,35 +101,6 @@ impl Preset {
             Preset::Slack => "slack",
             Preset::Shopify => "shopify",
             Preset::Hmac => "hmac",
-        }
-    }
-}
-
-/// How a provider's events reach the target.
-#[derive(Debug, Clone, Copy, Deserialize, Serialize, PartialEq, Eq)]
-#[serde(rename_all = "lowercase")]
-pub enum Mode {
-    /// The sender's request waits for the target; the sender redelivers.
-    Sync,
-    /// 202 once the row is durable; hookgate delivers and redelivers.
-    Queue,
-}
-
-impl Mode {
-    /// The name as written in the config and stored on the row.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Mode::Sync => "sync",
-            Mode::Queue => "queue",
-        }
-    }
-
-    /// The mode named `text` (as stored on a row), if any.
-    pub fn parse(text: &str) -> Option<Mode> {
-        match text {
-            "sync" => Some(Mode::Sync),
-            "queue" => Some(Mode::Queue),
-            _ => None,
         }
     }
 }

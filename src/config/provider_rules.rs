@@ -4,9 +4,10 @@
 use std::collections::HashSet;
 use std::time::Duration;
 
-use super::provider::{effective_key, effective_mode, Mode, Preset, ProviderConfig};
+use super::provider::{effective_key, effective_mode, Preset, ProviderConfig};
 use super::rule::{advice, rule, show, Rule};
 use super::settings::Config;
+use crate::claim::Mode;
 use crate::key::KeySource;
 
 /// The admin token and every `[[providers]]` entry.
@@ -408,7 +409,7 @@ mod tests {
 
     #[test]
     fn a_standard_webhooks_secret_that_is_empty_or_not_base64_is_refused_by_name() {
-        use crate::config::Secret;
+        use crate::secret::Secret;
         use crate::signature::SigningKey;
         for value in ["whsec_", "whsec_not base64!"] {
             let mut config = Config::from_toml(
@@ -544,10 +545,7 @@ mod tests {
         )
         .expect("valid");
         let gh = config.provider("gh").expect("provider");
-        assert_eq!(
-            crate::config::effective_mode(gh),
-            crate::config::Mode::Queue
-        );
+        assert_eq!(crate::config::effective_mode(gh), crate::claim::Mode::Queue);
         assert_eq!(
             config.sender_horizon(gh),
             std::time::Duration::from_secs(3600)

@@ -21,10 +21,10 @@ use super::budget::Reserved;
 use super::error::ApiError;
 use super::state::AppState;
 use crate::canonical::Body;
-use crate::claim::Path;
-use crate::config::Mode;
+use crate::claim::{Mode, Path};
 use crate::key::EventId;
-use crate::shard::{Answer, Event, Reply, Target};
+use crate::provider::Target;
+use crate::shard::{Answer, Event, Reply};
 
 /// The handler.
 pub async fn ingest(

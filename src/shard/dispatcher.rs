@@ -21,7 +21,7 @@ use super::gate::Gate;
 use super::in_flight::{KeyHold, NodeKeys};
 use super::messages::{Drain, Drained, Enqueue, Ingest, Replay, Start};
 use super::signals::QueueSignals;
-use crate::config::Mode;
+use crate::claim::Mode;
 use crate::key::EventId;
 use crate::metrics::Metrics;
 use crate::provider::Target;

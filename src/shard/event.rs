@@ -5,7 +5,7 @@ use std::sync::Arc;
 use actix_web::http::header::HeaderMap;
 use actix_web::web::Bytes;
 
-use crate::config::Mode;
+use crate::claim::Mode;
 use crate::key::EventId;
 use crate::provider::Target;
 

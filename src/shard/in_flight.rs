@@ -193,7 +193,7 @@ impl InFlightSet {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::shard::Target;
+    use crate::provider::Target;
 
     fn event(key: &str) -> Arc<Event> {
         Arc::new(Event {
@@ -211,7 +211,7 @@ mod tests {
                 keep_payload: false,
             }),
             headers: Default::default(),
-            mode: crate::config::Mode::Sync,
+            mode: crate::claim::Mode::Sync,
         })
     }
 

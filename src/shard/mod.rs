@@ -39,5 +39,3 @@ pub use operator::replay_attempt;
 pub use queue::release_taken;
 pub use record::write_verdict;
 pub use signals::QueueSignals;
-
-pub use crate::provider::Target;

@@ -7,11 +7,10 @@ use actix_web::http::header::HeaderMap;
 use slog::{warn, Logger};
 
 use super::event::Event;
-use crate::claim::Status;
-use crate::config::Mode;
+use crate::claim::{Mode, Status};
 use crate::deadline::from_now;
-use crate::outcome::Verdict;
-use crate::store::{DeadReason, Failure, Fenced, History, Store, StoreError};
+use crate::outcome::{DeadReason, Verdict};
+use crate::store::{Failure, Fenced, History, Store, StoreError};
 
 /// Writes an attempt's verdict to its row, fenced by `attempts`, with its `history` row in
 /// the same statement; `None` when the verdict is [`Verdict::Unknown`] (a crash: the row

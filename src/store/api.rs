@@ -1,5 +1,5 @@
 //! The store's interface: the [`Store`] trait every backend implements. Its error kinds,
-//! row types and shared helpers live in `types` and are re-exported here.
+//! row types and shared helpers live in `types`; both are imported through `crate::store`.
 //!
 //! Each operation is one atomic statement (or one statement over a batch of rows). The
 //! claim wins or reports; complete and fail are *fenced* by the attempt number the claim
@@ -13,11 +13,10 @@ use crate::claim::{ClaimResult, Status, StoredResult};
 use crate::key::EventId;
 
 use super::page::PageCursor;
-pub use super::types::{
-    chain, AttemptRecord, Cause, Enqueued, EventRecord, EventSummary, Failure, Fenced, History,
-    Kept, MigrationWait, QueueDepth, QueueRow, Reopened, StoreError, StoreFuture, Taken,
+use super::types::{
+    Enqueued, EventRecord, EventSummary, Failure, Fenced, History, Kept, MigrationWait, QueueDepth,
+    QueueRow, Reopened, StoreFuture, Taken,
 };
-pub(crate) use super::types::{millis, storable, within};
 
 /// The operations hookgate needs from a database.
 pub trait Store: Send + Sync + 'static {

@@ -20,7 +20,7 @@ use std::time::Duration;
 use tokio::sync::{mpsc, oneshot, Semaphore};
 use tokio::time::Instant;
 
-use super::api::{millis, within, StoreError};
+use super::{millis, within, StoreError};
 
 /// Calls waiting for a batch, at most; beyond it callers wait to enqueue (backpressure).
 const QUEUE: usize = 8192;

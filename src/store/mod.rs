@@ -18,13 +18,13 @@ mod search;
 pub mod sqlite;
 mod types;
 
-pub use crate::outcome::DeadReason;
-pub(crate) use api::storable;
-pub use api::{
-    AttemptRecord, Cause, Enqueued, EventRecord, EventSummary, Failure, Fenced, History, Kept,
-    MigrationWait, QueueDepth, QueueRow, Reopened, Store, StoreError, StoreFuture, Taken,
-};
+pub use api::Store;
 pub use open::{check, open};
 pub use page::PageCursor;
 pub use retain::{Retained, Retention, TableSize};
 pub use search::{SearchPage, SCAN_BUDGET};
+pub use types::{
+    chain, AttemptRecord, Cause, Enqueued, EventRecord, EventSummary, Failure, Fenced, History,
+    Kept, MigrationWait, QueueDepth, QueueRow, Reopened, StoreError, StoreFuture, Taken,
+};
+pub(crate) use types::{millis, storable, within};

@@ -3,9 +3,9 @@
 
 use std::sync::Arc;
 
-use super::api::{Store, StoreError};
 use super::postgres::PgStore;
 use super::sqlite::SqliteStore;
+use super::{Store, StoreError};
 use crate::config::StoreConfig;
 
 /// Opens the store named by `config.url`.

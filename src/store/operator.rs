@@ -10,7 +10,7 @@ use serde::Serialize;
 use super::page::PageCursor;
 pub use super::search::SearchFilter;
 use super::search::SearchPage;
-use super::types::{AttemptRecord, EventRecord, StoreFuture};
+use super::{AttemptRecord, EventRecord, StoreFuture};
 use crate::key::EventId;
 
 /// Rows of one provider in one status.

@@ -7,7 +7,7 @@
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use super::api::StoreError;
+use super::StoreError;
 
 /// First wait after a failure: short, so a blip costs little.
 const FIRST_BACKOFF: Duration = Duration::from_millis(100);

@@ -11,7 +11,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::page::{micros, PageCursor};
-use super::types::EventSummary;
+use super::EventSummary;
 use crate::claim::Status;
 
 /// Which events a search (or a bulk replay) is about; every field narrows it. An unknown

@@ -10,8 +10,7 @@ use std::time::Duration;
 use actix_web::web::Bytes;
 use futures_util::future::BoxFuture;
 
-use crate::claim::{Path, RowState, Status, StoredResult};
-use crate::config::Mode;
+use crate::claim::{Mode, Path, RowState, Status, StoredResult};
 use crate::key::EventId;
 use crate::outcome::DeadReason;
 

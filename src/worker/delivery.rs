@@ -13,7 +13,7 @@ use actix_web::web::Bytes;
 use futures_util::future::LocalBoxFuture;
 
 use crate::claim::StoredResult;
-pub use crate::outcome::DeliveryOutcome;
+use crate::outcome::DeliveryOutcome;
 use crate::signature::standard::sign;
 
 /// Largest target body cached as the replayable result, and the most of an answer read:

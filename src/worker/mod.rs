@@ -15,8 +15,9 @@ use actix::prelude::*;
 use futures_util::FutureExt;
 
 use crate::metrics::Metrics;
+use crate::outcome::DeliveryOutcome;
 
-pub use delivery::{Delivery, DeliveryOutcome, DeliveryRequest, HttpDelivery};
+pub use delivery::{Delivery, DeliveryRequest, HttpDelivery};
 
 /// One supervised delivery worker.
 pub struct Worker {

@@ -2,7 +2,7 @@
 
 use awc::http::Method;
 
-use hookgate::config::Secret;
+use hookgate::secret::Secret;
 
 use crate::helpers::{spawn_app, spawn_app_with, TestApp, PROVIDER};
 

@@ -6,8 +6,10 @@
 
 use std::path::{Path, PathBuf};
 
-use hookgate::config::{Mode, Secret};
+use hookgate::claim::Mode;
+
 use hookgate::key::EventId;
+use hookgate::secret::Secret;
 use serde_json::json;
 
 use crate::helpers::webdriver::{self, Browser};

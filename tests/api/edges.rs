@@ -27,7 +27,7 @@ fn standard_webhooks_valid(secret: &str, id: &str, ts: &str, body: &[u8], header
 #[actix_web::test]
 async fn forwarded_requests_are_signed_so_the_target_can_verify_them() {
     let app = spawn_app_with(|c| {
-        c.providers[0].target.signing_key = Some(hookgate::config::Secret::new(FORWARD_SECRET));
+        c.providers[0].target.signing_key = Some(hookgate::secret::Secret::new(FORWARD_SECRET));
     })
     .await;
     let body = r#"{"id":"evt_sig","amount":42}"#;
@@ -211,7 +211,7 @@ async fn alerts_and_dashboard_use_only_metrics_hookgate_serves() {
     let app = spawn_app_with(|c| {
         let mut queued = c.providers[0].clone();
         queued.name = "q".into();
-        queued.mode = Some(hookgate::config::Mode::Queue);
+        queued.mode = Some(hookgate::claim::Mode::Queue);
         c.providers.push(queued);
     })
     .await;

@@ -7,7 +7,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures_util::future::join_all;
-use hookgate::config::{Config, Mode};
+use hookgate::claim::Mode;
+use hookgate::config::Config;
 use hookgate::key::EventId;
 use hookgate::worker::HttpDelivery;
 

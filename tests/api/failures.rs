@@ -260,7 +260,7 @@ async fn a_target_body_that_never_ends_is_bounded_by_the_target_timeout() {
         c.providers[0].target.timeout = Duration::from_secs(1);
         let mut queued = c.providers[0].clone();
         queued.name = "q".into();
-        queued.mode = Some(hookgate::config::Mode::Queue);
+        queued.mode = Some(hookgate::claim::Mode::Queue);
         c.providers.push(queued);
     })
     .await;

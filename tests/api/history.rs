@@ -6,7 +6,11 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use hookgate::config::{KeepPayload, Mode, Secret};
+use hookgate::claim::Mode;
+
+use hookgate::secret::Secret;
+
+use hookgate::config::KeepPayload;
 use hookgate::key::EventId;
 use hookgate::store::operator::SearchFilter;
 use hookgate::worker::HttpDelivery;

@@ -20,10 +20,10 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use actix_web::web::Bytes;
-use hookgate::claim::{classify, ClaimResult, Path, Status, StoredResult};
-use hookgate::config::Mode;
+use hookgate::claim::{classify, ClaimResult, Mode, Path, Status, StoredResult};
 use hookgate::key::EventId;
-use hookgate::store::{DeadReason, Enqueued, Failure, Fenced, QueueRow, Retention, Store};
+use hookgate::outcome::DeadReason;
+use hookgate::store::{Enqueued, Failure, Fenced, QueueRow, Retention, Store};
 
 use crate::helpers::{Backend, TestDb};
 

@@ -5,10 +5,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::future::join_all;
-use hookgate::config::Secret;
 use hookgate::key::EventId;
 use hookgate::metrics::Metrics;
 use hookgate::retention::{SweepReport, Sweeper};
+use hookgate::secret::Secret;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::helpers::{
@@ -526,7 +526,7 @@ async fn a_sync_dead_letter_replays_where_its_provider_now_queues_past_the_lease
     let node = app
         .second_node(|c| {
             c.admin.token = Some(Secret::new(TOKEN));
-            c.providers[0].mode = Some(hookgate::config::Mode::Queue);
+            c.providers[0].mode = Some(hookgate::claim::Mode::Queue);
             c.queue.poll_interval = Duration::from_secs(3600);
             c.lease.duration = Duration::from_secs(2);
             c.retry.base = Duration::from_secs(3);

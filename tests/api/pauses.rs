@@ -6,7 +6,11 @@
 
 use std::time::Duration;
 
-use hookgate::config::{Config, Mode, Secret};
+use hookgate::claim::Mode;
+
+use hookgate::secret::Secret;
+
+use hookgate::config::Config;
 use serde_json::{json, Value};
 
 use crate::helpers::{eventually, spawn_app_on, Backend, Behaviour, TestApp, PROVIDER};

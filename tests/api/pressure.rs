@@ -522,7 +522,7 @@ async fn readers_that_take_nothing_are_cut(keep_alive: Duration) {
         c.server.http_workers = Some(1);
         c.server.max_connections = 4;
         c.server.max_body_bytes = 16 * 1024 * 1024;
-        c.admin.token = Some(hookgate::config::Secret::new(TOKEN));
+        c.admin.token = Some(hookgate::secret::Secret::new(TOKEN));
         c.providers[0].keep_payload = hookgate::config::KeepPayload::Always;
     })
     .await;

@@ -5,7 +5,8 @@
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use base64::Engine;
-use hookgate::config::{Config, ProviderConfig, Secret};
+use hookgate::config::{Config, ProviderConfig};
+use hookgate::secret::Secret;
 use hookgate::signature::hmac::sign_sha256;
 use hookgate::signature::SigningKey;
 

@@ -5,7 +5,9 @@
 
 use std::time::Duration;
 
-use hookgate::config::{Config, Mode};
+use hookgate::claim::Mode;
+
+use hookgate::config::Config;
 use hookgate::key::EventId;
 use hookgate::metrics::Metrics;
 use hookgate::retention::Sweeper;
@@ -333,7 +335,7 @@ async fn a_scheduler_pass_racing_an_arrival_keeps_the_providers_limit() {
 async fn a_row_taken_while_its_provider_was_paused_goes_back_unstarted() {
     let app = spawn_app_on(Backend::Postgres, |c| {
         queue_mode(c);
-        c.admin.token = Some(hookgate::config::Secret::new("t0ken"));
+        c.admin.token = Some(hookgate::secret::Secret::new("t0ken"));
     })
     .await;
     app.scheduler.by_hand().await;

@@ -11,11 +11,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::future::join_all;
-use hookgate::claim::{ClaimResult, RowState, Status, StoredResult};
-use hookgate::config::{Mode, RetentionConfig, Secret};
+use hookgate::claim::{ClaimResult, Mode, RowState, Status, StoredResult};
+use hookgate::config::RetentionConfig;
 use hookgate::key::EventId;
 use hookgate::metrics::Metrics;
 use hookgate::retention::Sweeper;
+use hookgate::secret::Secret;
 use hookgate::store::Store;
 
 use crate::helpers::{eventually, spawn_app_with, Behaviour, TestApp, TestDb, PROVIDER};

@@ -31,15 +31,15 @@ use std::time::{Duration, Instant};
 
 use actix_web::web::Bytes;
 use futures_util::StreamExt;
-use hookgate::claim::{ClaimResult, StoredResult};
-use hookgate::config::Mode;
+use hookgate::claim::{ClaimResult, Mode, StoredResult};
 use hookgate::deadline::after;
 use hookgate::key::EventId;
-use hookgate::outcome::Verdict;
+use hookgate::outcome::{DeliveryOutcome, Verdict};
+use hookgate::provider::Target;
 use hookgate::retry::RetryPolicy;
-use hookgate::shard::{replay_attempt, Attempt, Event, Recorded, Target};
+use hookgate::shard::{replay_attempt, Attempt, Event, Recorded};
 use hookgate::store::{Fenced, QueueRow, Store, Taken};
-use hookgate::worker::{DeliveryOutcome, DeliveryRequest};
+use hookgate::worker::DeliveryRequest;
 use tokio::sync::Notify;
 
 use crate::helpers::{

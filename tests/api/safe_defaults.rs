@@ -5,7 +5,9 @@
 
 use std::process::{Command, Output};
 
-use hookgate::config::{Config, Preset, Secret};
+use hookgate::secret::Secret;
+
+use hookgate::config::{Config, Preset};
 use hookgate::signature::SigningKey;
 
 use crate::helpers::{spawn_app_with, TestApp, PROVIDER};

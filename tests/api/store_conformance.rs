@@ -9,7 +9,8 @@ use actix_web::web::Bytes;
 use futures_util::future::join_all;
 use hookgate::claim::{classify, ClaimResult, Path, Status, StoredResult};
 use hookgate::key::EventId;
-use hookgate::store::{DeadReason, Enqueued, Failure, Fenced, History, QueueRow, Retention, Store};
+use hookgate::outcome::DeadReason;
+use hookgate::store::{Enqueued, Failure, Fenced, History, QueueRow, Retention, Store};
 
 use crate::helpers::failure;
 

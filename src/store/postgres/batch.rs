@@ -17,7 +17,7 @@ use super::rows::{claim_result, db_error, existing, get};
 use super::sql::pg_claim_conflict;
 use crate::claim::ClaimResult;
 use crate::key::EventId;
-use crate::store::api::{millis, Enqueued, Fenced, History, Kept, QueueRow, StoreError};
+use crate::store::{millis, Enqueued, Fenced, History, Kept, QueueRow, StoreError};
 
 /// Claims for many keys: the single-row `CLAIM` over `unnest`ed input.
 ///

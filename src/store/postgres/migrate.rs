@@ -12,7 +12,7 @@ use deadpool_postgres::Object;
 
 use super::pool::Inner;
 use super::rows::{db_error, is_lock_timeout};
-use crate::store::api::{millis, MigrationWait, StoreError};
+use crate::store::{millis, MigrationWait, StoreError};
 
 /// One migration.
 enum Migration {

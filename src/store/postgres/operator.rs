@@ -13,12 +13,12 @@ use super::rows::{db_error, get, record};
 use super::search;
 use super::sql::LOOKUP;
 use crate::key::EventId;
-use crate::store::api::{millis, AttemptRecord, EventRecord, StoreError, StoreFuture};
 use crate::store::operator::{
     HistoryPage, OperatorStore, ReplayItem, ReplayJob, SearchFilter, StatusCount,
 };
 use crate::store::page::PageCursor;
 use crate::store::search::{Order, SearchPage};
+use crate::store::{millis, AttemptRecord, EventRecord, StoreError, StoreFuture};
 
 /// History: one event's latest `$4` attempts numbered below `$3` (all when NULL), newest
 /// first, from its primary key read backwards. A plain read; rows written meanwhile are

@@ -18,8 +18,8 @@ use super::rows::{claim_result, db_error, get, is_read_only, pool_error};
 use super::sql::{CLAIM, COMPLETE, COMPLETE_PLAIN};
 use crate::claim::{ClaimResult, StoredResult};
 use crate::key::EventId;
-use crate::store::api::{millis, Fenced, History, Kept, StoreError};
 use crate::store::reconnect::Reconnect;
+use crate::store::{millis, Fenced, History, Kept, StoreError};
 
 /// One claim: run alone here, or in a batch (`batch.rs`).
 pub(crate) struct ClaimCall {

@@ -17,8 +17,8 @@ use super::connection::Connector;
 use super::pool::{Inner, Retired};
 use super::tls;
 use crate::config::StoreConfig;
-use crate::store::api::{millis, StoreError};
 use crate::store::reconnect::Reconnect;
+use crate::store::{millis, StoreError};
 
 /// How long opening a connection to one host may take — TCP, TLS, login and the
 /// read-write check — before the next host named is tried (TCP alone is also bounded by

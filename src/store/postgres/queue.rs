@@ -12,9 +12,9 @@ use super::queue_sql::{
 };
 use super::rows::{db_error, existing, get, parse_path};
 use crate::key::EventId;
-use crate::store::api::{millis, Enqueued, Fenced, QueueDepth, QueueRow, StoreError, Taken};
+use crate::store::{millis, Enqueued, Fenced, QueueDepth, QueueRow, StoreError, Taken};
 
-/// [`Store::enqueue`](crate::store::api::Store::enqueue); retried while a concurrent insert hides
+/// [`Store::enqueue`](crate::store::Store::enqueue); retried while a concurrent insert hides
 /// the row from the report (see `ENQUEUE`).
 pub(crate) async fn enqueue(inner: &Inner, item: &QueueRow) -> Result<Enqueued, StoreError> {
     for _ in 0..3 {
@@ -52,7 +52,7 @@ pub(crate) async fn enqueue(inner: &Inner, item: &QueueRow) -> Result<Enqueued, 
     ))
 }
 
-/// [`Store::take`](crate::store::api::Store::take).
+/// [`Store::take`](crate::store::Store::take).
 pub(crate) async fn take(
     inner: &Inner,
     id: &EventId,
@@ -85,7 +85,7 @@ fn taken(id: EventId, row: &tokio_postgres::Row) -> Result<Taken, StoreError> {
     })
 }
 
-/// [`Store::take_due`](crate::store::api::Store::take_due).
+/// [`Store::take_due`](crate::store::Store::take_due).
 pub(crate) async fn take_due(
     inner: &Inner,
     provider: &str,
@@ -114,7 +114,7 @@ pub(crate) async fn take_due(
         .collect()
 }
 
-/// [`Store::due`](crate::store::api::Store::due).
+/// [`Store::due`](crate::store::Store::due).
 pub(crate) async fn due(
     inner: &Inner,
     provider: &str,
@@ -134,7 +134,7 @@ pub(crate) async fn due(
         .collect()
 }
 
-/// [`Store::renew`](crate::store::api::Store::renew).
+/// [`Store::renew`](crate::store::Store::renew).
 pub(crate) async fn renew(
     inner: &Inner,
     id: &EventId,
@@ -147,7 +147,7 @@ pub(crate) async fn renew(
         .await
 }
 
-/// [`Store::abandon`](crate::store::api::Store::abandon).
+/// [`Store::abandon`](crate::store::Store::abandon).
 pub(crate) async fn abandon(
     inner: &Inner,
     provider: &str,
@@ -165,7 +165,7 @@ pub(crate) async fn abandon(
         .await
 }
 
-/// [`Store::orphan`](crate::store::api::Store::orphan).
+/// [`Store::orphan`](crate::store::Store::orphan).
 pub(crate) async fn orphan(
     inner: &Inner,
     known: &[String],
@@ -187,7 +187,7 @@ pub(crate) async fn orphan(
         .await
 }
 
-/// [`Store::queue_depth`](crate::store::api::Store::queue_depth).
+/// [`Store::queue_depth`](crate::store::Store::queue_depth).
 pub(crate) async fn queue_depth(inner: &Inner) -> Result<Vec<QueueDepth>, StoreError> {
     let rows = inner
         .run(async |client| client.query(QUEUE_DEPTH, &[]).await.map_err(db_error))

@@ -11,8 +11,8 @@ use deadpool_postgres::Object;
 use super::pool::Inner;
 use super::rows::{db_error, get, is_lock_timeout};
 use super::sql::SWEEP;
-use crate::store::api::{millis, StoreError};
 use crate::store::retain::{Retained, Retention};
+use crate::store::{millis, StoreError};
 
 /// How many turns of the ring one `retention.done` takes: the current slot is sealed a
 /// quarter of it after it opened, so a done row is kept between `retention.done` and

@@ -6,10 +6,9 @@ use deadpool_postgres::PoolError;
 use tokio_postgres::error::SqlState;
 use tokio_postgres::Row;
 
-use crate::claim::{ClaimResult, Path, RowState, Status, StoredResult};
-use crate::config::Mode;
+use crate::claim::{ClaimResult, Mode, Path, RowState, Status, StoredResult};
 use crate::key::EventId;
-use crate::store::api::{Cause, Enqueued, EventRecord, EventSummary, StoreError};
+use crate::store::{Cause, Enqueued, EventRecord, EventSummary, StoreError};
 
 pub(crate) fn claim_result(row: &Row) -> Result<ClaimResult, StoreError> {
     let won: bool = get(row, "won")?;

@@ -9,10 +9,10 @@ use tokio_postgres::types::ToSql;
 
 use super::pool::Inner;
 use super::rows::{db_error, get, summary};
-use crate::store::api::StoreError;
 use crate::store::operator::SearchFilter;
 use crate::store::page::PageCursor;
 use crate::store::search::{page, start, Order, SearchPage, SCAN_BUDGET};
+use crate::store::StoreError;
 
 /// What each status's scan reads of a row: a summary's columns (no payload), raw times.
 macro_rules! scan_columns {

@@ -32,16 +32,15 @@ use super::tls;
 use crate::claim::{ClaimResult, Status, StoredResult};
 use crate::config::StoreConfig;
 use crate::key::EventId;
-use crate::store::api::millis;
-use crate::store::api::{
-    Enqueued, EventRecord, EventSummary, Failure, Fenced, History, Kept, MigrationWait, QueueDepth,
-    QueueRow, Reopened, Store, StoreError, StoreFuture, Taken,
-};
 use crate::store::batcher::Batcher;
 use crate::store::operator::{OperatorStore, SearchFilter};
 use crate::store::page::PageCursor;
 use crate::store::retain::{Retained, Retention, TableSize, TABLES};
 use crate::store::search::Order;
+use crate::store::{
+    millis, Enqueued, EventRecord, EventSummary, Failure, Fenced, History, Kept, MigrationWait,
+    QueueDepth, QueueRow, Reopened, Store, StoreError, StoreFuture, Taken,
+};
 
 /// Claims or completions one batch carries at most.
 const MAX_BATCH: usize = 256;

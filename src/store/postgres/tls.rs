@@ -24,7 +24,7 @@ use tokio_postgres::config::SslMode;
 use tokio_postgres_rustls::MakeRustlsConnect;
 
 use crate::config::store::key_values;
-use crate::store::api::StoreError;
+use crate::store::StoreError;
 use crate::tls::{client_config, Verify};
 
 /// What the URL asks of TLS.

@@ -21,7 +21,7 @@ use std::thread;
 use rusqlite::Connection;
 
 use super::writer::{sql_error, BetweenBatches};
-use crate::store::api::StoreError;
+use crate::store::StoreError;
 
 /// Frames written between two checkpointer passes: SQLite's own automatic checkpoint
 /// interval (4 MiB of 4 KiB pages), so a pass copies as much as SQLite's default did.

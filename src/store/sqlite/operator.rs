@@ -13,12 +13,12 @@ use super::rows::{record, select_record};
 use super::search;
 use super::writer::{sql_error, Writer};
 use crate::key::EventId;
-use crate::store::api::{millis, AttemptRecord, EventRecord, StoreError, StoreFuture};
 use crate::store::operator::{
     HistoryPage, OperatorStore, ReplayItem, ReplayJob, SearchFilter, StatusCount,
 };
 use crate::store::page::PageCursor;
 use crate::store::search::{Order, SearchPage};
+use crate::store::{millis, AttemptRecord, EventRecord, StoreError, StoreFuture};
 
 /// An event's latest `?4` attempts numbered below `?3` (all when NULL), newest first, by
 /// its primary key read backwards (a plain read: the last committed ones).
@@ -495,9 +495,9 @@ impl OperatorStore for SqliteOperator {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::api::Store;
     use crate::store::sqlite::rows::select_summary;
     use crate::store::sqlite::SqliteStore;
+    use crate::store::Store;
 
     /// A migrated store in a directory of its own, removed when dropped.
     struct TempStore {

@@ -11,10 +11,9 @@ use actix_web::web::Bytes;
 use rusqlite::{params, Connection, OptionalExtension};
 
 use super::writer::sql_error;
-use crate::claim::{Path, RowState};
-use crate::config::Mode;
+use crate::claim::{Mode, Path, RowState};
 use crate::key::EventId;
-use crate::store::api::{millis, Enqueued, Fenced, QueueDepth, QueueRow, StoreError, Taken};
+use crate::store::{millis, Enqueued, Fenced, QueueDepth, QueueRow, StoreError, Taken};
 
 /// Enqueue: a new queue row, due now — or, with a start lease (`?7` ms), already taken for
 /// its first attempt (see Postgres's `ENQUEUE`); nothing when the key is known.

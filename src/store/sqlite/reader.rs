@@ -18,7 +18,7 @@ use rusqlite::Connection;
 use tokio::sync::oneshot;
 
 use super::writer::{sql_error, Writer};
-use crate::store::api::{millis, within, StoreError};
+use crate::store::{millis, within, StoreError};
 
 /// Virtual machine steps between two looks at the clock. A look costs tens of nanoseconds
 /// and a thousand steps take from microseconds to a fraction of a millisecond, so the cost

@@ -8,7 +8,7 @@ use rusqlite::Row;
 use super::writer::sql_error;
 use crate::claim::{Path as ClaimPath, Status, StoredResult};
 use crate::key::EventId;
-use crate::store::api::{EventRecord, EventSummary, Fenced, StoreError};
+use crate::store::{EventRecord, EventSummary, Fenced, StoreError};
 
 /// Time left on a lease, in whole milliseconds, never negative.
 pub(crate) const LEASE_LEFT_MS: &str =

@@ -9,10 +9,10 @@ use rusqlite::{params, Connection, Rows};
 use super::rows::{select_summary, summary};
 use super::writer::sql_error;
 use crate::claim::Status;
-use crate::store::api::{EventSummary, StoreError};
 use crate::store::operator::SearchFilter;
 use crate::store::page::{micros, PageCursor};
 use crate::store::search::{matches, page, start, Order, SearchPage, SCAN_BUDGET};
+use crate::store::{EventSummary, StoreError};
 
 /// One status's rows (`?1`), last changed first, changed at or before `?2` and at or after
 /// `?3` (Unix seconds): the (status, updated_at) index read backwards between the two; ties

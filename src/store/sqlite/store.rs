@@ -30,17 +30,16 @@ use super::reader::Reader;
 use super::rows::{fenced, record, select_record};
 use super::search;
 use super::writer::{sql_error, Writer};
-use crate::claim::{ClaimResult, Path as ClaimPath, RowState, Status, StoredResult};
-use crate::config::Mode;
+use crate::claim::{ClaimResult, Mode, Path as ClaimPath, RowState, Status, StoredResult};
 use crate::key::EventId;
-use crate::store::api::{
-    millis, Enqueued, EventRecord, EventSummary, Failure, Fenced, History, Kept, MigrationWait,
-    QueueDepth, QueueRow, Reopened, Store, StoreError, StoreFuture, Taken,
-};
 use crate::store::operator::{OperatorStore, SearchFilter};
 use crate::store::page::PageCursor;
 use crate::store::retain::{Retained, Retention, TableSize, TABLES};
 use crate::store::search::Order;
+use crate::store::{
+    millis, Enqueued, EventRecord, EventSummary, Failure, Fenced, History, Kept, MigrationWait,
+    QueueDepth, QueueRow, Reopened, Store, StoreError, StoreFuture, Taken,
+};
 
 /// The migrations, applied in order, each once.
 const MIGRATIONS: &[(i32, &str)] = &[

@@ -18,7 +18,7 @@ use std::time::Duration;
 use rusqlite::Connection;
 use tokio::sync::oneshot;
 
-use crate::store::api::{within, Cause, StoreError};
+use crate::store::{within, Cause, StoreError};
 
 /// Jobs one transaction takes at most: bounds the time a batch holds the write lock.
 const MAX_BATCH: usize = 256;

@@ -1000,7 +1000,7 @@ impl TableLock {
 
 /// A failed attempt's record: a target's 500, with a payload and kept headers; `dead`
 /// makes it a dead letter.
-pub fn failure(dead: Option<hookgate::store::DeadReason>) -> hookgate::store::Failure {
+pub fn failure(dead: Option<hookgate::outcome::DeadReason>) -> hookgate::store::Failure {
     hookgate::store::Failure {
         error: "target answered 500".into(),
         dead,

@@ -20,10 +20,11 @@ use std::time::{Duration, Instant};
 
 use futures_util::future::LocalBoxFuture;
 use hookgate::config::Config;
+use hookgate::outcome::DeliveryOutcome;
 use hookgate::scheduler::Scheduler;
 use hookgate::startup::{Application, Stopper};
 use hookgate::store::Store;
-use hookgate::worker::{Delivery, DeliveryOutcome, DeliveryRequest, HttpDelivery};
+use hookgate::worker::{Delivery, DeliveryRequest, HttpDelivery};
 
 pub use binary::BinaryNode;
 pub use chaos::{AttemptNote, Call, ChaosStore, Journal, Op, Outage, Span, Weather};
