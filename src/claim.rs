@@ -145,25 +145,26 @@ impl Path {
 
     /// Parses a label written by [`Path::as_str`] (the store keeps the last claim's path).
     pub fn parse(text: &str) -> Option<Self> {
-        [
-            Path::FirstRun,
-            Path::RetryAfterFailure,
-            Path::LeaseRetake,
-            Path::DuplicateDone,
-            Path::InProgressElsewhere,
-            Path::DuplicateDead,
-            Path::PayloadMismatch,
-            Path::StoreUnavailable,
-            Path::Overloaded,
-            Path::Queued,
-            Path::DuplicateQueued,
-            Path::Replay,
-            Path::StaleCompletion,
-            Path::Paused,
-        ]
-        .into_iter()
-        .find(|p| p.as_str() == text)
+        Path::ALL.into_iter().find(|p| p.as_str() == text)
     }
+
+    /// Every path.
+    pub const ALL: [Path; 14] = [
+        Path::FirstRun,
+        Path::RetryAfterFailure,
+        Path::LeaseRetake,
+        Path::DuplicateDone,
+        Path::InProgressElsewhere,
+        Path::DuplicateDead,
+        Path::PayloadMismatch,
+        Path::StoreUnavailable,
+        Path::Overloaded,
+        Path::Queued,
+        Path::DuplicateQueued,
+        Path::Replay,
+        Path::StaleCompletion,
+        Path::Paused,
+    ];
 
     /// Whether this path means the claim was won and a delivery runs.
     pub fn is_won(self) -> bool {

@@ -94,4 +94,43 @@ mod tests {
             assert!(!CONSOLE_JS.contains(sink), "console.js uses {sink}");
         }
     }
+
+    /// The names a JS array constant of console.js holds: `const NAME = ['a', 'b', ...];`.
+    fn js_names(name: &str) -> Vec<&'static str> {
+        let start = CONSOLE_JS
+            .find(&format!("const {name} = ["))
+            .unwrap_or_else(|| panic!("console.js has no {name}"));
+        let body = &CONSOLE_JS[start..];
+        let body = &body[body.find('[').unwrap() + 1..body.find("];").unwrap()];
+        body.split(',')
+            .map(|word| word.trim().trim_matches('\''))
+            .filter(|word| !word.is_empty())
+            .collect()
+    }
+
+    #[test]
+    fn the_console_knows_every_path_and_status_the_node_names() {
+        let mut paths = js_names("PATHS");
+        paths.sort_unstable();
+        let mut expected: Vec<&str> = crate::claim::Path::ALL.iter().map(|p| p.as_str()).collect();
+        expected.sort_unstable();
+        assert_eq!(paths, expected, "console.js's PATHS against claim::Path");
+        for path in expected {
+            assert!(
+                CONSOLE_CSS.contains(&format!(".path-{path} {{")),
+                "console.css has no colour for the path {path}"
+            );
+        }
+        let mut statuses = js_names("STATUSES");
+        statuses.sort_unstable();
+        let mut expected: Vec<&str> = crate::claim::Status::ALL
+            .iter()
+            .map(|s| s.as_str())
+            .collect();
+        expected.sort_unstable();
+        assert_eq!(
+            statuses, expected,
+            "console.js's STATUSES against claim::Status"
+        );
+    }
 }

@@ -16,11 +16,14 @@ const JOB_EVERY = 500;
 const CHART_MINUTES = 30;
 const CHART_MAX = 60;
 
+// Both lists must hold every name the node uses (claim::Status, claim::Path): a unit test in
+// console.rs compares them.
 const STATUSES = ['queued', 'in_progress', 'failed', 'dead', 'done'];
 const PATHS = [
   'first_run', 'retry_after_failure', 'lease_retake', 'duplicate_done',
   'in_progress_elsewhere', 'duplicate_dead', 'payload_mismatch', 'queued',
   'duplicate_queued', 'store_unavailable', 'overloaded', 'replay', 'stale_completion',
+  'paused',
 ];
 const EVENT_FILTERS = [
   'provider', 'status', 'path', 'key_prefix', 'mode', 'reason',
