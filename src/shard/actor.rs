@@ -23,6 +23,7 @@ use tokio::sync::oneshot;
 
 use super::answer::{cached_answer, log_refusal, mismatch_with, Answer, Reply, RetryReason};
 use super::attempt::ceil_secs;
+use super::busy::BusyCounts;
 use super::cache::{DoneCache, DoneWriter};
 use super::event::Event;
 use super::gate::Gate;
@@ -139,14 +140,9 @@ pub struct Shard {
     pub(super) expiry_set: bool,
     pub(super) in_flight: InFlightSet,
     pub(super) done: DoneWriter,
-    /// Claims sent to the store and not answered yet.
-    pub(super) claiming: usize,
-    /// Attempts between a won claim and their recorded outcome.
-    pub(super) running: usize,
-    /// Set by [`Drain`]: nothing more is claimed.
-    pub(super) draining: bool,
-    /// [`Drained`] callers, answered when `claiming` and `running` reach zero.
-    pub(super) drained: Vec<oneshot::Sender<()>>,
+    /// Claims and attempts in flight, each counted by a guard its future owns; whether
+    /// [`Drain`] came (nothing more is claimed); the [`Drained`] callers.
+    pub(super) busy: BusyCounts,
     pub(super) log: Logger,
 }
 
@@ -172,10 +168,7 @@ impl Shard {
             done: node
                 .done
                 .writer(settings.cache_capacity, settings.cache_bytes),
-            claiming: 0,
-            running: 0,
-            draining: false,
-            drained: Vec::new(),
+            busy: BusyCounts::default(),
             settings,
             log,
         }
@@ -247,7 +240,7 @@ impl Shard {
         reply: oneshot::Sender<Answer>,
         ctx: &mut Context<Self>,
     ) {
-        if self.draining {
+        if self.busy.draining() {
             let cause = "the node is shutting down";
             self.refuse(vec![(event, reply)], RetryReason::ShuttingDown, cause);
             return;
@@ -338,7 +331,7 @@ impl Shard {
         worker: usize,
         ctx: &mut Context<Self>,
     ) {
-        self.claiming += 1;
+        let busy = self.busy.claiming();
         let store = Arc::clone(&self.store);
         let lease = self.settings.lease;
         let ev = Arc::clone(&event);
@@ -364,9 +357,8 @@ impl Shard {
             sent,
         };
         ctx.spawn(claim.into_actor(self).map(move |result, act, ctx| {
-            act.claiming -= 1;
             act.answer_claim(claiming, result, ctx);
-            act.notify_drained();
+            drop(busy);
         }));
     }
 
@@ -375,7 +367,7 @@ impl Shard {
     /// scheduler a worker is free.
     pub(super) fn free_worker(&mut self, worker: usize, ctx: &mut Context<Self>) {
         // While draining nothing waits (`Drain` refused the queue) and nothing is claimed.
-        while !self.draining {
+        while !self.busy.draining() {
             let Some(w) = self.waiting.pop_front() else {
                 break;
             };
@@ -409,15 +401,6 @@ impl Shard {
     pub(super) fn publish_room(&self) {
         let room = (self.idle.len() + self.workers.len()).saturating_sub(self.pending.len());
         self.room[self.index].store(room, Ordering::Relaxed);
-    }
-
-    /// Answers `Drained` callers once nothing is claiming or running.
-    pub(super) fn notify_drained(&mut self) {
-        if self.draining && self.claiming == 0 && self.running == 0 {
-            for done in self.drained.drain(..) {
-                let _ = done.send(());
-            }
-        }
     }
 }
 

@@ -5,12 +5,14 @@
 //! `dispatcher` → `actor` (admission, memory answers) → `claimed` (the store's answer) →
 //! `running` (the shard's attempts) → `attempt` (deliver, judge, record, answer: the one
 //! home, also used by the command line) → `record` (fenced writes), `answer`, `cache`,
-//! `in_flight`, `event`, `messages`, `slots` (an attempt waiting for or holding a
-//! worker); `operator` (replay, shutdown) and `queue` beside them.
+//! `in_flight`, `busy` (what a draining shard waits for), `event`, `messages`, `slots` (an
+//! attempt waiting for or holding a worker); `operator` (replay, shutdown) and `queue`
+//! beside them.
 
 mod actor;
 pub mod answer;
 pub mod attempt;
+mod busy;
 pub mod cache;
 mod claimed;
 pub mod dispatcher;

@@ -49,7 +49,7 @@ impl Handler<Replay> for Shard {
             let _ = reply.send(not_replayable());
             return;
         }
-        if self.draining {
+        if self.busy.draining() {
             let _ = reply.send(Answer::refused(RetryReason::ShuttingDown));
             return;
         }
@@ -75,7 +75,7 @@ impl Handler<Replay> for Shard {
         // Trusted however old, from the start: a reopen held up past a lease must not let
         // a sender's request replace the entry, and once won the replay renews its lease.
         self.in_flight.renews(&id, token);
-        self.claiming += 1;
+        let busy = self.busy.claiming();
         let store = Arc::clone(&self.store);
         let lease = self.settings.lease;
         let key = id.clone();
@@ -89,9 +89,8 @@ impl Handler<Replay> for Shard {
         };
         let reopen = async move { store.replay(&key, lease).await };
         ctx.spawn(reopen.into_actor(self).map(move |reopened, act, ctx| {
-            act.claiming -= 1;
             act.answer_replay(reopening, reopened, ctx);
-            act.notify_drained();
+            drop(busy);
         }));
     }
 }
@@ -164,11 +163,10 @@ impl Handler<Drain> for Shard {
     type Result = ();
 
     fn handle(&mut self, _msg: Drain, _ctx: &mut Context<Self>) {
-        self.draining = true;
+        self.busy.drain();
         while let Some(w) = self.waiting.pop_front() {
             self.refuse_waiting(w, RetryReason::ShuttingDown, "the node is shutting down");
         }
-        self.notify_drained();
     }
 }
 
@@ -176,9 +174,7 @@ impl Handler<Drained> for Shard {
     type Result = ResponseFuture<()>;
 
     fn handle(&mut self, _msg: Drained, _ctx: &mut Context<Self>) -> Self::Result {
-        let (done, finished) = oneshot::channel();
-        self.drained.push(done);
-        self.notify_drained();
+        let finished = self.busy.when_drained();
         Box::pin(async move {
             let _ = finished.await;
         })

@@ -52,7 +52,7 @@ impl Handler<Enqueue> for Shard {
             let _ = reply.send(answer);
             return;
         }
-        if self.draining {
+        if self.busy.draining() {
             let cause = "the node is shutting down";
             self.refuse(vec![(event, reply)], RetryReason::ShuttingDown, cause);
             return;
@@ -69,16 +69,15 @@ impl Handler<Enqueue> for Shard {
             None
         };
         let token = self.in_flight.begin(&event, None);
-        self.claiming += 1;
+        let busy = self.busy.claiming();
         let store = Arc::clone(&self.store);
         let mut item = event.to_queue_row();
         item.start = worker.map(|_| self.settings.lease);
         let sent = Instant::now();
         let write = async move { store.enqueue(&item).await };
         ctx.spawn(write.into_actor(self).map(move |result, act, ctx| {
-            act.claiming -= 1;
             act.answer_enqueue(event, reply, token, worker.map(|w| (w, sent)), result, ctx);
-            act.notify_drained();
+            drop(busy);
         }));
     }
 }
@@ -134,7 +133,7 @@ impl Handler<Start> for Shard {
         };
         match self.take_idle() {
             Some(worker) => self.start_pending(pending, worker, ctx),
-            None if self.draining => {
+            None if self.busy.draining() => {
                 let why = "released at shutdown";
                 self.release(pending.attempt, Some(token), gated, why, ctx);
             }
@@ -365,11 +364,14 @@ impl Shard {
         while let Some(pending) = self.pending.pop_front() {
             self.publish_room();
             let held = self.held_why(&pending.attempt.event.id.provider);
-            if Instant::now() < pending.attempt.start_by() && !self.draining && held.is_none() {
+            if Instant::now() < pending.attempt.start_by()
+                && !self.busy.draining()
+                && held.is_none()
+            {
                 return Some(pending);
             }
             let why = match held {
-                _ if self.draining => "released at shutdown".to_owned(),
+                _ if self.busy.draining() => "released at shutdown".to_owned(),
                 Some(why) => why,
                 None => "no worker of this node freed up before its lease ran short".to_owned(),
             };
@@ -390,7 +392,7 @@ impl Shard {
         why: &str,
         ctx: &mut Context<Self>,
     ) {
-        self.running += 1;
+        let busy = self.busy.running();
         let store = Arc::clone(&self.store);
         let log = self.log.clone();
         let verdict = Verdict::Release { error: why.into() };
@@ -409,7 +411,6 @@ impl Shard {
             attempt
         };
         ctx.spawn(work.into_actor(self).map(move |attempt, act, _| {
-            act.running -= 1;
             if gated {
                 act.gate.release(&attempt.event.id.provider);
             }
@@ -417,7 +418,7 @@ impl Shard {
                 act.in_flight.forget(&attempt.event.id, token);
             }
             act.metrics.released(&attempt.event.id.provider);
-            act.notify_drained();
+            drop(busy);
         }));
     }
 }

@@ -26,7 +26,7 @@ impl Shard {
         reply: oneshot::Sender<Answer>,
         ctx: &mut Context<Self>,
     ) {
-        if self.draining {
+        if self.busy.draining() {
             let released = async { DeliveryOutcome::NotStarted("released at shutdown".into()) };
             self.record(running, reply, ctx, released);
         } else {
@@ -56,14 +56,13 @@ impl Shard {
         ctx: &mut Context<Self>,
         outcome: impl Future<Output = DeliveryOutcome> + 'static,
     ) {
-        self.running += 1;
+        let busy = self.busy.running();
         let store = Arc::clone(&self.store);
         let settings = Arc::clone(&self.settings);
         let log = self.log.clone();
         let attempt = running.attempt.clone();
         let work = async move { attempt.run(outcome, &*store, &settings.retry, &log).await };
         ctx.spawn(work.into_actor(self).map(move |recorded, act, ctx| {
-            act.running -= 1;
             let attempt = running.attempt;
             let provider = &attempt.event.id.provider;
             if running.gated {
@@ -88,7 +87,7 @@ impl Shard {
                 );
             }
             let _ = reply.send(answer);
-            act.notify_drained();
+            drop(busy);
         }));
     }
 }
