@@ -5,7 +5,9 @@
 #   * docs/design.md's file map names every file under src/ (and, by the first check,
 #     names no file that does not exist);
 #   * every type hookgate exports is imported by one path: a file outside the type's
-#     top-level module, and every test and bench, names it the same way.
+#     top-level module, and every test and bench, names it the same way;
+#   * docs/design.md's layer picture (the one place the layers are written) names every
+#     top-level module of src/, and no file imports a module of a layer above its own.
 # Usage: scripts/check-docs.sh   (builds the debug binary). Exits non-zero on any finding.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -116,6 +118,31 @@ for name, modules in sorted(paths_of.items()):
     if len(modules) > 1:
         each = "; ".join(f"{m}::{name} ({f})" for m, f in sorted(modules.items()))
         problems.append(f"{name} is imported by {len(modules)} paths: {each}")
+
+# Layers: the picture under "## Layers" in docs/design.md, top layer first. A line's first
+# column lists modules; a column ending in "," goes on on the next line; "core:" is a label.
+picture = design.split("## Layers", 1)[1].split("```", 2)[1]
+layers, names = [], ""
+for line in picture.strip("\n").splitlines():
+    names += " " + line[:31].strip()
+    if names.rstrip().endswith(","):
+        continue
+    layers.append({n.strip() for n in names.replace("core:", "").split(",") if n.strip()})
+    names = ""
+layer_of = {m: i for i, layer in enumerate(layers) for m in layer}
+modules = {os.path.basename(p).removesuffix(".rs") for p in glob.glob("src/*.rs")}
+modules |= {os.path.basename(os.path.dirname(p)) for p in glob.glob("src/*/mod.rs")}
+modules -= {"lib"}
+for module in sorted(modules - set(layer_of)):
+    problems.append(f"docs/design.md: the layer picture does not name the module {module}")
+for path in sorted(glob.glob("src/**/*.rs", recursive=True)):
+    own = path.split("/")[1].removesuffix(".rs")
+    if own not in layer_of:
+        continue
+    text = open(path, encoding="utf-8").read()
+    for used in sorted(set(re.findall(r"\bcrate::([a-z_]+)", text))):
+        if used in layer_of and layer_of[used] < layer_of[own]:
+            problems.append(f"{path} ({own}) imports crate::{used}, a layer above it in docs/design.md")
 
 for problem in problems:
     print(problem, file=sys.stderr)

@@ -4,10 +4,9 @@
 //!
 //! # Layout
 //!
-//! Imports go one way, down this list of layers; no module imports one above it:
-//! core → config, provider, metrics, logging, tls → store → actors (shard, worker,
-//! retention, scheduler) → http → startup → cli. Every file and what it owns:
-//! `docs/design.md`.
+//! Imports go one way, down the layers that `docs/design.md` draws (the one place they are
+//! written, checked by `scripts/check-docs.sh`); no module imports one above it. Every file
+//! and what it owns: `docs/design.md`.
 //!
 //! | pattern | where |
 //! |---|---|
@@ -19,6 +18,7 @@
 //! | what a delivery's outcome means for the row (core) | [`outcome`] |
 //! | a secret that never prints (core) | [`secret`] |
 //! | instants after a duration, never overflowing (core) | [`deadline`] |
+//! | this process's name in the rows it writes (core) | [`node`] |
 //! | settings, env layering, rules, loading | [`config`] |
 //! | presets resolved into a provider's runtime | [`provider`] |
 //! | Prometheus metrics, one registry per node; JSON logs and every event name | [`metrics`], [`logging`], [`logging::EVENTS`] |
@@ -31,6 +31,7 @@
 //! | supervised workers, the delivery seam | [`worker`], [`worker::delivery`] |
 //! | the retention sweeper, and giving up on events no sender retries (`run_once`) | [`retention`] |
 //! | the queue scheduler (`run_once`) | [`scheduler`] |
+//! | provider pauses and bulk replay jobs, as a node takes part in them (`run_once`) | [`upkeep`], [`replay_jobs`] |
 //! | HTTP routes, ingest, the one error type | [`http`] |
 //! | building and stopping a node | [`startup`] |
 //! | the command line | [`cli`] |

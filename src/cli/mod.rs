@@ -1,5 +1,5 @@
-//! The command line: `serve`, `check-config`, `migrate`, `send`, `events list|show`,
-//! `dead list|show|replay`.
+//! The command line: every subcommand is a variant of [`Command`] (`hookgate --help` lists
+//! them; `scripts/check-docs.sh` checks each one the documents show).
 //!
 //! Each command loads the config the same way (`--config FILE`, then env overrides) and
 //! fails with a message naming what to fix.

@@ -2,9 +2,8 @@
 //! the one error type, and the operators' JSON. Handlers parse, verify and render; every
 //! decision about an event is the shard's.
 //!
-//! The files import one another one way (this one only re-exports): `routes` → the
-//! handlers (`ingest`, `admin`, `health`) → `body`, `state`, `budget`, `error`,
-//! `event_json`; `state` → `stats_cache`.
+//! This file only re-exports; what each file owns is in `docs/design.md`'s file map, which
+//! `scripts/check-docs.sh` holds to the folder.
 
 mod admin;
 mod admin_api;

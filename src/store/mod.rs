@@ -3,8 +3,9 @@
 //! nodes) and [`sqlite`] (embedded, the zero-setup default). Both pass the one conformance
 //! suite in `tests/api/store_conformance.rs`. [`open`] picks one from the URL.
 //!
-//! The files import one another one way (this one only re-exports): `open` → the
-//! backends → the shared pieces (`batcher`, `reconnect`, `search`, `page`) → `api`.
+//! This file only re-exports (the store's types are imported through it, by one path);
+//! what each file owns is in `docs/design.md`'s file map, which `scripts/check-docs.sh`
+//! holds to the folder.
 
 pub mod api;
 mod batcher;

@@ -159,7 +159,7 @@ impl StoreError {
     }
 }
 
-/// A future returned by a [`Store`] operation.
+/// A future returned by a [`Store`](super::Store) operation.
 pub type StoreFuture<'a, T> = BoxFuture<'a, Result<T, StoreError>>;
 
 /// Whether a fenced write took effect.
@@ -171,7 +171,7 @@ pub enum Fenced {
     Stale,
 }
 
-/// A dead letter reopened by [`Store::replay`]: deliver it, then complete or fail it with
+/// A dead letter reopened by [`Store::replay`](super::Store::replay): deliver it, then complete or fail it with
 /// `attempts` like any won claim.
 #[derive(Debug, Clone)]
 pub struct Reopened {
@@ -188,7 +188,7 @@ pub struct Reopened {
     pub mode: Mode,
 }
 
-/// The outcome of a failed attempt, written by [`Store::fail`].
+/// The outcome of a failed attempt, written by [`Store::fail`](super::Store::fail).
 #[derive(Debug, Clone)]
 pub struct Failure {
     /// What went wrong, for people.
@@ -233,7 +233,7 @@ pub struct QueueRow {
     pub start: Option<Duration>,
 }
 
-/// What [`Store::enqueue`] did.
+/// What [`Store::enqueue`](super::Store::enqueue) did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Enqueued {
     /// A new row, durable, due now.
@@ -245,7 +245,7 @@ pub enum Enqueued {
     SyncRow(RowState),
 }
 
-/// A queue row taken for one attempt by [`Store::take`]: deliver it, then complete or
+/// A queue row taken for one attempt by [`Store::take`](super::Store::take): deliver it, then complete or
 /// fail it with `attempts` like any won claim.
 #[derive(Debug, Clone)]
 pub struct Taken {
