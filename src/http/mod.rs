@@ -6,11 +6,9 @@
 //! `scripts/check-docs.sh` holds to the folder.
 
 mod admin;
-mod admin_api;
 mod body;
 mod budget;
 mod conn_watch;
-mod console;
 mod error;
 mod event_json;
 mod health;

@@ -6,7 +6,7 @@ use actix_web::middleware::DefaultHeaders;
 use actix_web::web;
 
 use super::error::ApiError;
-use super::{admin, admin_api, console, health, ingest};
+use super::{admin, health, ingest};
 
 /// Registers every route.
 pub fn routes(cfg: &mut web::ServiceConfig) {
@@ -24,9 +24,10 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
         web::scope("/admin")
             .guard(admin::enabled())
             .wrap(admin_headers())
-            .configure(console::routes)
-            .configure(admin::routes)
-            .configure(admin_api::routes),
+            .configure(admin::console::routes)
+            .configure(admin::events::routes)
+            .configure(admin::dead::routes)
+            .configure(admin::api::routes),
     )
     .default_service(web::to(not_found));
 }

@@ -9,11 +9,12 @@ use actix_web::{web, HttpRequest, HttpResponse};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::admin::{authorize, bounded, event_id, query, replay};
-use super::body;
-use super::error::ApiError;
-use super::event_json::{attempt_json, event_json};
-use super::state::AppState;
+use super::dead::replay;
+use super::shared::{authorize, bounded, event_id, query};
+use crate::http::body;
+use crate::http::error::ApiError;
+use crate::http::event_json::{attempt_json, event_json};
+use crate::http::state::AppState;
 use crate::replay_jobs;
 use crate::store::operator::{ReplayJob, SearchFilter, HISTORY_PAGE, MAX_HISTORY_PAGE};
 use crate::store::PageCursor;
