@@ -31,7 +31,7 @@
 //! | supervised workers, the delivery seam | [`worker`], [`worker::delivery`] |
 //! | the retention sweeper, and giving up on events no sender retries (`run_once`) | [`retention`] |
 //! | the queue scheduler (`run_once`) | [`scheduler`] |
-//! | provider pauses and bulk replay jobs, as a node takes part in them (`run_once`) | [`upkeep`], [`replay_jobs`] |
+//! | provider pauses and bulk replay jobs, as a node takes part in them (`run_once`) | [`operator_work`] |
 //! | HTTP routes, ingest, the one error type | [`http`] |
 //! | building and stopping a node | [`startup`] |
 //! | the command line | [`cli`] |
@@ -46,9 +46,9 @@ pub mod key;
 pub mod logging;
 pub mod metrics;
 pub mod node;
+pub mod operator_work;
 pub mod outcome;
 pub mod provider;
-pub mod replay_jobs;
 pub mod retention;
 pub mod retry;
 pub mod scheduler;
@@ -58,5 +58,4 @@ pub mod signature;
 pub mod startup;
 pub mod store;
 pub mod tls;
-pub mod upkeep;
 pub mod worker;

@@ -28,12 +28,12 @@ use slog::{info, Logger};
 use crate::config::{cpus, Config};
 use crate::http::{bound_writes, routes, AppState, ConnWatch, Sent};
 use crate::metrics::Metrics;
+use crate::operator_work::OperatorWork;
 use crate::provider::Provider;
 use crate::retention::Sweeper;
 use crate::scheduler::Scheduler;
 use crate::shard::{Dispatcher, ShardSettings};
 use crate::store::Store;
-use crate::upkeep::Upkeep;
 use crate::worker::Delivery;
 
 /// A node, bound and ready to serve.
@@ -42,14 +42,14 @@ pub struct Application {
     server: Server,
     sweeping: actix_rt::task::JoinHandle<()>,
     scheduling: actix_rt::task::JoinHandle<()>,
-    upkeeping: actix_rt::task::JoinHandle<()>,
+    operator_task: actix_rt::task::JoinHandle<()>,
     watching: actix_rt::task::JoinHandle<()>,
     /// The shards found dead, once the watch found any.
     crashed: Arc<OnceLock<Vec<usize>>>,
     /// The longest the node waits, once stopped, for its attempts to be recorded.
     drain_limit: Duration,
     scheduler: Arc<Scheduler>,
-    upkeep: Arc<Upkeep>,
+    operator_work: Arc<OperatorWork>,
     stopper: Stopper,
     log: Logger,
 }
@@ -145,7 +145,7 @@ impl Application {
             .values()
             .map(|p| (Arc::clone(&p.name), Arc::clone(&p.target)))
             .collect();
-        let upkeep = Arc::new(Upkeep::new(
+        let operator_work = Arc::new(OperatorWork::new(
             Arc::clone(&store),
             dispatcher.clone(),
             targets,
@@ -153,7 +153,7 @@ impl Application {
             log.clone(),
             config.queue.poll_interval,
         ));
-        let upkeeping = actix_rt::spawn(Arc::clone(&upkeep).run_forever());
+        let operator_task = actix_rt::spawn(Arc::clone(&operator_work).run_forever());
         warn_if_not_durable(Arc::clone(&store), log.clone());
         warn_if_not_authenticated(&config.store.url, &log);
         let metrics_for_watch = Arc::clone(&metrics);
@@ -168,7 +168,7 @@ impl Application {
             metrics,
             admin_token: config.admin.token.clone(),
             paused_retry_after: paused_retry_after(config),
-            upkeep: Arc::clone(&upkeep),
+            operator_work: Arc::clone(&operator_work),
             readiness: Default::default(),
             stats: crate::http::StatsCache::new(config.admin.stats_max_age),
         });
@@ -190,14 +190,14 @@ impl Application {
             server,
             sweeping,
             scheduling,
-            upkeeping,
+            operator_task,
             watching,
             crashed,
             drain_limit: config
                 .shutdown_limit()
                 .saturating_add(config.lease.duration),
             scheduler,
-            upkeep,
+            operator_work,
             stopper,
             log,
         })
@@ -213,9 +213,9 @@ impl Application {
         Arc::clone(&self.scheduler)
     }
 
-    /// The node's upkeep: pauses and bulk replays (tests run passes by hand).
-    pub fn upkeep(&self) -> Arc<Upkeep> {
-        Arc::clone(&self.upkeep)
+    /// The node's part in operators' work: pauses and bulk replays (tests run passes by hand).
+    pub fn operator_work(&self) -> Arc<OperatorWork> {
+        Arc::clone(&self.operator_work)
     }
 
     /// Stops the node from outside (tests); SIGTERM and SIGINT do the same.
@@ -231,7 +231,7 @@ impl Application {
         signals.abort();
         self.sweeping.abort();
         self.scheduling.abort();
-        self.upkeeping.abort();
+        self.operator_task.abort();
         self.watching.abort();
         // Bounded: a queue outcome write waits for the store however long it takes, but a
         // process that never exits is never restarted. Past the limit the unrecorded

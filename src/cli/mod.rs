@@ -436,11 +436,11 @@ pub async fn bulk_replay(
     filter: crate::store::operator::SearchFilter,
     rate: f64,
 ) -> anyhow::Result<()> {
-    use crate::replay_jobs::{self, ItemOutcome};
+    use crate::operator_work::jobs::{self, ItemOutcome};
     /// How often a job another process runs is looked at: its progress changes about as
     /// often, and half a second is nothing beside a bulk replay.
     const FOLLOW_EVERY: std::time::Duration = std::time::Duration::from_millis(500);
-    let filter = replay_jobs::normalize(filter).context("a bulk replay of dead letters")?;
+    let filter = jobs::normalize(filter).context("a bulk replay of dead letters")?;
     anyhow::ensure!(rate.is_finite() && rate > 0.0, "--rate must be above 0");
     let store = store::open(&config.store).await?;
     let operator = store.operator();
@@ -467,7 +467,7 @@ pub async fn bulk_replay(
     let mut told = false;
     let job = loop {
         if let Some(job) = operator.claim_job_by_id(id, &node, lease).await? {
-            replay_jobs::run(&*store, &job, &node, lease, replay_one).await?;
+            jobs::run(&*store, &job, &node, lease, replay_one).await?;
         }
         let job = operator.job(id).await?.context("the job is gone")?;
         if job.status != "running" {

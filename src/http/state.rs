@@ -36,7 +36,7 @@ pub struct AppState {
     pub paused_retry_after: u64,
     /// Pauses and bulk replays (a pause is applied here at once, and by every node at its
     /// next poll).
-    pub upkeep: Arc<crate::upkeep::Upkeep>,
+    pub operator_work: Arc<crate::operator_work::OperatorWork>,
     /// The admin bearer token; `None` disables `/admin/`.
     pub admin_token: Option<Secret>,
     /// `/readyz`'s last look at the store: when, and whether it answered (`None` before

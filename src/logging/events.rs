@@ -105,7 +105,7 @@ pub const EVENTS: &[(&str, &str)] = &[
         "turning a removed provider's queue rows into dead letters failed",
     ),
     (
-        "upkeep.failed",
+        "operator_work.failed",
         "reading paused providers or running a bulk replay failed; the next poll tries again",
     ),
     // The node.

@@ -437,7 +437,7 @@ async fn a_paused_provider_delivers_nothing_until_resumed(backend: Backend) {
             c.providers.push(queued);
         })
         .await;
-    other.upkeep.refresh_pauses().await.unwrap();
+    other.operator_work.refresh_pauses().await.unwrap();
     assert_eq!(other.scheduler.run_once().await.unwrap().taken, 0);
     assert_eq!(other.deliver("sync_other", "{}").await.path, "paused");
 
@@ -448,7 +448,7 @@ async fn a_paused_provider_delivers_nothing_until_resumed(backend: Backend) {
         Value::Null,
     )
     .await;
-    other.upkeep.refresh_pauses().await.unwrap();
+    other.operator_work.refresh_pauses().await.unwrap();
     app.scheduler.run_once().await.unwrap();
     eventually("the held event to arrive", || async {
         app.target.count("q:held") == 1
@@ -457,11 +457,11 @@ async fn a_paused_provider_delivers_nothing_until_resumed(backend: Backend) {
     assert_eq!(app.deliver("sync_held", "{}").await.status, 201);
 }
 
-/// Three dead letters replayed by one job, planned first; two nodes run their upkeep at
+/// Three dead letters replayed by one job, planned first; two nodes run their operators' work at
 /// once and each event reaches the target once more, not twice; a cancelled job replays
 /// nothing.
 async fn a_bulk_replay_replays_each_dead_letter_once_across_nodes(backend: Backend) {
-    // The nodes' own upkeep leaves the job to the test's passes.
+    // The nodes' own operators' work leaves the job to the test's passes.
     let quiet =
         |c: &mut hookgate::config::Config| c.queue.poll_interval = Duration::from_secs(3600);
     let app = admin_app(backend, quiet).await;
@@ -485,7 +485,7 @@ async fn a_bulk_replay_replays_each_dead_letter_once_across_nodes(backend: Backe
             quiet(c);
         })
         .await;
-    let (a, b) = futures_util::join!(app.upkeep.run_once(), other.upkeep.run_once());
+    let (a, b) = futures_util::join!(app.operator_work.run_once(), other.operator_work.run_once());
     assert!(a.unwrap() ^ b.unwrap(), "exactly one node ran the job");
     let job = get_json(&app, &format!("/admin/api/replays/{id}")).await;
     assert_eq!(job["status"], "done", "{job}");
@@ -499,7 +499,10 @@ async fn a_bulk_replay_replays_each_dead_letter_once_across_nodes(backend: Backe
             "{key}: once by the sender, once replayed"
         );
     }
-    assert!(!app.upkeep.run_once().await.unwrap(), "nothing left to run");
+    assert!(
+        !app.operator_work.run_once().await.unwrap(),
+        "nothing left to run"
+    );
 
     // A cancelled job does nothing.
     app.target.set(Behaviour::Status(400));
@@ -514,7 +517,7 @@ async fn a_bulk_replay_replays_each_dead_letter_once_across_nodes(backend: Backe
     )
     .await;
     assert_eq!(cancelled["status"], "cancelled");
-    app.upkeep.run_once().await.unwrap();
+    app.operator_work.run_once().await.unwrap();
     assert_eq!(app.target.count(&TestApp::idem("bulk_late")), 1);
     let (status, _) = post_json(
         &app,
@@ -531,7 +534,7 @@ async fn a_bulk_replay_on_a_busy_node_waits_for_a_worker(backend: Backend) {
     let app = admin_app(backend, |c| {
         c.server.shards = Some(1);
         c.server.workers_per_shard = 1;
-        // The node's own upkeep leaves the job to the test's pass.
+        // The node's own operators' work leaves the job to the test's pass.
         c.queue.poll_interval = Duration::from_secs(3600);
     })
     .await;
@@ -548,7 +551,7 @@ async fn a_bulk_replay_on_a_busy_node_waits_for_a_worker(backend: Backend) {
         assert_eq!(status, 201, "{job}");
         let id = job["id"].as_i64().unwrap();
         let path = format!("/admin/api/replays/{id}");
-        let run = app.upkeep.run_once();
+        let run = app.operator_work.run_once();
         let free = async {
             // The job has reached a dead letter while the only worker is busy.
             eventually("the job to begin an item", || async {
@@ -594,7 +597,7 @@ async fn a_bulk_replay_tries_again_what_the_store_failed_to_reopen(backend: Back
     let request = json!({ "filter": { "provider": PROVIDER }, "rate": 1000 });
     let (status, job) = post_json(&app, "/admin/api/replays", request).await;
     assert_eq!(status, 201, "{job}");
-    assert!(app.upkeep.run_once().await.unwrap(), "the job ran");
+    assert!(app.operator_work.run_once().await.unwrap(), "the job ran");
     let job = get_json(&app, &format!("/admin/api/replays/{}", job["id"])).await;
     assert_eq!(faults.replays_failed.load(Ordering::SeqCst), 3);
     assert_eq!(

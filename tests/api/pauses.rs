@@ -40,7 +40,7 @@ async fn admin_get(app: &TestApp, path: &str) -> Value {
     serde_json::from_str(&answer.body).unwrap()
 }
 
-/// The sync base node with the admin API on, and the background upkeep slowed to an hour
+/// The sync base node with the admin API on, and the background operators' work slowed to an hour
 /// (passes are run by hand).
 fn sync_admin(c: &mut Config) {
     c.admin.token = Some(Secret::new(TOKEN));
@@ -183,8 +183,8 @@ async fn a_bulk_replay_waits_while_its_provider_is_paused(backend: Backend) {
         .await;
     assert_eq!(started.status, 201, "{started:?}");
     let id = serde_json::from_str::<Value>(&started.body).unwrap()["id"].clone();
-    let upkeep = app.upkeep.clone();
-    let run = actix_rt::spawn(async move { upkeep.run_once().await });
+    let operator_work = app.operator_work.clone();
+    let run = actix_rt::spawn(async move { operator_work.run_once().await });
 
     let job_path = format!("/admin/api/replays/{id}");
     eventually("the job to wait for the pause, or to end", || async {
@@ -265,7 +265,7 @@ async fn a_targets_retry_after_pauses_its_provider_for_a_bounded_time(backend: B
 /// passes come every 10 ms: a node keeps one pass at a time, never a growing pile of passes
 /// queued behind the one that waits.
 #[actix_web::test]
-async fn a_pause_read_that_hangs_does_not_pile_up_upkeep_passes() {
+async fn a_pause_read_that_hangs_does_not_pile_up_operator_work_passes() {
     let app = spawn_app_on(Backend::Postgres, |c| {
         c.queue.poll_interval = Duration::from_millis(10);
         c.store.statement_timeout = Some(Duration::from_millis(300));
@@ -273,12 +273,12 @@ async fn a_pause_read_that_hangs_does_not_pile_up_upkeep_passes() {
     .await;
     let lock = app.db.lock_pg_table("hookgate_paused").await;
     eventually("three pause reads to miss the deadline", || async {
-        app.log.count("upkeep.failed") >= 3
+        app.log.count("operator_work.failed") >= 3
     })
     .await;
-    let passes = app.upkeep.passes_in_flight();
+    let passes = app.operator_work.passes_in_flight();
     lock.release().await;
-    assert!(passes <= 2, "{passes} upkeep passes in flight");
+    assert!(passes <= 2, "{passes} operator-work passes in flight");
 }
 
 on_both_stores!(

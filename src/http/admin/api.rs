@@ -15,7 +15,7 @@ use crate::http::body;
 use crate::http::error::ApiError;
 use crate::http::event_json::{attempt_json, event_json};
 use crate::http::state::AppState;
-use crate::replay_jobs;
+use crate::operator_work::jobs;
 use crate::store::operator::{ReplayJob, SearchFilter, HISTORY_PAGE, MAX_HISTORY_PAGE};
 use crate::store::PageCursor;
 
@@ -246,7 +246,7 @@ async fn set_paused(
         .operator()
         .set_paused(&runtime.name, paused)
         .await?;
-    state.upkeep.refresh_pauses().await?;
+    state.operator_work.refresh_pauses().await?;
     if !paused {
         // A resume also ends the pause the provider's target asked for, on this node.
         state.dispatcher.gate().end_target_pause(&runtime.name);
@@ -279,7 +279,7 @@ impl JobRequest {
 
 /// The filter as a bulk replay reads it, or a 400.
 fn replay_filter(filter: SearchFilter) -> Result<SearchFilter, ApiError> {
-    replay_jobs::normalize(filter).ok_or(ApiError::BadRequest(
+    jobs::normalize(filter).ok_or(ApiError::BadRequest(
         "a bulk replay takes dead letters (status dead) or failed queue rows (status failed)",
     ))
 }

@@ -99,7 +99,7 @@ pub struct TestApp {
     pub target: TestTarget,
     pub store: Arc<dyn Store>,
     pub scheduler: Arc<Scheduler>,
-    pub upkeep: Arc<hookgate::upkeep::Upkeep>,
+    pub operator_work: Arc<hookgate::operator_work::OperatorWork>,
     stopper: Stopper,
     stopped: Option<tokio::sync::oneshot::Receiver<anyhow::Result<()>>>,
     client: awc::Client,
@@ -176,7 +176,7 @@ pub async fn start_node_on(
     let address = format!("http://127.0.0.1:{}", app.port());
     let stopper = app.stopper();
     let scheduler = app.scheduler();
-    let upkeep = app.upkeep();
+    let operator_work = app.operator_work();
     let (tx, rx) = tokio::sync::oneshot::channel();
     actix_rt::spawn(async move {
         let _ = tx.send(app.run_until_stopped().await);
@@ -188,7 +188,7 @@ pub async fn start_node_on(
         target,
         store,
         scheduler,
-        upkeep,
+        operator_work,
         stopper,
         stopped: Some(rx),
         client: awc::Client::builder()

@@ -1,7 +1,7 @@
 //! The node's part in what operators do through the store: every `queue.poll_interval` it
 //! reads which providers are paused (holding their deliveries on this node, within one
 //! poll of the pause) and, when it runs no bulk replay, takes one that no node holds and
-//! runs it through its shards. [`Upkeep::run_once`] is one pass (tests call it by hand).
+//! runs it through its shards. [`OperatorWork::run_once`] is one pass (tests call it by hand).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -13,14 +13,14 @@ use slog::{warn, Logger};
 use crate::claim::Path;
 use crate::key::EventId;
 use crate::metrics::Metrics;
+use crate::operator_work::jobs::{self, ItemOutcome};
 use crate::provider::Target;
-use crate::replay_jobs::{self, ItemOutcome};
 use crate::shard::gate::Hold;
 use crate::shard::{Dispatcher, Reply, RetryReason};
 use crate::store::{Store, StoreError};
 
-/// A node's upkeep.
-pub struct Upkeep {
+/// A node's part in operators' work.
+pub struct OperatorWork {
     store: Arc<dyn Store>,
     dispatcher: Dispatcher,
     targets: HashMap<Arc<str>, Arc<Target>>,
@@ -31,15 +31,15 @@ pub struct Upkeep {
     /// whole timeout.
     job_lease: Duration,
     running: tokio::sync::Mutex<()>,
-    /// Passes begun and not ended (see [`Upkeep::passes_in_flight`]).
+    /// Passes begun and not ended (see [`OperatorWork::passes_in_flight`]).
     in_flight: AtomicUsize,
     /// Held while the pauses are read and applied: a read that began before a pause was
     /// written cannot apply its older picture after the pause's own refresh.
     pausing: tokio::sync::Mutex<()>,
 }
 
-impl Upkeep {
-    /// The upkeep of a node serving `targets` (every configured provider's).
+impl OperatorWork {
+    /// The operators' work of a node serving `targets` (every configured provider's).
     pub fn new(
         store: Arc<dyn Store>,
         dispatcher: Dispatcher,
@@ -104,7 +104,7 @@ impl Upkeep {
         else {
             return Ok(false);
         };
-        replay_jobs::run(&*self.store, &job, &node, self.job_lease, |id| {
+        jobs::run(&*self.store, &job, &node, self.job_lease, |id| {
             self.replay(id)
         })
         .await?;
@@ -163,14 +163,14 @@ impl Upkeep {
         loop {
             let refreshed = self.counted(self.refresh_pauses()).await;
             if let Err(e) = refreshed {
-                warn!(self.log, "upkeep.failed"; "error" => %e);
+                warn!(self.log, "operator_work.failed"; "error" => %e);
             }
             // A job runs beside the passes, so pauses keep being read while it runs.
             if self.running.try_lock().is_ok() {
-                let upkeep = Arc::clone(&self);
+                let operator_work = Arc::clone(&self);
                 actix_rt::spawn(async move {
-                    if let Err(e) = upkeep.counted(upkeep.run_job()).await {
-                        warn!(upkeep.log, "upkeep.failed"; "error" => %e);
+                    if let Err(e) = operator_work.counted(operator_work.run_job()).await {
+                        warn!(operator_work.log, "operator_work.failed"; "error" => %e);
                     }
                 });
             }
@@ -178,7 +178,7 @@ impl Upkeep {
         }
     }
 
-    /// Runs `pass`, counted in [`Upkeep::passes_in_flight`] while it runs.
+    /// Runs `pass`, counted in [`OperatorWork::passes_in_flight`] while it runs.
     async fn counted<T>(&self, pass: impl std::future::Future<Output = T>) -> T {
         self.in_flight.fetch_add(1, Ordering::SeqCst);
         let ended = pass.await;
