@@ -98,7 +98,7 @@ impl Application {
         let metrics = Arc::new(Metrics::new());
         let primed: Vec<&str> = providers.values().map(|p| &*p.name).collect();
         metrics.prime(shards, &primed);
-        let dispatcher = Dispatcher::start(
+        let dispatcher = Dispatcher::spawn(
             shards,
             config.server.workers_per_shard,
             settings,

@@ -56,9 +56,9 @@ pub struct Dispatcher {
 }
 
 impl Dispatcher {
-    /// Starts `shards` shard actors, each supervising `workers_per_shard` workers, spread
+    /// Spawns `shards` shard actors, each supervising `workers_per_shard` workers, spread
     /// over one arbiter thread per CPU (a shard and its workers share a thread).
-    pub fn start(
+    pub fn spawn(
         shards: usize,
         workers_per_shard: usize,
         settings: ShardSettings,
