@@ -2,7 +2,7 @@
 //! judge → record (fenced) → answer. The shard runs every sender's attempt, every queue
 //! attempt and every admin replay through here; the command line's `dead replay` does too.
 //! Nothing else builds a delivery request or writes a verdict. What is not here is the
-//! shard's own bookkeeping (its workers, in-flight set and done cache: `running.rs`).
+//! shard's own bookkeeping (its workers, in-flight set and done cache: `claimed.rs`).
 //!
 //! A sync attempt's lease outlasts its delivery (a config rule), and its outcome write is
 //! retried within the lease — except a replay's, and a sync row's attempt on a queue-mode

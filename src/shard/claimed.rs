@@ -1,23 +1,31 @@
-//! What a shard does when the store has answered a claim: a won claim starts its attempt
-//! on the reserved worker; a row the claim did not win is answered as it stands (and a
-//! done result cached); a store failure frees the worker and refuses, nothing claimed.
-//! Every request that waited on the same key gets the answer the row implies.
+//! What a shard does once the store has answered a claim: a won claim's attempt runs on the
+//! worker reserved for it (or, once the node is draining, is released without reaching the
+//! target), its outcome is recorded through [`Attempt`], and then the shard gives the
+//! worker to the next request or row, forgets the key, caches a done result and answers.
+//! A row the claim did not win is answered as it stands (and a done result cached); a
+//! store failure frees the worker and refuses, nothing claimed. Every request that waited
+//! on the same key gets the answer the row implies. Queue rows and replays join here too,
+//! at [`Shard::run_on_worker`].
 
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
 use actix::prelude::*;
+use slog::info;
 use tokio::sync::oneshot;
 
-use super::actor::{Claiming, Shard};
+use super::actor::Shard;
 use super::answer::{log_mismatch, log_refusal, mismatch_with, Answer, Reply, RetryReason};
 use super::attempt::{ceil_secs, Attempt};
 use super::cache::CachedDone;
 use super::event::Event;
-use super::slots::Running;
+use super::slots::{Claiming, Running};
 use crate::claim::{classify, ClaimResult, Path, RowState};
 use crate::deadline::after;
+use crate::outcome::{DeliveryOutcome, Verdict};
 use crate::store::StoreError;
+use crate::worker::Deliver;
 
 impl Shard {
     /// The store answered the claim: answer it and every request that waited on it.
@@ -54,7 +62,7 @@ impl Shard {
                     worker,
                     gated: false,
                 };
-                self.start(running, reply, ctx);
+                self.run_on_worker(running, reply, ctx);
             }
             Ok(ClaimResult::Existing(row)) => {
                 let waiters = self.in_flight.forget(&event.id, token);
@@ -77,6 +85,79 @@ impl Shard {
                 self.refuse(requests, reason, &e.to_string());
             }
         }
+    }
+
+    /// A won claim: delivered, or released without reaching the target once the node is
+    /// draining.
+    pub(super) fn run_on_worker(
+        &mut self,
+        running: Running,
+        reply: oneshot::Sender<Answer>,
+        ctx: &mut Context<Self>,
+    ) {
+        if self.busy.draining() {
+            let released = async { DeliveryOutcome::NotStarted("released at shutdown".into()) };
+            self.record(running, reply, ctx, released);
+        } else {
+            // A renewed attempt may hang up: dropping its outcome future drops `hang_up`,
+            // and the worker closes the target's connection.
+            let (hang_up, hung_up) = oneshot::channel::<()>();
+            let deliver = Deliver {
+                request: running.attempt.request(),
+                start_by: running.attempt.start_by(),
+                hang_up: running.attempt.renew.map(|_| hung_up),
+            };
+            let sent = self.workers[running.worker].send(deliver);
+            self.record(running, reply, ctx, async move {
+                let _hang_up = hang_up;
+                sent.await.unwrap_or_else(|e| {
+                    DeliveryOutcome::Crashed(format!("worker unreachable: {e}"))
+                })
+            });
+        }
+    }
+
+    /// Runs the attempt on `outcome`, then frees its worker and key and answers.
+    fn record(
+        &mut self,
+        running: Running,
+        reply: oneshot::Sender<Answer>,
+        ctx: &mut Context<Self>,
+        outcome: impl Future<Output = DeliveryOutcome> + 'static,
+    ) {
+        let busy = self.busy.running();
+        let store = Arc::clone(&self.store);
+        let settings = Arc::clone(&self.settings);
+        let log = self.log.clone();
+        let attempt = running.attempt.clone();
+        let work = async move { attempt.run(outcome, &*store, &settings.retry, &log).await };
+        ctx.spawn(work.into_actor(self).map(move |recorded, act, ctx| {
+            let attempt = running.attempt;
+            let provider = &attempt.event.id.provider;
+            if running.gated {
+                act.gate.release(provider);
+            }
+            if let Verdict::Throttled { retry_after, .. } = recorded.verdict {
+                // The event itself waits `retry_after`; the provider, a bounded part of it.
+                let pause = Duration::from_secs(retry_after).min(act.settings.max_target_pause);
+                act.gate.pause(provider, pause);
+            }
+            act.in_flight.forget(&attempt.event.id, running.token);
+            act.free_worker(running.worker, ctx);
+            let answer = attempt.answer(recorded, act.settings.lease, &act.metrics, &act.log);
+            if let Reply::Result(result) = &answer.reply {
+                act.done.insert(
+                    attempt.event.id.clone(),
+                    CachedDone {
+                        attempts: attempt.attempts,
+                        fingerprint: attempt.event.fingerprint.clone(),
+                        result: Arc::clone(result),
+                    },
+                );
+            }
+            let _ = reply.send(answer);
+            drop(busy);
+        }));
     }
 
     /// Requests that waited on a claim that was won: the key is now in progress (409), or
@@ -150,6 +231,57 @@ impl Shard {
             path,
             attempts,
             reply,
+        }
+    }
+
+    /// Gives `worker` to the oldest waiting request (a sender waits on it), else to the
+    /// oldest queue row taken for this shard, else back to the idle set — and then tells the
+    /// scheduler a worker is free.
+    pub(super) fn free_worker(&mut self, worker: usize, ctx: &mut Context<Self>) {
+        // While draining nothing waits (`Drain` refused the queue) and nothing is claimed.
+        while !self.busy.draining() {
+            let Some(w) = self.admission.next_waiting() else {
+                break;
+            };
+            if self.gate.held(&w.event.id.provider) {
+                // Paused by an operator while it waited: the sender keeps it.
+                self.hold_waiting(w);
+                continue;
+            }
+            self.metrics.admission_waiting(self.index, -1);
+            self.claim(w.event, w.reply, w.token, worker, ctx);
+            return;
+        }
+        if let Some(pending) = self.next_pending(ctx) {
+            self.run_pending(pending, worker, ctx);
+            return;
+        }
+        self.admission.park(worker);
+        self.signals.freed();
+    }
+
+    /// Labels one request with its path: the `webhook.claim` line and the metric.
+    pub(super) fn log_claim(&self, event: &Event, path: Path, attempts: Option<i32>) {
+        let id = &event.id;
+        self.metrics.attempt(&id.provider, path);
+        info!(self.log, "webhook.claim";
+            "provider" => &*id.provider, "event_key" => &*id.key, "path" => path.as_str(),
+            "attempts" => attempts, "mode" => event.mode.as_str());
+    }
+
+    /// Answers the requests (one, and those that waited on the same key) with a refusal
+    /// that claimed nothing, and logs its cause (an operator who sees a 503 finds why).
+    pub(super) fn refuse(
+        &self,
+        requests: Vec<(Arc<Event>, oneshot::Sender<Answer>)>,
+        reason: RetryReason,
+        cause: &str,
+    ) {
+        for (event, reply) in requests {
+            let answer = Answer::refused(reason);
+            log_refusal(&self.log, &event.id, &answer, cause);
+            self.log_claim(&event, answer.path, None);
+            let _ = reply.send(answer);
         }
     }
 }

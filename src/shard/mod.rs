@@ -1,15 +1,15 @@
 //! Shards: each owns a slice of the key space and serializes the claims for its keys;
 //! the dispatcher routes every event to its shard; a won claim runs as one [`attempt`].
 //!
-//! The files import one another one way (this one only re-exports):
-//! `dispatcher` → `actor` (admission, memory answers) → `claimed` (the store's answer) →
-//! `running` (the shard's attempts) → `attempt` (deliver, judge, record, answer: the one
-//! home, also used by the command line) → `record` (fenced writes), `answer`, `cache`,
-//! `in_flight`, `busy` (what a draining shard waits for), `event`, `messages`, `slots` (an
-//! attempt waiting for or holding a worker); `operator` (replay, shutdown) and `queue`
-//! beside them.
+//! This file only re-exports. Start reading at `actor.rs`: the shard's state and every
+//! message it takes, with the stage file each goes to. A sync event reads forward:
+//! `dispatcher` → `actor` → `sync` (memory answers, admission, the claim) → `claimed` (the
+//! store's answer, the attempt on its worker, its record, the answer) → `attempt` (deliver,
+//! judge, record, answer: the one home, also used by the command line) → `record`
+//! (fenced writes) and `answer`.
 
 mod actor;
+mod admission;
 pub mod answer;
 pub mod attempt;
 mod busy;
@@ -20,12 +20,13 @@ mod event;
 pub mod gate;
 mod in_flight;
 mod messages;
-mod operator;
 mod queue;
 mod record;
-mod running;
+mod replay;
 mod signals;
 mod slots;
+mod sync;
+mod taken;
 
 pub use actor::{Shard, ShardSettings, Shared};
 pub use answer::{
@@ -37,7 +38,7 @@ pub use event::Event;
 pub use gate::Gate;
 pub use in_flight::{KeyHold, NodeKeys};
 pub use messages::{Drain, Drained, Enqueue, Ingest, Replay, Start};
-pub use operator::replay_attempt;
-pub use queue::release_taken;
 pub use record::write_verdict;
+pub use replay::replay_attempt;
 pub use signals::QueueSignals;
+pub use taken::release_taken;

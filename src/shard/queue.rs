@@ -1,12 +1,9 @@
-//! Queue mode in a shard: a sender's event is written with its payload and answered 202
-//! once durable. When a worker is idle and the provider's limits allow, the same statement
-//! writes the row already taken for its first attempt, which starts at once; otherwise the
-//! row is due and the node's scheduler takes it later, many rows in one statement, and
-//! hands each here ([`Start`]). A taken row waits in the shard for a worker at most until
-//! its lease would no longer cover a start, and is released (`failed`, not counted) past
-//! that. Every attempt runs through the same attempt, fencing and records as sync mode,
-//! renews its lease while it runs, and nobody waits on its answer. A request whose key is a
-//! sync row (accepted before its provider moved to queue mode) is handled as a sync one.
+//! Queue mode in a shard, a sender's side: the event is written with its payload and
+//! answered 202 once durable. When a worker is idle and the provider's limits allow, the
+//! same statement writes the row already taken for its first attempt, which starts at
+//! once; otherwise the row is due and the node's scheduler takes it later (`taken.rs`). A
+//! request whose key is a sync row (accepted before its provider moved to queue mode) is
+//! handled as a sync one.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -20,20 +17,21 @@ use super::answer::{
 };
 use super::attempt::Attempt;
 use super::event::Event;
-use super::messages::{Enqueue, Start};
-use super::record::write_verdict_retrying;
-use super::slots::{Pending, Running};
+use super::slots::Pending;
 use crate::claim::{Mode, Path, RowState};
 use crate::deadline::after;
-use crate::outcome::Verdict;
-use crate::store::{Enqueued, History, Store, StoreError, Taken};
+use crate::store::{Enqueued, StoreError};
 
-impl Handler<Enqueue> for Shard {
-    type Result = ();
-
-    fn handle(&mut self, msg: Enqueue, ctx: &mut Context<Self>) {
-        self.metrics.mailbox(self.index, -1);
-        let Enqueue { event, reply } = msg;
+impl Shard {
+    /// A sender's queue request: answered from memory, waiting on the write of its key on
+    /// its way, handled as a sync request (its row is a sync row), or written — taken at
+    /// once for its first attempt when a worker is free and the provider's limits allow.
+    pub(super) fn enqueue(
+        &mut self,
+        event: Arc<Event>,
+        reply: oneshot::Sender<Answer>,
+        ctx: &mut Context<Self>,
+    ) {
         if let Some(entry) = self.in_flight.get_mut(&event.id) {
             if entry.attempts.is_none() && entry.waiters.len() < MAX_WAITERS {
                 entry.waiters.push((event, reply));
@@ -60,7 +58,7 @@ impl Handler<Enqueue> for Shard {
         // A worker free now, and room under the provider's limits: the row is written
         // taken, and its first attempt starts as soon as it is durable.
         let worker = if self.gate.try_acquire(&event.id.provider) {
-            let worker = self.take_idle();
+            let worker = self.admission.take_idle();
             if worker.is_none() {
                 self.gate.release(&event.id.provider);
             }
@@ -80,73 +78,7 @@ impl Handler<Enqueue> for Shard {
             drop(busy);
         }));
     }
-}
 
-impl Handler<Start> for Shard {
-    type Result = ();
-
-    fn handle(&mut self, msg: Start, ctx: &mut Context<Self>) {
-        self.metrics.mailbox(self.index, -1);
-        let Start {
-            taken,
-            target,
-            sent,
-            hold,
-        } = msg;
-        // The scheduler reserved one of the provider's gate slots for the row.
-        let gated = true;
-        let event = Arc::new(Event::bare(taken.id.clone(), target).with_row(
-            taken.payload.clone(),
-            taken.content_type.clone(),
-            taken.fingerprint.clone(),
-        ));
-        self.metrics.queue_taken(&event.id.provider);
-        let attempt = self.queue_attempt(Arc::clone(&event), &taken, sent);
-        if self.in_flight.contains(&event.id) {
-            // Another attempt of this key is still running or being recorded here: this one
-            // must not open a second at the target. Released, due again at once, not
-            // counted; the entry stays the running attempt's. A safety net: the scheduler
-            // skips the keys in flight here when its pass starts, and a key entered after
-            // that holds a fresh lease, which no take overtakes.
-            self.release(
-                attempt,
-                None,
-                gated,
-                "the key was in flight on this node",
-                ctx,
-            );
-            return;
-        }
-        if let Some(why) = self.held_why(&event.id.provider) {
-            // Paused after the scheduler's take: given back unstarted.
-            self.release(attempt, None, gated, &why, ctx);
-            return;
-        }
-        self.log_claim(&event, taken.path, Some(taken.attempts));
-        let token = self.in_flight.begin(&event, Some(taken.attempts));
-        // The entry holds the key from here on.
-        drop(hold);
-        let pending = Pending {
-            attempt,
-            token,
-            gated,
-        };
-        match self.take_idle() {
-            Some(worker) => self.start_pending(pending, worker, ctx),
-            None if self.busy.draining() => {
-                let why = "released at shutdown";
-                self.release(pending.attempt, Some(token), gated, why, ctx);
-            }
-            // A worker of this shard frees up soon (see `free_worker`).
-            None => {
-                self.pending.push_back(pending);
-                self.publish_room();
-            }
-        }
-    }
-}
-
-impl Shard {
     /// A queue request answered from memory: an attempt of the key running here, or a done
     /// result in the cache. While the key's first enqueue is still on its way (an entry
     /// with no attempt, whose waiters are full), the row is not known durable: 409, as a
@@ -238,7 +170,7 @@ impl Shard {
                                     token,
                                     gated: true,
                                 };
-                                self.start_pending(pending, worker, ctx);
+                                self.run_pending(pending, worker, ctx);
                             }
                         }
                     }
@@ -315,142 +247,6 @@ impl Shard {
             _ => answer,
         }
     }
-
-    /// Why `provider`'s deliveries may not start now, if they may not: an operator's pause,
-    /// or the one its target asked for. A row taken for it is given back unstarted.
-    fn held_why(&self, provider: &str) -> Option<String> {
-        let hold = self.gate.hold_of(provider)?;
-        Some(format!("held: {}", hold.describe()))
-    }
-
-    /// The attempt a taken row is, its lease counted from `sent` (just before the take).
-    fn queue_attempt(&self, event: Arc<Event>, taken: &Taken, sent: Instant) -> Attempt {
-        let lease = self.settings.lease;
-        let horizon_left = event.target.horizon.saturating_sub(taken.age);
-        Attempt::held(event, taken.attempts, taken.path, after(sent, lease)).renewed(
-            lease,
-            taken.tries,
-            horizon_left,
-        )
-    }
-
-    /// Starts a taken row on `worker`, unless its lease no longer covers a start: then it
-    /// is released and the worker goes to the next.
-    pub(super) fn start_pending(
-        &mut self,
-        pending: Pending,
-        worker: usize,
-        ctx: &mut Context<Self>,
-    ) {
-        let Pending {
-            attempt,
-            token,
-            gated,
-        } = pending;
-        let running = Running {
-            attempt,
-            token,
-            worker,
-            gated,
-        };
-        // Nobody waits on a queued attempt's answer; it is logged and counted.
-        let (reply, _) = oneshot::channel();
-        self.start(running, reply, ctx);
-    }
-
-    /// The next taken row waiting for a worker that can still start in time; the rows whose
-    /// lease ran too short meanwhile are released on the way.
-    pub(super) fn next_pending(&mut self, ctx: &mut Context<Self>) -> Option<Pending> {
-        while let Some(pending) = self.pending.pop_front() {
-            self.publish_room();
-            let held = self.held_why(&pending.attempt.event.id.provider);
-            if Instant::now() < pending.attempt.start_by()
-                && !self.busy.draining()
-                && held.is_none()
-            {
-                return Some(pending);
-            }
-            let why = match held {
-                _ if self.busy.draining() => "released at shutdown".to_owned(),
-                Some(why) => why,
-                None => "no worker of this node freed up before its lease ran short".to_owned(),
-            };
-            let token = Some(pending.token);
-            self.release(pending.attempt, token, pending.gated, &why, ctx);
-        }
-        None
-    }
-
-    /// Gives a taken row back without delivering it: `failed`, due again at once, not
-    /// counted against the attempts (fenced, written however long the store takes); then
-    /// forgets the in-flight entry `token` made, if it made one.
-    fn release(
-        &mut self,
-        attempt: Attempt,
-        token: Option<u64>,
-        gated: bool,
-        why: &str,
-        ctx: &mut Context<Self>,
-    ) {
-        let busy = self.busy.running();
-        let store = Arc::clone(&self.store);
-        let log = self.log.clone();
-        let verdict = Verdict::Release { error: why.into() };
-        let work = async move {
-            let history = attempt.released(&verdict);
-            write_verdict_retrying(
-                &*store,
-                &attempt.event,
-                attempt.attempts,
-                &verdict,
-                history.as_ref(),
-                None,
-                &log,
-            )
-            .await;
-            attempt
-        };
-        ctx.spawn(work.into_actor(self).map(move |attempt, act, _| {
-            if gated {
-                act.gate.release(&attempt.event.id.provider);
-            }
-            if let Some(token) = token {
-                act.in_flight.forget(&attempt.event.id, token);
-            }
-            act.metrics.released(&attempt.event.id.provider);
-            drop(busy);
-        }));
-    }
-}
-
-/// Gives back a row the scheduler took but could not hand to its shard (the mailbox was
-/// full, or the shard is gone): `failed`, due again at once, not counted, fenced.
-pub async fn release_taken(store: &dyn Store, start: Start, why: &str, log: &slog::Logger) {
-    let event = Event::bare(start.taken.id.clone(), start.target).with_row(
-        start.taken.payload,
-        start.taken.content_type,
-        start.taken.fingerprint,
-    );
-    let verdict = Verdict::Release { error: why.into() };
-    let history = History {
-        path: start.taken.path,
-        node: crate::node::name(),
-        outcome: "released",
-        took: start.sent.elapsed(),
-        target_status: None,
-        error: None,
-        answer: None,
-    };
-    write_verdict_retrying(
-        store,
-        &event,
-        start.taken.attempts,
-        &verdict,
-        Some(&history),
-        None,
-        log,
-    )
-    .await;
 }
 
 impl Event {
@@ -485,7 +281,7 @@ impl Event {
     }
 
     /// The event as its taken row holds it (the kept headers stay on the row).
-    fn with_row(
+    pub(super) fn with_row(
         &self,
         body: actix_web::web::Bytes,
         content_type: Option<String>,
