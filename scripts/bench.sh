@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Reproduces the performance figures of docs/performance.md on this machine:
-#   1. pgbench running the article's two statements (claim, then mark done) as prepared
+#   1. pgbench running the two bare statements (claim, then mark done) as prepared
 #      statements, as hookgate runs its own, on a durable throwaway PostgreSQL (fsync
 #      on), 64 clients: the reference for first_run;
 #   2. the load bench's `bare` scenario (a fixed-body actix-web handler): the reference

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# What a first run costs in CPU, against what the article's two bare statements cost in
-# pgbench, on one durable throwaway PostgreSQL in one sitting (docs/performance.md):
+# What a first run costs in CPU, against what the two bare statements (claim, then mark
+# done) cost in pgbench, on one durable throwaway PostgreSQL in one sitting (docs/performance.md):
 #   * pgbench: the claim upsert then the mark-done update, prepared, 64 clients; CPU of the
 #     pgbench process plus every Postgres backend (the postmaster's reaped children too),
 #     per event;

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# What the slot ring costs a claim, at the SQL level (docs/performance.md, "Storage over
-# time"): one durable throwaway PostgreSQL, three schemas holding the same ROWS done events —
+# What the slot ring costs a claim, at the SQL level (docs/performance-log.md, "What the
+# ring costs a claim"): one durable throwaway PostgreSQL, three schemas holding the same ROWS done events —
 # `flat`, one table keyed by (provider, event_key) as before the ring; `ring`, six list
 # partitions by slot with the rows spread over five sealed slots; `ring4`, four partitions
 # (three sealed) — and pgbench (prepared statements, 16 clients) running each variant for

@@ -1,5 +1,5 @@
-//! `--scenario burndown`: the issue's "50,000 events already durable, then workers start,
-//! until the target has them all; CPU from /proc", for hookgate or graphile-worker on the
+//! `--scenario burndown`: the queue comparison's burn-down (50,000 events already durable,
+//! then the workers start, until the target has them all; CPU from /proc), for hookgate or graphile-worker on the
 //! same cluster and target. The events are written first (hookgate: queue rows as an
 //! accepted request leaves them; graphile-worker: jobs through its `addJobs`), vacuumed,
 //! analyzed and checkpointed; then the meter samples, the worker starts, and the run ends

@@ -110,7 +110,7 @@ const TAKES: i64 = 137;
 /// The scheduler's take is planned once per connection, not at every execution, whatever
 /// the statistics make of its parameters. Planned at each execution, it is a join over
 /// every slot with the node's keys in flight as a constant: half of Postgres's CPU in the
-/// queue-mode soak (docs/performance.md, "Queue mode's rise in CPU, measured again").
+/// queue-mode soak (docs/performance-log.md, "Queue mode's rise in CPU, measured again").
 /// Here the statistics say one provider holds every row, so a take for another provider,
 /// planned for its value, looks cheaper than the generic plan: Postgres's plan cache would
 /// plan every execution. Counted by `pg_stat_statements` (the test cluster loads it).

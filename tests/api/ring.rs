@@ -572,8 +572,8 @@ async fn a_retention_pass_reads_none_of_the_rows_it_keeps() {
 /// A duplicate answered from its row reads the slots up to the one that holds its key and
 /// no further. With a week of rows in five sealed slots every further slot is one more key
 /// index descended per duplicate — at 50 million rows, a leaf page from disk each — where
-/// the claim's own first step already found the row (docs/performance.md, "Storage over
-/// time"). Done rows in every slot, the keys claimed again in slot 0 (the first the
+/// the claim's own first step already found the row (docs/performance-log.md, "Storage
+/// over time"). Done rows in every slot, the keys claimed again in slot 0 (the first the
 /// claim's probe visits), one at a time and concurrently (the batched claim): no other
 /// slot is scanned.
 #[actix_web::test]
