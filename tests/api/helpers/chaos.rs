@@ -17,25 +17,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use hookgate::claim::{ClaimResult, Status, StoredResult};
-use hookgate::key::EventId;
-use hookgate::store::{
-    Enqueued, EventRecord, Failure, Fenced, History, Kept, QueueDepth, QueueRow, Reopened, Store,
-    StoreError, StoreFuture, Taken,
-};
+use hookgate::store::{Store, StoreError, StoreFuture};
 
-/// A store operation, as the journal names it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Op {
-    Due,
-    Take,
-    Claim,
-    Replay,
-    Renew,
-    Complete,
-    Fail,
-    Lookup,
-}
+use super::wrapped::{CallOf, Hooks, Op, Read, Wrapped};
 
 /// What the schedule does to one call.
 #[derive(Debug, Clone, PartialEq)]
@@ -312,9 +296,11 @@ pub struct Outage {
     pub hold: bool,
 }
 
-/// One node's faulty view of a real store.
-pub struct ChaosStore {
-    inner: Arc<dyn Store>,
+/// One node's faulty view of a real store: the store wrapped with [`Chaos`].
+pub type ChaosStore = Wrapped<Chaos>;
+
+/// The seeded schedule of one node's faults, and its journal.
+pub struct Chaos {
     runner: usize,
     journal: Arc<Journal>,
     weather: Weather,
@@ -326,7 +312,7 @@ pub struct ChaosStore {
     dead: AtomicBool,
 }
 
-impl ChaosStore {
+impl Wrapped<Chaos> {
     pub fn new(
         inner: Arc<dyn Store>,
         runner: usize,
@@ -335,8 +321,7 @@ impl ChaosStore {
         outage: Option<Outage>,
         journal: Arc<Journal>,
     ) -> Self {
-        Self {
-            inner,
+        let chaos = Chaos {
             runner,
             journal,
             weather,
@@ -344,9 +329,12 @@ impl ChaosStore {
             rng: Mutex::new(fastrand::Rng::with_seed(seed)),
             on: AtomicBool::new(true),
             dead: AtomicBool::new(false),
-        }
+        };
+        Wrapped::wrap(inner, chaos)
     }
+}
 
+impl Chaos {
     /// No more faults from now on.
     pub fn calm(&self) {
         self.on.store(false, Ordering::SeqCst);
@@ -396,17 +384,22 @@ impl ChaosStore {
             _ => Fault::Freeze(lease + lease.mul_f64(rng.f64() / 2.0)),
         })
     }
+}
 
-    /// Runs `call` under a drawn fault, journalled. `read` says what the answer was and
+impl Hooks for Chaos {
+    /// Runs the call under a drawn fault, journalled; `read` says what the answer was and
     /// whether it won or was applied (with the fencing token a take, claim or replay won).
-    fn faulty<'a, T: Send + 'a>(
+    /// Pings pass untouched and unjournalled.
+    fn around<'a, T: Send + 'a>(
         &'a self,
-        op: Op,
-        id: Option<&EventId>,
-        attempts: Option<i32>,
-        call: impl FnOnce() -> StoreFuture<'a, T> + Send + 'a,
-        read: fn(&T) -> (String, bool, Option<i32>),
+        call: CallOf<'a>,
+        run: impl FnOnce() -> StoreFuture<'a, T> + Send + 'a,
+        read: Read<T>,
     ) -> StoreFuture<'a, T> {
+        let CallOf { op, id, attempts } = call;
+        if op == Op::Ping {
+            return run();
+        }
         let fault = self.draw(op);
         let journal = Arc::clone(&self.journal);
         let index = journal.begin_call(Call {
@@ -434,7 +427,7 @@ impl ChaosStore {
                 Some(Fault::RunThenTimeOut) | None => {}
             }
             journal.update(index, |c| c.reached = Some(Instant::now()));
-            let result = call().await;
+            let result = run().await;
             journal.update(index, |c| {
                 c.answered = Some(Instant::now());
                 match &result {
@@ -474,170 +467,5 @@ fn error(kind: &str) -> StoreError {
         "transient" => StoreError::Transient(cause),
         "timed_out" => StoreError::TimedOut(cause),
         _ => StoreError::Query(cause),
-    }
-}
-
-fn fenced(f: &Fenced) -> (String, bool, Option<i32>) {
-    (format!("{f:?}"), *f == Fenced::Applied, None)
-}
-
-impl Store for ChaosStore {
-    fn migrate_reporting<'a>(
-        &'a self,
-        on_wait: &'a (dyn Fn(&hookgate::store::MigrationWait) + Send + Sync),
-    ) -> StoreFuture<'a, ()> {
-        self.inner.migrate_reporting(on_wait)
-    }
-    fn ping(&self) -> StoreFuture<'_, ()> {
-        self.inner.ping()
-    }
-    fn durability_risks(&self) -> StoreFuture<'_, Vec<(String, String)>> {
-        self.inner.durability_risks()
-    }
-    fn claim<'a>(
-        &'a self,
-        id: &'a EventId,
-        fingerprint: Option<&'a str>,
-        lease: Duration,
-        keep: Option<&'a Kept>,
-    ) -> StoreFuture<'a, ClaimResult> {
-        let call = move || self.inner.claim(id, fingerprint, lease, keep);
-        self.faulty(Op::Claim, Some(id), None, call, |r| match r {
-            ClaimResult::Won { attempts, path } => {
-                (format!("won ({})", path.as_str()), true, Some(*attempts))
-            }
-            ClaimResult::Existing(row) => (format!("not won ({:?})", row.status), false, None),
-        })
-    }
-    fn complete<'a>(
-        &'a self,
-        id: &'a EventId,
-        attempts: i32,
-        result: &'a StoredResult,
-        history: Option<&'a History>,
-    ) -> StoreFuture<'a, Fenced> {
-        let call = move || self.inner.complete(id, attempts, result, history);
-        self.faulty(Op::Complete, Some(id), Some(attempts), call, fenced)
-    }
-    fn fail<'a>(
-        &'a self,
-        id: &'a EventId,
-        attempts: i32,
-        failure: &'a Failure,
-    ) -> StoreFuture<'a, Fenced> {
-        let call = move || self.inner.fail(id, attempts, failure);
-        self.faulty(Op::Fail, Some(id), Some(attempts), call, fenced)
-    }
-    fn lookup<'a>(&'a self, id: &'a EventId) -> StoreFuture<'a, Option<EventRecord>> {
-        let call = move || self.inner.lookup(id);
-        self.faulty(Op::Lookup, Some(id), None, call, |r| {
-            let said = r.as_ref().map_or("no row".into(), |r| {
-                format!("{} #{}", r.status.as_str(), r.attempts)
-            });
-            (said, false, None)
-        })
-    }
-    fn replay<'a>(&'a self, id: &'a EventId, lease: Duration) -> StoreFuture<'a, Option<Reopened>> {
-        let call = move || self.inner.replay(id, lease);
-        self.faulty(Op::Replay, Some(id), None, call, |r| match r {
-            Some(r) => ("reopened".into(), true, Some(r.attempts)),
-            None => ("not a dead letter".into(), false, None),
-        })
-    }
-    fn dead_letters<'a>(
-        &'a self,
-        provider: Option<&'a str>,
-        after: Option<&'a hookgate::store::PageCursor>,
-        limit: u32,
-    ) -> StoreFuture<'a, Vec<hookgate::store::EventSummary>> {
-        self.inner.dead_letters(provider, after, limit)
-    }
-    fn sweep(&self, status: Status, older_than: Duration, batch: u32) -> StoreFuture<'_, u64> {
-        self.inner.sweep(status, older_than, batch)
-    }
-    fn retain<'a>(
-        &'a self,
-        policy: &'a hookgate::store::Retention,
-    ) -> StoreFuture<'a, hookgate::store::Retained> {
-        self.inner.retain(policy)
-    }
-    fn table_sizes(&self) -> StoreFuture<'_, Vec<hookgate::store::TableSize>> {
-        self.inner.table_sizes()
-    }
-    fn enqueue<'a>(&'a self, item: &'a QueueRow) -> StoreFuture<'a, Enqueued> {
-        self.inner.enqueue(item)
-    }
-    fn take<'a>(&'a self, id: &'a EventId, lease: Duration) -> StoreFuture<'a, Option<Taken>> {
-        let call = move || self.inner.take(id, lease);
-        self.faulty(Op::Take, Some(id), None, call, |r| match r {
-            Some(t) => (
-                format!("taken ({})", t.path.as_str()),
-                true,
-                Some(t.attempts),
-            ),
-            None => ("not due".into(), false, None),
-        })
-    }
-    fn take_due<'a>(
-        &'a self,
-        provider: &'a str,
-        limit: u32,
-        lease: Duration,
-        busy: &'a [Arc<str>],
-    ) -> StoreFuture<'a, Vec<Taken>> {
-        let call = move || self.inner.take_due(provider, limit, lease, busy);
-        self.faulty(Op::Take, None, None, call, |rows| match rows.first() {
-            Some(t) => (
-                format!("taken {} ({})", t.id, t.path.as_str()),
-                true,
-                Some(t.attempts),
-            ),
-            None => ("none due".into(), false, None),
-        })
-    }
-    fn due<'a>(&'a self, provider: &'a str, limit: u32) -> StoreFuture<'a, Vec<EventId>> {
-        let call = move || self.inner.due(provider, limit);
-        self.faulty(Op::Due, None, None, call, |ids| {
-            (format!("{} due", ids.len()), false, None)
-        })
-    }
-    fn renew<'a>(
-        &'a self,
-        id: &'a EventId,
-        attempts: i32,
-        lease: Duration,
-    ) -> StoreFuture<'a, Fenced> {
-        let call = move || self.inner.renew(id, attempts, lease);
-        self.faulty(Op::Renew, Some(id), Some(attempts), call, fenced)
-    }
-    fn abandon<'a>(
-        &'a self,
-        provider: &'a str,
-        horizon: Duration,
-        batch: u32,
-    ) -> StoreFuture<'a, u64> {
-        self.inner.abandon(provider, horizon, batch)
-    }
-    fn orphan<'a>(
-        &'a self,
-        known: &'a [String],
-        grace: Duration,
-        batch: u32,
-    ) -> StoreFuture<'a, u64> {
-        self.inner.orphan(known, grace, batch)
-    }
-    fn list<'a>(
-        &'a self,
-        provider: Option<&'a str>,
-        status: Option<Status>,
-        limit: u32,
-    ) -> StoreFuture<'a, Vec<hookgate::store::EventSummary>> {
-        self.inner.list(provider, status, limit)
-    }
-    fn operator(&self) -> &dyn hookgate::store::operator::OperatorStore {
-        self.inner.operator()
-    }
-    fn queue_depth(&self) -> StoreFuture<'_, Vec<QueueDepth>> {
-        self.inner.queue_depth()
     }
 }

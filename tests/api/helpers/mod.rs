@@ -1,6 +1,7 @@
 //! Test harness: a real database per test ([`db`]), a real HTTP target that counts
 //! deliveries ([`target`]), a TCP proxy that can cut the store's network ([`proxy`]), a
-//! primary + standby pair to fail over ([`ha`]),
+//! primary + standby pair to fail over ([`ha`]), one wrapper that puts faults into a real
+//! store ([`wrapped`], with the seeded [`chaos`] and the targeted [`faults`]),
 //! captured JSON logs ([`log`]), and `spawn_app`, which starts a whole hookgate node on
 //! port 0.
 
@@ -13,6 +14,7 @@ mod log;
 mod proxy;
 mod target;
 pub mod webdriver;
+mod wrapped;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -27,13 +29,14 @@ use hookgate::store::Store;
 use hookgate::worker::{Delivery, DeliveryRequest, HttpDelivery};
 
 pub use binary::BinaryNode;
-pub use chaos::{AttemptNote, Call, ChaosStore, Journal, Op, Outage, Span, Weather};
+pub use chaos::{AttemptNote, Call, ChaosStore, Journal, Outage, Span, Weather};
 pub use db::{failure, Backend, TestDb};
 pub use faults::{FaultyStore, WritesHeld};
 pub use ha::HaPair;
 pub use log::CapturedLog;
 pub use proxy::StoreProxy;
 pub use target::{early_hints_target, Behaviour, TestTarget, ERROR_PAGE};
+pub use wrapped::Op;
 
 /// Waits for `condition` to hold, polling, failing the test after a generous deadline.
 pub async fn eventually<F, Fut>(what: &str, mut condition: F)
