@@ -9,6 +9,7 @@
 
 pub mod api;
 mod batcher;
+mod error;
 mod open;
 pub mod operator;
 mod page;
@@ -20,12 +21,13 @@ pub mod sqlite;
 mod types;
 
 pub use api::Store;
+pub use error::{chain, Cause, StoreError};
 pub use open::{check, open};
 pub use page::PageCursor;
 pub use retain::{Retained, Retention, TableSize};
 pub use search::{SearchPage, SCAN_BUDGET};
-pub use types::{
-    chain, AttemptRecord, Cause, Enqueued, EventRecord, EventSummary, Failure, Fenced, History,
-    Kept, MigrationWait, QueueDepth, QueueRow, Reopened, StoreError, StoreFuture, Taken,
-};
 pub(crate) use types::{millis, storable, within};
+pub use types::{
+    AttemptRecord, Enqueued, EventRecord, EventSummary, Failure, Fenced, History, Kept,
+    MigrationWait, QueueDepth, QueueRow, Reopened, StoreFuture, Taken,
+};
