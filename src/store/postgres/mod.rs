@@ -11,6 +11,7 @@ mod batch;
 mod connection;
 mod migrate;
 mod operator;
+mod operator_sql;
 mod pool;
 mod pools;
 mod queue;

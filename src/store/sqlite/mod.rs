@@ -9,6 +9,7 @@
 
 mod checkpointer;
 mod operator;
+mod operator_sql;
 mod queue;
 mod reader;
 mod rows;
