@@ -1,11 +1,7 @@
-//! Prometheus metrics for one node, served at `GET /metrics`.
-//!
-//! Each node owns its registry (no process-global recorder), so several nodes in one
-//! process — the test suite — never mix their counts. Recording is a few atomic adds.
-//!
-//! Every label value comes from a closed set: configured provider names (the HTTP layer
-//! passes `unknown` for any other name a request carries), and path, reason, outcome and
-//! kind names written in the code. A request can never add a label value.
+//! A node's metrics registry: every family hookgate exports, with its labels and buckets,
+//! registered once ([`Metrics::new`]), primed so the shipped alerts see every series from
+//! the first scrape, and rendered as Prometheus text. What records into them is
+//! `record.rs`.
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -14,44 +10,42 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 
-use crate::claim::Path;
-
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct PathLabels {
-    provider: String,
-    path: &'static str,
+pub(super) struct PathLabels {
+    pub(super) provider: String,
+    pub(super) path: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct OutcomeLabels {
-    provider: String,
-    outcome: &'static str,
+pub(super) struct OutcomeLabels {
+    pub(super) provider: String,
+    pub(super) outcome: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct ProviderLabels {
-    provider: String,
+pub(super) struct ProviderLabels {
+    pub(super) provider: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct ReasonLabels {
-    provider: String,
-    reason: &'static str,
+pub(super) struct ReasonLabels {
+    pub(super) provider: String,
+    pub(super) reason: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct ShardLabels {
-    shard: u32,
+pub(super) struct ShardLabels {
+    pub(super) shard: u32,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct ActorLabels {
-    actor: &'static str,
+pub(super) struct ActorLabels {
+    pub(super) actor: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct KindLabels {
-    kind: &'static str,
+pub(super) struct KindLabels {
+    pub(super) kind: &'static str,
 }
 
 /// Delivery latency buckets: 1 ms doubling to ~33 s, covering a local target up to the
@@ -67,10 +61,10 @@ fn writing_histogram() -> Histogram {
 }
 
 /// Minutes of paths kept for the console's chart.
-const RECENT_MINUTES: u64 = 60;
+pub(super) const RECENT_MINUTES: u64 = 60;
 
 /// Minutes since the Unix epoch.
-fn unix_minute() -> u64 {
+pub(super) fn unix_minute() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs() / 60)
@@ -79,36 +73,37 @@ fn unix_minute() -> u64 {
 /// The metrics of one node.
 pub struct Metrics {
     /// Paths per (minute, provider) over the last hour, for the console.
-    recent: dashmap::DashMap<(u64, String), std::collections::HashMap<&'static str, u64>>,
-    registry: Registry,
-    attempts: Family<PathLabels, Counter>,
-    deliveries: Family<OutcomeLabels, Counter>,
-    latency: Family<ProviderLabels, Histogram, fn() -> Histogram>,
-    writing: Family<ProviderLabels, Histogram, fn() -> Histogram>,
-    dead: Family<ReasonLabels, Counter>,
-    rejected: Family<ReasonLabels, Counter>,
-    cache_hits: Counter,
-    cache_misses: Counter,
-    mailbox: Family<ShardLabels, Gauge>,
-    store_errors: Family<KindLabels, Counter>,
-    swept: Family<KindLabels, Counter>,
-    admission: Family<ShardLabels, Gauge>,
-    cache_bytes: Gauge,
-    body_bytes: Gauge,
-    queue_rows: Family<ProviderLabels, Gauge>,
-    queue_oldest: Family<ProviderLabels, Gauge<f64, std::sync::atomic::AtomicU64>>,
-    scheduler_polls: Counter,
-    queue_taken: Family<ProviderLabels, Counter>,
-    panics: Family<ActorLabels, Counter>,
-    paused: Family<ProviderLabels, Gauge>,
-    target_pause: Family<ProviderLabels, Gauge<f64, std::sync::atomic::AtomicU64>>,
-    retention_backlog: Gauge<f64, std::sync::atomic::AtomicU64>,
-    table_bytes: Family<TableLabels, Gauge>,
+    pub(super) recent:
+        dashmap::DashMap<(u64, String), std::collections::HashMap<&'static str, u64>>,
+    pub(super) registry: Registry,
+    pub(super) attempts: Family<PathLabels, Counter>,
+    pub(super) deliveries: Family<OutcomeLabels, Counter>,
+    pub(super) latency: Family<ProviderLabels, Histogram, fn() -> Histogram>,
+    pub(super) writing: Family<ProviderLabels, Histogram, fn() -> Histogram>,
+    pub(super) dead: Family<ReasonLabels, Counter>,
+    pub(super) rejected: Family<ReasonLabels, Counter>,
+    pub(super) cache_hits: Counter,
+    pub(super) cache_misses: Counter,
+    pub(super) mailbox: Family<ShardLabels, Gauge>,
+    pub(super) store_errors: Family<KindLabels, Counter>,
+    pub(super) swept: Family<KindLabels, Counter>,
+    pub(super) admission: Family<ShardLabels, Gauge>,
+    pub(super) cache_bytes: Gauge,
+    pub(super) body_bytes: Gauge,
+    pub(super) queue_rows: Family<ProviderLabels, Gauge>,
+    pub(super) queue_oldest: Family<ProviderLabels, Gauge<f64, std::sync::atomic::AtomicU64>>,
+    pub(super) scheduler_polls: Counter,
+    pub(super) queue_taken: Family<ProviderLabels, Counter>,
+    pub(super) panics: Family<ActorLabels, Counter>,
+    pub(super) paused: Family<ProviderLabels, Gauge>,
+    pub(super) target_pause: Family<ProviderLabels, Gauge<f64, std::sync::atomic::AtomicU64>>,
+    pub(super) retention_backlog: Gauge<f64, std::sync::atomic::AtomicU64>,
+    pub(super) table_bytes: Family<TableLabels, Gauge>,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct TableLabels {
-    table: &'static str,
+pub(super) struct TableLabels {
+    pub(super) table: &'static str,
 }
 
 impl Default for Metrics {
@@ -303,38 +298,6 @@ impl Metrics {
         }
     }
 
-    /// A panic in an actor: `worker` (caught, restarted) or `shard` (the node stops).
-    pub fn actor_panic(&self, actor: &'static str) {
-        self.panics.get_or_create(&ActorLabels { actor }).inc();
-    }
-
-    /// A queue row of `provider` was taken for an attempt.
-    pub fn queue_taken(&self, provider: &str) {
-        self.queue_taken
-            .get_or_create(&ProviderLabels {
-                provider: provider.to_owned(),
-            })
-            .inc();
-    }
-
-    /// One pass of the queue scheduler.
-    pub fn scheduler_poll(&self) {
-        self.scheduler_polls.inc();
-    }
-
-    /// `provider`'s unfinished queue rows and its oldest due row's wait.
-    pub fn queue_depth(&self, provider: &str, rows: u64, oldest_due_seconds: f64) {
-        let labels = ProviderLabels {
-            provider: provider.to_owned(),
-        };
-        self.queue_rows
-            .get_or_create(&labels)
-            .set(i64::try_from(rows).unwrap_or(i64::MAX));
-        self.queue_oldest
-            .get_or_create(&labels)
-            .set(oldest_due_seconds);
-    }
-
     /// Creates the series whose label sets are known at start, at zero, so dashboards and
     /// alerts see every family from the first scrape: per-shard gauges, store error
     /// kinds, dead-letter reasons per provider, queue gauges per provider (any provider
@@ -388,193 +351,6 @@ impl Metrics {
         }
     }
 
-    /// The request-body bytes the node holds now (set when `/metrics` is read).
-    pub fn body_bytes_in_flight(&self, bytes: usize) {
-        self.body_bytes
-            .set(i64::try_from(bytes).unwrap_or(i64::MAX));
-    }
-
-    /// The gauge the done cache keeps its size in.
-    pub fn cache_bytes_gauge(&self) -> Gauge {
-        self.cache_bytes.clone()
-    }
-
-    /// A request started (`+1`) or stopped (`-1`) waiting for a worker of shard `shard`.
-    pub fn admission_waiting(&self, shard: usize, delta: i64) {
-        self.admission
-            .get_or_create(&ShardLabels {
-                shard: u32::try_from(shard).unwrap_or(u32::MAX),
-            })
-            .inc_by(delta);
-    }
-
-    /// One delivery received and labelled with `path`.
-    pub fn attempt(&self, provider: &str, path: Path) {
-        self.attempts
-            .get_or_create(&PathLabels {
-                provider: provider.to_owned(),
-                path: path.as_str(),
-            })
-            .inc();
-        let minute = unix_minute();
-        match self.recent.get_mut(&(minute, provider.to_owned())) {
-            Some(mut counts) => *counts.entry(path.as_str()).or_default() += 1,
-            None => {
-                self.recent
-                    .entry((minute, provider.to_owned()))
-                    .or_default()
-                    .insert(path.as_str(), 1);
-            }
-        }
-    }
-
-    /// Paths a minute of `provider` over the last hour on this node, oldest first: each
-    /// minute's start (Unix seconds) with its counts. Older minutes are forgotten.
-    pub fn paths_per_minute(&self, provider: &str) -> Vec<(u64, Vec<(&'static str, u64)>)> {
-        let now = unix_minute();
-        self.recent
-            .retain(|(minute, _), _| now.saturating_sub(*minute) < RECENT_MINUTES);
-        let mut minutes: Vec<(u64, Vec<(&'static str, u64)>)> = self
-            .recent
-            .iter()
-            .filter(|e| e.key().1 == provider)
-            .map(|e| {
-                let mut counts: Vec<(&'static str, u64)> =
-                    e.value().iter().map(|(p, n)| (*p, *n)).collect();
-                counts.sort_unstable();
-                (e.key().0 * 60, counts)
-            })
-            .collect();
-        minutes.sort_unstable_by_key(|(minute, _)| *minute);
-        minutes
-    }
-
-    /// One delivery to the target ended with `outcome` after `seconds`.
-    pub fn delivery(&self, provider: &str, outcome: &'static str, seconds: f64) {
-        self.deliveries
-            .get_or_create(&OutcomeLabels {
-                provider: provider.to_owned(),
-                outcome,
-            })
-            .inc();
-        self.latency
-            .get_or_create(&ProviderLabels {
-                provider: provider.to_owned(),
-            })
-            .observe(seconds);
-    }
-
-    /// An attempt's outcome was written `seconds` after the target answered.
-    pub fn outcome_written(&self, provider: &str, seconds: f64) {
-        self.writing
-            .get_or_create(&ProviderLabels {
-                provider: provider.to_owned(),
-            })
-            .observe(seconds);
-    }
-
-    /// Whether an operator paused `provider` (1) or not (0).
-    pub fn paused(&self, provider: &str, paused: bool) {
-        self.paused
-            .get_or_create(&ProviderLabels {
-                provider: provider.to_owned(),
-            })
-            .set(i64::from(paused));
-    }
-
-    /// Seconds left of the pause `provider`'s target asked for (set when `/metrics` is
-    /// read).
-    pub fn target_pause(&self, provider: &str, seconds: f64) {
-        self.target_pause
-            .get_or_create(&ProviderLabels {
-                provider: provider.to_owned(),
-            })
-            .set(seconds);
-    }
-
-    /// How far past retention the oldest kept row is, after a retention pass.
-    pub fn retention_backlog(&self, seconds: f64) {
-        self.retention_backlog.set(seconds);
-    }
-
-    /// The bytes `table` takes in the store, as a retention pass read them.
-    pub fn table_bytes(&self, table: &'static str, bytes: u64) {
-        self.table_bytes
-            .get_or_create(&TableLabels { table })
-            .set(i64::try_from(bytes).unwrap_or(i64::MAX));
-    }
-
-    /// A taken queue row was given back without reaching the target.
-    pub fn released(&self, provider: &str) {
-        self.deliveries
-            .get_or_create(&OutcomeLabels {
-                provider: provider.to_owned(),
-                outcome: "not_started",
-            })
-            .inc();
-    }
-
-    /// An event became a dead letter.
-    pub fn dead_letter(&self, provider: &str, reason: &'static str) {
-        self.dead
-            .get_or_create(&ReasonLabels {
-                provider: provider.to_owned(),
-                reason,
-            })
-            .inc();
-    }
-
-    /// `n` events of `provider` became dead letters at once (the sweeper).
-    pub fn dead_letter_n(&self, provider: &str, reason: &'static str, n: u64) {
-        self.dead
-            .get_or_create(&ReasonLabels {
-                provider: provider.to_owned(),
-                reason,
-            })
-            .inc_by(n);
-    }
-
-    /// A request was refused before any claim; `provider` is a configured name or
-    /// `unknown`.
-    pub fn rejected(&self, provider: &str, reason: &'static str) {
-        self.rejected
-            .get_or_create(&ReasonLabels {
-                provider: provider.to_owned(),
-                reason,
-            })
-            .inc();
-    }
-
-    /// A done-cache lookup.
-    pub fn cache(&self, hit: bool) {
-        if hit {
-            self.cache_hits.inc();
-        } else {
-            self.cache_misses.inc();
-        }
-    }
-
-    /// A request entered (`+1`) or left (`-1`) shard `shard`'s mailbox.
-    pub fn mailbox(&self, shard: usize, delta: i64) {
-        self.mailbox
-            .get_or_create(&ShardLabels {
-                shard: u32::try_from(shard).unwrap_or(u32::MAX),
-            })
-            .inc_by(delta);
-    }
-
-    /// A store operation failed.
-    pub fn store_error(&self, kind: &'static str) {
-        self.store_errors.get_or_create(&KindLabels { kind }).inc();
-    }
-
-    /// The sweeper deleted `n` rows of `status`.
-    pub fn swept(&self, status: &'static str, n: u64) {
-        self.swept
-            .get_or_create(&KindLabels { kind: status })
-            .inc_by(n);
-    }
-
     /// The Prometheus text exposition.
     pub fn render(&self) -> String {
         let mut text = String::new();
@@ -587,6 +363,7 @@ impl Metrics {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::claim::Path;
 
     #[test]
     fn counts_appear_in_the_text_exposition() {
