@@ -1,8 +1,9 @@
 //! One attempt of one event — the one home of the steps after a won claim: deliver →
-//! judge → record (fenced) → answer. The shard runs every sender's attempt, every queue
-//! attempt and every admin replay through here; the command line's `dead replay` does too.
-//! Nothing else builds a delivery request or writes a verdict. What is not here is the
-//! shard's own bookkeeping (its workers, in-flight set and done cache: `claimed.rs`).
+//! judge → record (fenced), then the answer (`reply.rs`). The shard runs every sender's
+//! attempt, every queue attempt and every admin replay through here; the command line's
+//! `dead replay` does too. Nothing else builds a delivery request or writes a verdict. What
+//! is not here is the shard's own bookkeeping (its workers, in-flight set and done cache:
+//! `claimed.rs`).
 //!
 //! A sync attempt's lease outlasts its delivery (a config rule), and its outcome write is
 //! retried within the lease — except a replay's, and a sync row's attempt on a queue-mode
@@ -18,14 +19,12 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use slog::{error, info, warn, Logger};
+use slog::{warn, Logger};
 
-use super::answer::{Answer, Reply, RetryReason, STORE_RETRY_AFTER_SECS};
 use super::event::Event;
 use super::record::write_verdict_retrying;
 use crate::claim::{Mode, Path};
 use crate::deadline::{after, from_now};
-use crate::metrics::Metrics;
 use crate::outcome::{judge, DeliveryOutcome, Redeliverer, Verdict};
 use crate::retry::RetryPolicy;
 use crate::store::{Fenced, History, Store, StoreError};
@@ -381,142 +380,6 @@ impl Attempt {
                 Err(_) => return "the lease could not be confirmed before it ended".into(),
             }
         }
-    }
-
-    /// Logs and counts the finished attempt, and builds the sender's answer from what the
-    /// fenced write did to the row. `lease` is the `Retry-After` after a crash.
-    pub fn answer(
-        &self,
-        recorded: Recorded,
-        lease: Duration,
-        metrics: &Metrics,
-        log: &Logger,
-    ) -> Answer {
-        let Recorded {
-            verdict,
-            written,
-            took,
-            writing,
-        } = recorded;
-        metrics.delivery(
-            &self.event.id.provider,
-            outcome_label(&verdict),
-            took.as_secs_f64(),
-        );
-        if let Some(writing) = writing {
-            metrics.outcome_written(&self.event.id.provider, writing.as_secs_f64());
-        }
-        let reply = match written {
-            Some(Ok(Fenced::Applied)) | None => self.reply(verdict, took, lease, log),
-            Some(Ok(Fenced::Stale)) => self.stale(log),
-            Some(Err(e)) => self.unrecorded(&e, metrics, log),
-        };
-        Answer {
-            path: self.path,
-            attempts: Some(self.attempts),
-            reply,
-        }
-    }
-
-    /// Another attempt took the row over: nothing was written (`stale_completion`).
-    fn stale(&self, log: &Logger) -> Reply {
-        let id = &self.event.id;
-        warn!(log, "webhook.stale";
-            "provider" => &*id.provider, "event_key" => &*id.key,
-            "path" => Path::StaleCompletion.as_str(), "attempts" => self.attempts);
-        Reply::RetryLater {
-            retry_after: 1,
-            reason: RetryReason::LeaseLost,
-        }
-    }
-
-    /// The outcome could not be written within the lease.
-    fn unrecorded(&self, e: &StoreError, metrics: &Metrics, log: &Logger) -> Reply {
-        let id = &self.event.id;
-        metrics.store_error(e.kind());
-        error!(log, "webhook.failed";
-            "provider" => &*id.provider, "event_key" => &*id.key,
-            "error" => format!("recording the outcome: {e}"), "attempts" => self.attempts,
-            "retry_after_s" => STORE_RETRY_AFTER_SECS);
-        Reply::RetryLater {
-            retry_after: STORE_RETRY_AFTER_SECS,
-            reason: RetryReason::StoreUnavailable,
-        }
-    }
-
-    /// The reply for a verdict the row now holds (or, after a crash, did not need).
-    fn reply(&self, verdict: Verdict, took: Duration, lease: Duration, log: &Logger) -> Reply {
-        let id = &self.event.id;
-        let duration_ms = u64::try_from(took.as_millis()).unwrap_or(u64::MAX);
-        let (provider, key, attempts) = (&*id.provider, &*id.key, self.attempts);
-        let mode = self.event.mode.as_str();
-        match verdict {
-            Verdict::Done(result) => {
-                info!(log, "webhook.done";
-                    "provider" => provider, "event_key" => key, "outcome" => "delivered",
-                    "status" => result.status, "attempts" => attempts,
-                    "duration_ms" => duration_ms, "mode" => mode);
-                Reply::Result(Arc::new(result))
-            }
-            Verdict::Retry { error, retry_after } => {
-                warn!(log, "webhook.failed";
-                    "provider" => provider, "event_key" => key, "error" => &error,
-                    "attempts" => attempts, "retry_after_s" => retry_after,
-                    "duration_ms" => duration_ms, "mode" => mode);
-                Reply::RetryLater {
-                    retry_after,
-                    reason: RetryReason::DeliveryFailed,
-                }
-            }
-            Verdict::Dead { error, reason } => {
-                warn!(log, "webhook.dead";
-                    "provider" => provider, "event_key" => key, "error" => &error,
-                    "reason" => reason.as_str(), "attempts" => attempts,
-                    "duration_ms" => duration_ms, "mode" => mode);
-                Reply::DeadLettered
-            }
-            Verdict::Throttled { error, retry_after } => {
-                warn!(log, "webhook.failed";
-                    "provider" => provider, "event_key" => key, "error" => &error,
-                    "attempts" => attempts, "retry_after_s" => retry_after, "mode" => mode);
-                Reply::RetryLater {
-                    retry_after,
-                    reason: RetryReason::DeliveryFailed,
-                }
-            }
-            Verdict::Release { error } => {
-                warn!(log, "webhook.failed";
-                    "provider" => provider, "event_key" => key, "error" => &error,
-                    "attempts" => attempts, "retry_after_s" => 1u64);
-                Reply::RetryLater {
-                    retry_after: 1,
-                    reason: RetryReason::NotStarted,
-                }
-            }
-            Verdict::Unknown { error } => {
-                let retry_after = ceil_secs(lease);
-                error!(log, "webhook.failed";
-                    "provider" => provider, "event_key" => key,
-                    "error" => &error, "attempts" => attempts,
-                    "retry_after_s" => retry_after, "duration_ms" => duration_ms);
-                Reply::RetryLater {
-                    retry_after,
-                    reason: RetryReason::WorkerCrashed,
-                }
-            }
-        }
-    }
-}
-
-/// The `outcome` label of `hookgate_deliveries_total` for a verdict.
-fn outcome_label(verdict: &Verdict) -> &'static str {
-    match verdict {
-        Verdict::Done(_) => "delivered",
-        Verdict::Retry { .. } => "failed",
-        Verdict::Dead { .. } => "dead",
-        Verdict::Throttled { .. } => "throttled",
-        Verdict::Release { .. } => "not_started",
-        Verdict::Unknown { .. } => "crashed",
     }
 }
 

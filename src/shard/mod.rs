@@ -5,8 +5,8 @@
 //! message it takes, with the stage file each goes to. A sync event reads forward:
 //! `dispatcher` → `actor` → `sync` (memory answers, admission, the claim) → `claimed` (the
 //! store's answer, the attempt on its worker, its record, the answer) → `attempt` (deliver,
-//! judge, record, answer: the one home, also used by the command line) → `record`
-//! (fenced writes) and `answer`.
+//! judge, record: the one home, also used by the command line) → `record` (fenced
+//! writes) → `reply` (what the recorded verdict tells the sender) and `answer`.
 
 mod actor;
 mod admission;
@@ -23,6 +23,7 @@ mod messages;
 mod queue;
 mod record;
 mod replay;
+mod reply;
 mod signals;
 mod slots;
 mod sync;
