@@ -8,12 +8,14 @@
 //! `rows`.
 
 mod checkpointer;
+mod files;
 mod operator;
 mod operator_sql;
 mod queue;
 mod reader;
 mod rows;
 mod search;
+mod sql;
 mod store;
 mod writer;
 
