@@ -8,7 +8,9 @@
 //! `connection`, `sql`, `queue_sql`, `rows`, `tls`.
 
 mod batch;
+mod batch_sql;
 mod connection;
+mod durability;
 mod migrate;
 mod operator;
 mod operator_sql;
@@ -23,4 +25,5 @@ mod sql;
 mod store;
 mod tls;
 
-pub use store::{tls_warning, PgStore};
+pub use store::PgStore;
+pub use tls::tls_warning;

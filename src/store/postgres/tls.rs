@@ -193,6 +193,22 @@ pub(crate) fn connector(tls: &Tls) -> Result<MakeRustlsConnect, StoreError> {
     Ok(MakeRustlsConnect::new((*config).clone()))
 }
 
+/// `check-config`'s word on TLS for the Postgres `url`: `None` when the server is
+/// authenticated or only local hosts are named; else why a man in the middle could read
+/// and change the traffic.
+pub fn tls_warning(url: &str) -> Result<Option<String>, StoreError> {
+    let (authenticated, hosts) = authenticated_hosts(url)?;
+    let local =
+        |h: &String| h.starts_with('/') || matches!(h.as_str(), "localhost" | "127.0.0.1" | "::1");
+    Ok((!authenticated && !hosts.iter().all(local)).then(|| {
+        format!(
+            "{} reached with sslmode prefer or require: encrypted at best, the server not \
+             authenticated; use sslmode=verify-full with sslrootcert",
+            hosts.join(",")
+        )
+    }))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
