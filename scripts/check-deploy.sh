@@ -2,7 +2,7 @@
 # Checks the deploy files with the tools their ecosystems provide: the Prometheus alerting
 # rules with `promtool check rules` (from Debian's `prometheus` package, installed if
 # missing and we are root; skipped with a note otherwise). The unit file, the Dockerfile
-# and the dashboard are checked by the test suite (tests/api/edges.rs).
+# and the dashboard are checked by the test suite (tests/api/config/edges.rs).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if ! command -v promtool >/dev/null 2>&1; then

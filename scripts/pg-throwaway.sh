@@ -48,7 +48,7 @@ mkdir -p "$dir"
 if [ "$(id -u)" = 0 ]; then chown postgres "$dir"; chmod 700 "$dir"; fi
 as_pg "$bin/initdb" -D "$dir/data" -U postgres --auth=trust --locale=C.UTF-8 >/dev/null
 # fsync off for tests: a throwaway cluster, never one whose durability a benchmark claims.
-# pg_stat_statements counts plans against executions (tests/api/plans.rs).
+# pg_stat_statements counts plans against executions (tests/api/store/plans.rs).
 settings="-c fsync=off -c synchronous_commit=off -c full_page_writes=off \
   -c shared_preload_libraries=pg_stat_statements -c pg_stat_statements.track_planning=on"
 tls_env=""

@@ -23,26 +23,10 @@ macro_rules! on_both_stores {
     };
 }
 
-mod bad_input;
-mod concurrency;
-mod console;
-mod duplicates;
-mod edges;
-mod failover;
-mod failures;
+mod config;
 mod helpers;
-mod history;
-mod model;
+mod ingest;
 mod operators;
-mod paths;
-mod pauses;
-mod plans;
-mod pressure;
-mod providers;
 mod queue;
-mod queue_promise;
-mod ring;
-mod runner_faults;
-mod safe_defaults;
-mod store_conformance;
-mod tls;
+mod resilience;
+mod store;

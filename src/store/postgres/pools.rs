@@ -46,7 +46,7 @@ pub(crate) fn open(config: &StoreConfig, schema: String) -> Result<Pools, StoreE
     // execution). A plan cached on an empty, never-analyzed table must not become a scan
     // once it holds millions of rows (measured once: ~5.8k -> ~2.3k first runs/s over 100k
     // rows), so these sessions rule out sequential scans and hash/merge joins; every hot,
-    // queue and sweep statement finds rows by an index. Checked by tests/api/plans.rs.
+    // queue and sweep statement finds rows by an index. Checked by tests/api/store/plans.rs.
     // A plan that has no choice but a ruled-out node (the ring's six-row table is read
     // whole) costs above jit_above_cost, and compiling it took a second of a 1 ms
     // statement: these sessions never JIT-compile.
@@ -73,14 +73,14 @@ pub(crate) fn open(config: &StoreConfig, schema: String) -> Result<Pools, StoreE
     // every matching row and sort them, or gather them through a bitmap, which on a grown
     // table reads all of them for one page. Their sessions rule out both: an ordered scan
     // stopped at its limit, ties put in order a few at a time (an incremental sort).
-    // Checked by tests/api/plans.rs.
+    // Checked by tests/api/store/plans.rs.
     let operators = format!("{options} -c enable_sort=off -c enable_bitmapscan=off");
     // The hot statements keep their generic plans whatever the statistics say. Left to
     // choose (it chooses again whenever autovacuum's ANALYZE of a slot invalidates a
     // plan), the plan cache came to plan the queue's take at every execution — a join over
     // every slot with the keys in flight as a constant — and planning took half of
     // Postgres's CPU (docs/performance.md). The operators' reads keep the choice: their
-    // optional filters are worth a plan per value. Checked by tests/api/plans.rs.
+    // optional filters are worth a plan per value. Checked by tests/api/store/plans.rs.
     let hot = format!("{options} -c plan_cache_mode=force_generic_plan");
     Ok(Pools {
         hot: pool(config.pool_size, hot)?,

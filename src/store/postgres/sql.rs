@@ -7,7 +7,7 @@
 //! serves. With `=`, a plan cached while the table was empty and never analyzed walks the
 //! status index instead — every `in_progress` entry, live or dead, on each call — until
 //! the next analyze (measured: completions timing out at 5 s on a table with 50 000
-//! `in_progress` rows). `tests/api/plans.rs` holds this for every fenced statement.
+//! `in_progress` rows). `tests/api/store/plans.rs` holds this for every fenced statement.
 
 /// The claim's state rules in Postgres, shared by the single-row and the batched claim
 /// (`e` is the existing row): a sync row that is `failed`, or `in_progress` with its lease

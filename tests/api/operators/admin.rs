@@ -791,21 +791,21 @@ async fn a_schema_of_the_last_release_upgrades_and_keeps_its_rows(backend: Backe
     let (files, now) = match backend {
         Backend::Postgres => (
             [
-                include_str!("../../src/store/postgres/migrations/0001_webhook_events.sql"),
-                include_str!("../../src/store/postgres/migrations/0002_request_headers.sql"),
-                include_str!("../../src/store/postgres/migrations/0003_queue.sql"),
-                include_str!("../../src/store/postgres/migrations/0004_throttles.sql"),
-                include_str!("../../src/store/postgres/migrations/0005_history.sql"),
+                include_str!("../../../src/store/postgres/migrations/0001_webhook_events.sql"),
+                include_str!("../../../src/store/postgres/migrations/0002_request_headers.sql"),
+                include_str!("../../../src/store/postgres/migrations/0003_queue.sql"),
+                include_str!("../../../src/store/postgres/migrations/0004_throttles.sql"),
+                include_str!("../../../src/store/postgres/migrations/0005_history.sql"),
             ],
             "now()",
         ),
         Backend::Sqlite => (
             [
-                include_str!("../../src/store/sqlite/migrations/0001_webhook_events.sql"),
-                include_str!("../../src/store/sqlite/migrations/0002_request_headers.sql"),
-                include_str!("../../src/store/sqlite/migrations/0003_queue.sql"),
-                include_str!("../../src/store/sqlite/migrations/0004_throttles.sql"),
-                include_str!("../../src/store/sqlite/migrations/0005_history.sql"),
+                include_str!("../../../src/store/sqlite/migrations/0001_webhook_events.sql"),
+                include_str!("../../../src/store/sqlite/migrations/0002_request_headers.sql"),
+                include_str!("../../../src/store/sqlite/migrations/0003_queue.sql"),
+                include_str!("../../../src/store/sqlite/migrations/0004_throttles.sql"),
+                include_str!("../../../src/store/sqlite/migrations/0005_history.sql"),
             ],
             "unixepoch('subsec')",
         ),

@@ -10,7 +10,7 @@
 //! put an instant on the other side of a boundary.
 //!
 //! A failing case is shrunk (steps removed while it still fails) and printed with its seed;
-//! `tests/api/model_regressions.txt` keeps every sequence that ever failed, replayed first.
+//! `tests/api/store/model_regressions.txt` keeps every sequence that ever failed, replayed first.
 //! More cases: `HOOKGATE_MODEL_CASES=100000 scripts/test.sh model` (with
 //! `HOOKGATE_MODEL_SEED=N` to start from a given seed).
 
@@ -995,7 +995,7 @@ async fn shrink(backend: Backend, mut ops: Vec<Op>, mut why: String) -> (Vec<Op>
     }
 }
 
-/// The sequences kept in `tests/api/model_regressions.txt`: blocks of steps separated by
+/// The sequences kept in `tests/api/store/model_regressions.txt`: blocks of steps separated by
 /// blank lines, `#` comments.
 fn regressions() -> Vec<(String, Vec<Op>)> {
     let text = include_str!("model_regressions.txt");
@@ -1058,7 +1058,7 @@ async fn the_store_agrees_with_the_model(backend: Backend) {
             let steps: Vec<String> = ops.iter().map(Op::to_string).collect();
             panic!(
                 "the {backend:?} store disagrees with the model (seed {case_seed}, shrunk to \
-                 {} steps; add this block to tests/api/model_regressions.txt):\n\n# seed \
+                 {} steps; add this block to tests/api/store/model_regressions.txt):\n\n# seed \
                  {case_seed}: {why}\n{}\n",
                 steps.len(),
                 steps.join("\n")

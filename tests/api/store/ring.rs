@@ -358,12 +358,12 @@ async fn a_populated_database_of_the_previous_schema_upgrades_in_place() {
     let db = TestDb::new().await;
     db.apply_sql(&format!("CREATE SCHEMA {}", db.schema)).await;
     for sql in [
-        include_str!("../../src/store/postgres/migrations/0001_webhook_events.sql"),
-        include_str!("../../src/store/postgres/migrations/0002_request_headers.sql"),
-        include_str!("../../src/store/postgres/migrations/0003_queue.sql"),
-        include_str!("../../src/store/postgres/migrations/0004_throttles.sql"),
-        include_str!("../../src/store/postgres/migrations/0005_history.sql"),
-        include_str!("../../src/store/postgres/migrations/0006_replay_items_at.sql"),
+        include_str!("../../../src/store/postgres/migrations/0001_webhook_events.sql"),
+        include_str!("../../../src/store/postgres/migrations/0002_request_headers.sql"),
+        include_str!("../../../src/store/postgres/migrations/0003_queue.sql"),
+        include_str!("../../../src/store/postgres/migrations/0004_throttles.sql"),
+        include_str!("../../../src/store/postgres/migrations/0005_history.sql"),
+        include_str!("../../../src/store/postgres/migrations/0006_replay_items_at.sql"),
     ] {
         db.apply_sql(sql).await;
     }

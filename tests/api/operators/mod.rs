@@ -1,0 +1,7 @@
+//! What operators do: the admin API and the console, dead letters and their replay,
+//! history, searches, pauses and bulk replays.
+
+mod admin;
+mod console;
+mod history;
+mod pauses;
