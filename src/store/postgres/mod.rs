@@ -4,8 +4,8 @@
 //! migrations. This file only re-exports.
 //!
 //! The files import one another one way: `store` (the [`Store`](super::Store)
-//! implementation) → `pools`, `operator`, `search`, `batch`, `queue`, `migrate` → `pool` →
-//! `connection`, `sql`, `queue_sql`, `rows`, `tls`.
+//! implementation) → `pools`, `operator`, `search`, `batch`, `queue`, `migrate`,
+//! `tables` → `pool` → `connection`, `sql`, `queue_sql`, `rows`, `tls`.
 
 mod batch;
 mod batch_sql;
@@ -23,6 +23,7 @@ mod rows;
 mod search;
 mod sql;
 mod store;
+mod tables;
 mod tls;
 
 pub use store::PgStore;

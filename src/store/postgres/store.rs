@@ -28,14 +28,14 @@ use super::pools::{self, Pools};
 use super::queue;
 use super::rows::{db_error, get, parse_mode, record};
 use super::search;
-use super::sql::{FAIL, LOOKUP, REPLAY, SWEEP, TABLE_SIZES};
+use super::sql::{FAIL, LOOKUP, REPLAY};
 use crate::claim::{ClaimResult, Status, StoredResult};
 use crate::config::StoreConfig;
 use crate::key::EventId;
 use crate::store::batcher::Batcher;
 use crate::store::operator::{OperatorStore, SearchFilter};
 use crate::store::page::PageCursor;
-use crate::store::retain::{Retained, Retention, TableSize, TABLES};
+use crate::store::retain::{Retained, Retention, TableSize};
 use crate::store::search::Order;
 use crate::store::{
     millis, Enqueued, EventRecord, EventSummary, Failure, Fenced, History, Kept, MigrationWait,
@@ -325,15 +325,7 @@ impl Store for PgStore {
     }
 
     fn sweep(&self, status: Status, older_than: Duration, batch: u32) -> StoreFuture<'_, u64> {
-        let age_ms = millis(older_than);
-        Box::pin(self.inner.guarded(self.inner.run(async move |client| {
-            client
-                .query_one(SWEEP, &[&status.as_str(), &age_ms, &i64::from(batch)])
-                .await
-                .map_err(db_error)
-                .and_then(|row| get::<i64>(&row, "deleted"))
-                .map(|n| u64::try_from(n).unwrap_or(0))
-        })))
+        Box::pin(self.inner.sweep(status, older_than, batch))
     }
 
     fn retain<'a>(&'a self, policy: &'a Retention) -> StoreFuture<'a, Retained> {
@@ -341,29 +333,7 @@ impl Store for PgStore {
     }
 
     fn table_sizes(&self) -> StoreFuture<'_, Vec<TableSize>> {
-        Box::pin(async move {
-            let names: Vec<&str> = TABLES.to_vec();
-            let rows = self
-                .inner
-                .guarded(self.inner.run(async move |client| {
-                    client.query(TABLE_SIZES, &[&names]).await.map_err(db_error)
-                }))
-                .await?;
-            let mut sizes = Vec::with_capacity(TABLES.len());
-            for table in TABLES {
-                let bytes = rows
-                    .iter()
-                    .find(|r| r.get::<_, String>("name") == *table)
-                    .map(|r| get::<i64>(r, "bytes"))
-                    .transpose()?
-                    .unwrap_or(0);
-                sizes.push(TableSize {
-                    table,
-                    bytes: u64::try_from(bytes).unwrap_or(0),
-                });
-            }
-            Ok(sizes)
-        })
+        Box::pin(self.inner.table_sizes())
     }
 
     fn enqueue<'a>(&'a self, item: &'a QueueRow) -> StoreFuture<'a, Enqueued> {

@@ -4,8 +4,8 @@
 //! that copies the WAL back into the file, and its migrations. This file only re-exports.
 //!
 //! The files import one another one way: `store` (the [`Store`](super::Store)
-//! implementation) → `operator`, `queue` → `search`, `reader`, `checkpointer` → `writer`,
-//! `rows`.
+//! implementation) → `operator`, `queue`, `retention` → `search`, `reader`,
+//! `checkpointer` → `writer`, `rows`.
 
 mod checkpointer;
 mod files;
@@ -13,6 +13,7 @@ mod operator;
 mod operator_sql;
 mod queue;
 mod reader;
+mod retention;
 mod rows;
 mod search;
 mod sql;

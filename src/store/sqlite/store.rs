@@ -28,17 +28,16 @@ use super::files::{create_private, open_checkpointer, open_reader, BUSY_TIMEOUT}
 use super::operator::SqliteOperator;
 use super::queue;
 use super::reader::Reader;
+use super::retention;
 use super::rows::{fenced, record, select_record};
 use super::search;
-use super::sql::{
-    write_history, BACKLOG, CLAIM, COMPLETE, FAIL, MIGRATIONS, REPLAY, SWEEP, TABLE_SIZES,
-};
+use super::sql::{write_history, CLAIM, COMPLETE, FAIL, MIGRATIONS, REPLAY};
 use super::writer::{sql_error, Writer};
 use crate::claim::{ClaimResult, Mode, Path as ClaimPath, RowState, Status, StoredResult};
 use crate::key::EventId;
 use crate::store::operator::{OperatorStore, SearchFilter};
 use crate::store::page::PageCursor;
-use crate::store::retain::{Retained, Retention, TableSize, TABLES};
+use crate::store::retain::{Retained, Retention, TableSize};
 use crate::store::search::Order;
 use crate::store::{
     millis, Enqueued, EventRecord, EventSummary, Failure, Fenced, History, Kept, MigrationWait,
@@ -330,49 +329,25 @@ impl Store for SqliteStore {
 
     fn retain<'a>(&'a self, policy: &'a Retention) -> StoreFuture<'a, Retained> {
         Box::pin(async move {
-            let mut retained = by_rows(self, policy).await?;
+            let mut retained = retention::by_rows(self, policy).await?;
             let (done, dead) = (millis(policy.done), millis(policy.dead));
-            let backlog_ms: f64 = self
+            retained.backlog = self
                 .reader
-                .call(move |conn| {
-                    conn.query_row(BACKLOG, params![done, dead], |r| r.get(0))
-                        .map_err(sql_error)
-                })
+                .call(move |conn| retention::backlog(conn, done, dead))
                 .await?;
-            retained.backlog = Duration::from_secs_f64(backlog_ms.max(0.0) / 1000.0);
             Ok(retained)
         })
     }
 
     fn table_sizes(&self) -> StoreFuture<'_, Vec<TableSize>> {
-        Box::pin(self.reader.call(move |conn| {
-            let mut statement = conn.prepare_cached(TABLE_SIZES).map_err(sql_error)?;
-            let rows = statement
-                .query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?)))
-                .map_err(sql_error)?
-                .collect::<Result<Vec<_>, _>>()
-                .map_err(sql_error)?;
-            Ok(TABLES
-                .iter()
-                .map(|table| TableSize {
-                    table,
-                    bytes: rows
-                        .iter()
-                        .find(|(name, _)| name == table)
-                        .map_or(0, |(_, b)| u64::try_from(*b).unwrap_or(0)),
-                })
-                .collect())
-        }))
+        Box::pin(self.reader.call(retention::table_sizes))
     }
 
     fn sweep(&self, status: Status, older_than: Duration, batch: u32) -> StoreFuture<'_, u64> {
-        Box::pin(self.writer.call(move |conn| {
-            let deleted = conn
-                .prepare_cached(SWEEP)
-                .and_then(|mut s| s.execute(params![status.as_str(), millis(older_than), batch]))
-                .map_err(sql_error)?;
-            Ok(deleted as u64)
-        }))
+        Box::pin(
+            self.writer
+                .call(move |conn| retention::sweep(conn, status, older_than, batch)),
+        )
     }
 
     fn enqueue<'a>(&'a self, item: &'a QueueRow) -> StoreFuture<'a, Enqueued> {
@@ -471,26 +446,4 @@ impl Store for SqliteStore {
     fn queue_depth(&self) -> StoreFuture<'_, Vec<QueueDepth>> {
         Box::pin(self.reader.call(queue::queue_depth))
     }
-}
-
-/// A pass that deletes expired rows one statement of `policy.batch` rows at a time —
-/// `done`, then dead letters — for as long as full batches come back and the budget lasts.
-/// There is no ceiling but the budget: a pass keeps up with any rate the store can
-/// delete at. Answers the rows deleted; the caller adds the backlog.
-async fn by_rows(store: &dyn Store, policy: &Retention) -> Result<Retained, StoreError> {
-    let started = std::time::Instant::now();
-    let mut retained = Retained::default();
-    for (status, age) in [(Status::Done, policy.done), (Status::Dead, policy.dead)] {
-        loop {
-            let deleted = store.sweep(status, age, policy.batch).await?;
-            match status {
-                Status::Dead => retained.dead += deleted,
-                _ => retained.done += deleted,
-            }
-            if deleted < u64::from(policy.batch) || started.elapsed() >= policy.budget {
-                break;
-            }
-        }
-    }
-    Ok(retained)
 }
