@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # hookgate's queue mode beside graphile-worker, in one sitting on one durable throwaway
-# PostgreSQL cluster and one target (benches/load/compare.rs):
+# PostgreSQL cluster and one target (benches/comparison/main.rs):
 #   * burn-down, EVENTS already durable, then the workers start, until the target has them
 #     all: hookgate with its defaults; hookgate with 4 shards x 64 workers and a pool of
 #     32; graphile-worker 0.17 (scripts/queue-compare/, pinned) with 32 jobs at once,
@@ -31,11 +31,11 @@ export HOOKGATE_BENCH_DATABASE_URL=$HOOKGATE_TEST_DATABASE_URL
 
 (cd scripts/queue-compare && npm ci --no-audit --no-fund --loglevel=error)
 echo "# graphile-worker $(node -p 'require("./scripts/queue-compare/node_modules/graphile-worker/package.json").version'), node $(node --version), $(nproc) cpus" >&2
-cargo bench --bench load --no-run 2>&1 | tail -1 >&2
+cargo bench --bench comparison --no-run 2>&1 | tail -1 >&2
 
 results="$dir/results"
 bench() {
-  cargo bench --quiet --bench load -- "$@" >"$dir/last"
+  cargo bench --quiet --bench comparison -- "$@" >"$dir/last"
   cat "$dir/last" >>"$results"
   cat "$dir/last" >&2
 }

@@ -3,25 +3,11 @@
 //! [--shards N] [--http-workers N] [--keep-alive 5s] [--url URL]`.
 //!
 //! Starts hookgate in-process (or drives a running one with `--url`, whose target must be
-//! this bench's printed target), with a fast in-process target that counts deliveries per
-//! `Idempotency-Key`. Prints one line per scenario: requests/s, p50, p99, max, answers by
-//! status, deliveries and duplicates at the target — and exits non-zero if any scenario saw
+//! this bench's printed target), with the kit's target (`hookgate_kit::target`) counting
+//! deliveries per `Idempotency-Key` and attempt. Prints one line per scenario: requests/s,
+//! p50, p99, max, answers by status, deliveries and duplicates at the target — and exits non-zero if any scenario saw
 //! a duplicate. Postgres runs need `HOOKGATE_BENCH_DATABASE_URL` (scripts/bench.sh starts a
 //! durable throwaway cluster). Loopback only; every run is bounded in time and count.
-//!
-//! `--scenario chaos` (Postgres only) runs the release binary as a child process and
-//! injects faults while real-sender-like clients deliver; see `chaos.rs`. With
-//! `--mode queue` it runs two nodes with the provider in queue mode; see `chaos_queue.rs`.
-//!
-//! `--scenario failover [--mode sync|queue]` starts its own primary + synchronous standby
-//! pair (scripts/pg-ha.sh), runs the release binary on it through a multi-host URL, and
-//! kills the primary and promotes the standby mid-run; see `failover.rs`.
-//!
-//! `--scenario crash [--events 300] [--target-ms 50]` measures queue mode's crash window:
-//! two nodes, a burst of events, one node SIGKILLed mid-burst; see `crash_window.rs`.
-//!
-//! `--scenario burndown` and `--scenario ingest` compare queue mode with graphile-worker
-//! on Postgres, with their own options; see `compare.rs` (scripts/queue-compare.sh).
 //!
 //! `--scenario soak [--prefill 100000] [--rate 500] [--retention 10m] [--sweep-interval D]
 //! [--window 60s] [--duration 30m] [--mode sync|queue] [--store postgres|sqlite]
@@ -32,42 +18,17 @@
 //! D of redeliveries of prefilled keys, and exits non-zero on a
 //! duplicate, on expired prefill left or young prefill removed, on a redelivery not answered
 //! from its row, and on unbounded growth; see `soak.rs`.
+//!
+//! The fault runs (chaos, failover, crash) are `cargo bench --bench faults`; the queue
+//! comparison with graphile-worker is `cargo bench --bench comparison`.
 
-mod burndown;
-mod chaos;
-mod chaos_attempts;
-mod chaos_logs;
-mod chaos_operator;
-mod chaos_queue;
-mod chaos_report;
-mod chaos_rows;
-mod chaos_senders;
-mod chaos_target;
-mod compare;
-mod compare_graphile;
-mod compare_hookgate;
-mod compare_meter;
-mod compare_target;
-mod crash_window;
 mod driver;
-mod failover;
-mod failover_report;
-mod ingest;
-mod node;
-mod proc_cpu;
 mod scenario;
-mod sender;
-mod shards;
 mod soak;
 mod soak_db;
 mod soak_ingest;
 mod soak_report;
 mod soak_target;
-mod target;
-
-#[path = "../../tests/api/helpers/proxy.rs"]
-#[allow(dead_code)]
-mod proxy;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -77,22 +38,20 @@ use clap::Parser;
 use hookgate::config::{Config, StoreConfig};
 use hookgate::startup::Application;
 use hookgate::worker::HttpDelivery;
+use hookgate_kit::target::{Behaviour, Setup, Target};
 
 use scenario::{Scenario, DUPLICATE_KEYS};
-use target::{Behaviour, Target};
 
 #[derive(Debug, Parser)]
 struct Args {
-    /// unique, duplicate, mixed, hot, hot_fail, slow_target, bare, chaos, failover, crash,
-    /// soak, or all (chaos, failover, crash and soak are not part of all); burndown and
-    /// ingest are `compare.rs`'s.
+    /// unique, duplicate, mixed, hot, hot_fail, slow_target, bare, soak, or all (the soak is
+    /// not part of all).
     #[arg(long, default_value = "all")]
     scenario: String,
     /// Concurrent client connections.
     #[arg(long, default_value_t = 64)]
     connections: usize,
-    /// How long each scenario runs (default 10s; the queue-mode chaos run, 45s, plus its
-    /// drain; the failover run, 20s of sending; the soak, three times its retention).
+    /// How long each scenario runs (default 10s; the soak, three times its retention).
     #[arg(long, value_parser = humantime::parse_duration)]
     duration: Option<Duration>,
     /// Most requests per scenario.
@@ -121,13 +80,10 @@ struct Args {
     /// report interval (default 60s).
     #[arg(long, value_parser = humantime::parse_duration)]
     window: Option<Duration>,
-    /// New events a second in the chaos scenario (default 100; in queue mode 40, which two
-    /// nodes on two shared cores carry with room for the slow answers), the failover
-    /// scenario (default 50) and the soak (default 500; 0: as fast as the connections go).
+    /// New events a second in the soak (default 500; 0: as fast as the connections go).
     #[arg(long)]
     rate: Option<u64>,
-    /// The chaos, failover and soak scenarios' delivery mode: sync (senders redeliver) or
-    /// queue (hookgate redelivers; the chaos run with two nodes).
+    /// The soak's delivery mode: sync (senders redeliver) or queue (hookgate redelivers).
     #[arg(long, default_value = "sync")]
     mode: String,
     /// The soak's prefill: done rows written before the run, spread over the last week.
@@ -155,12 +111,6 @@ struct Args {
     /// judged, and the disk is the node's table bytes.
     #[arg(long)]
     no_counts: bool,
-    /// Events posted at once in the crash scenario.
-    #[arg(long, default_value_t = 300)]
-    events: u64,
-    /// How long the crash scenario's target takes to answer, in ms.
-    #[arg(long, default_value_t = 50)]
-    target_ms: u64,
     /// cargo bench passes --bench; accepted and ignored.
     #[arg(long, hide = true)]
     bench: bool,
@@ -174,63 +124,10 @@ const DURATION: Duration = Duration::from_secs(10);
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() {
-    if let Some(code) = compare::run_if_selected() {
-        std::process::exit(code);
-    }
     let args = Args::parse();
-    if args.scenario == "failover" {
-        let queue = match args.mode.as_str() {
-            "sync" => false,
-            "queue" => true,
-            other => panic!("--mode must be sync or queue, not {other}"),
-        };
-        let violations = actix_rt::System::new().block_on(failover::run(
-            queue,
-            args.duration.unwrap_or(Duration::from_secs(20)),
-            args.rate.unwrap_or(50),
-        ));
-        if violations > 0 {
-            eprintln!("FAILED: {violations} violation(s) across the failover");
-            std::process::exit(1);
-        }
-        return;
-    }
     if args.scenario == "soak" {
         if !soak::run(&args) {
             eprintln!("FAILED: the soak's checks (see the lines marked FAIL)");
-            std::process::exit(1);
-        }
-        return;
-    }
-    if args.scenario == "crash" {
-        let url = std::env::var("HOOKGATE_BENCH_DATABASE_URL")
-            .expect("--scenario crash runs on Postgres: set HOOKGATE_BENCH_DATABASE_URL");
-        let violations =
-            actix_rt::System::new().block_on(crash_window::run(url, args.events, args.target_ms));
-        if violations > 0 {
-            eprintln!("FAILED: {violations} violation(s) around the crash");
-            std::process::exit(1);
-        }
-        return;
-    }
-    if args.scenario == "chaos" {
-        let url = std::env::var("HOOKGATE_BENCH_DATABASE_URL")
-            .expect("--scenario chaos runs on Postgres: set HOOKGATE_BENCH_DATABASE_URL");
-        let violations = match args.mode.as_str() {
-            "sync" => actix_rt::System::new().block_on(chaos::run(
-                url,
-                args.duration.unwrap_or(DURATION),
-                args.rate.unwrap_or(100),
-            )),
-            "queue" => actix_rt::System::new().block_on(chaos_queue::run(
-                url,
-                args.duration.unwrap_or(Duration::from_secs(45)),
-                args.rate.unwrap_or(40),
-            )),
-            other => panic!("--mode must be sync or queue, not {other}"),
-        };
-        if violations > 0 {
-            eprintln!("FAILED: {violations} violation(s) of the delivery guarantee");
             std::process::exit(1);
         }
         return;
@@ -263,17 +160,11 @@ fn main() {
 /// Runs one scenario on a fresh store; answers the duplicates seen.
 async fn run(args: &Args, scenario: Scenario) -> u64 {
     let behaviour = match scenario {
-        Scenario::HotFail => Behaviour {
-            fail_rate: 0.2,
-            ..Behaviour::default()
-        },
-        Scenario::SlowTarget | Scenario::Overload => Behaviour {
-            delay: Duration::from_millis(50),
-            ..Behaviour::default()
-        },
-        _ => Behaviour::default(),
+        Scenario::HotFail => Behaviour::Flaky(0.2),
+        Scenario::SlowTarget | Scenario::Overload => Behaviour::Slow(Duration::from_millis(50)),
+        _ => Behaviour::Accept,
     };
-    let target = Target::start(behaviour, &args.target_listen);
+    let target = Target::start_with(Setup::bench(&args.target_listen), behaviour).await;
     let (url, node, sqlite_file) = match (&args.url, scenario) {
         (Some(url), _) => {
             println!("# driving {url}; its target must be {}", target.url);

@@ -31,12 +31,12 @@ use hookgate::claim::Mode;
 use hookgate::startup::Application;
 use hookgate::worker::HttpDelivery;
 
-use crate::proc_cpu::{self, TICKS_PER_SECOND};
 use crate::soak_db::{Counts, Db, Prefill, PREFILL_PREFIX};
 use crate::soak_ingest::{Ingest, Keys, Window};
 use crate::soak_report::{Check, Rules, Sample};
 use crate::soak_target::SoakTarget;
 use crate::Args;
+use hookgate_kit::proc_cpu::{self, TICKS_PER_SECOND};
 
 /// Defaults when the options are not given: a run of half an hour that keeps ten minutes
 /// of events, reported every minute, at a rate the 2-core machine carries with room left

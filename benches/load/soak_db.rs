@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use crate::proc_cpu;
+use hookgate_kit::proc_cpu;
 
 /// The simulated past the prefill's rows are spread over: a week, so with any retention
 /// under a week most of them are already past it.

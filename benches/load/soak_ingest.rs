@@ -13,8 +13,8 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crate::proc_cpu;
 use crate::soak_target::KEY_PREFIX;
+use hookgate_kit::proc_cpu;
 
 /// How long one request may take before it counts as an error: far above any answer of a
 /// healthy node, so only a stuck one shows.

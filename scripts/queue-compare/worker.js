@@ -1,5 +1,5 @@
 // graphile-worker's side of the queue comparison (scripts/queue-compare.sh): the bench
-// (`cargo bench --bench load -- --scenario burndown --system graphile`) runs this file
+// (`cargo bench --bench comparison -- --scenario burndown --system graphile`) runs this file
 // twice — `prepare` before its measurement starts, `run` as the measured worker.
 //
 //   node worker.js prepare   installs graphile-worker's schema and adds EVENTS jobs

@@ -1,14 +1,16 @@
-//! The `hookgate` binary as a real child process on a test database: a node that can be
-//! killed with SIGKILL mid-delivery, as a crash or an OOM kill would.
+//! The `hookgate` binary as a real child process on a test database, through the kit's
+//! node runner: a node that can be killed with SIGKILL mid-delivery, as a crash or an OOM
+//! kill would.
 
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use super::{eventually, TestDb, TestTarget, PROVIDER};
+use hookgate_kit::node::{free_port, Node};
+
+use super::{TestDb, TestTarget, PROVIDER};
 
 pub struct BinaryNode {
-    child: Option<Child>,
+    node: Node,
     pub address: String,
     dir: PathBuf,
 }
@@ -17,10 +19,7 @@ impl BinaryNode {
     /// Starts the binary serving [`PROVIDER`] in queue mode (lease 2 s, scheduler polling
     /// every 100 ms) on `db`'s schema, delivering to `target`.
     pub async fn start_queue(db: &TestDb, target: &TestTarget) -> Self {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .map(|a| a.port())
-            .expect("a free port");
+        let port = free_port();
         let dir = std::env::temp_dir().join(format!("hookgate-node-{}-{port}", std::process::id()));
         std::fs::create_dir_all(&dir).expect("node dir");
         let config = dir.join("hookgate.toml");
@@ -55,26 +54,20 @@ target = {{ url = "{target}", timeout = "1s" }}
             ),
         )
         .expect("node config");
-        let log = std::fs::File::create(dir.join("node.log")).expect("node log");
-        let child = Command::new(env!("CARGO_BIN_EXE_hookgate"))
-            .args(["serve", "--config"])
-            .arg(&config)
-            .stdout(Stdio::from(log))
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start the hookgate binary");
-        let node = Self {
-            child: Some(child),
+        let mut node = Node::new(
+            env!("CARGO_BIN_EXE_hookgate"),
+            "test",
+            config,
+            dir.join("node.log"),
+            port,
+        );
+        node.stderr = Some(dir.join("stderr.log"));
+        node.start().await;
+        Self {
+            node,
             address: format!("http://127.0.0.1:{port}"),
             dir,
-        };
-        let client = awc::Client::new();
-        let health = format!("{}/healthz", node.address);
-        eventually("the binary to serve", || async {
-            client.get(&health).send().await.is_ok()
-        })
-        .await;
-        node
+        }
     }
 
     /// POSTs a delivery of `key`; the status, or `None` when the node did not answer.
@@ -92,21 +85,18 @@ target = {{ url = "{target}", timeout = "1s" }}
 
     /// What the node has written to stdout (its JSON log lines) so far.
     pub fn log(&self) -> String {
-        std::fs::read_to_string(self.dir.join("node.log")).unwrap_or_default()
+        std::fs::read_to_string(&self.node.log).unwrap_or_default()
     }
 
     /// SIGKILL: the process dies wherever it is, recording nothing more.
     pub fn kill9(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
+        self.node.kill();
     }
 }
 
 impl Drop for BinaryNode {
     fn drop(&mut self) {
-        self.kill9();
+        self.node.kill();
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }

@@ -1,24 +1,23 @@
-//! Test harness: a real database per test ([`db`]), a real HTTP target that counts
-//! deliveries ([`target`]), a TCP proxy that can cut the store's network ([`proxy`]), a
-//! primary + standby pair to fail over ([`ha`]), one wrapper that puts faults into a real
+//! Test harness: a real database per test ([`db`]), the hookgate binary as a child
+//! process ([`binary`]), a primary + standby pair to fail over ([`ha`]), one wrapper that puts faults into a real
 //! store ([`wrapped`], with the seeded [`chaos`] and the targeted [`faults`]),
-//! captured JSON logs ([`log`]), and `spawn_app`, which starts a whole hookgate node on
-//! port 0.
+//! captured JSON logs ([`log`]), a target answering `103 Early Hints` ([`early_hints`]),
+//! and `spawn_app`, which starts a whole hookgate node on port 0. The counting target,
+//! the store proxy and `eventually` are the kit's (`hookgate_kit`), shared with the
+//! benches, and re-exported here.
 
 mod binary;
 mod chaos;
 mod db;
+mod early_hints;
 mod faults;
 mod ha;
 mod log;
-mod proxy;
-mod target;
 pub mod webdriver;
 mod wrapped;
 
-use std::future::Future;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use futures_util::future::LocalBoxFuture;
 use hookgate::config::Config;
@@ -31,25 +30,14 @@ use hookgate::worker::{Delivery, DeliveryRequest, HttpDelivery};
 pub use binary::BinaryNode;
 pub use chaos::{AttemptNote, Call, ChaosStore, Journal, Outage, Span, Weather};
 pub use db::{failure, Backend, TestDb};
+pub use early_hints::early_hints_target;
 pub use faults::{FaultyStore, WritesHeld};
 pub use ha::HaPair;
+pub use hookgate_kit::eventually;
+pub use hookgate_kit::proxy::StoreProxy;
+pub use hookgate_kit::target::{Behaviour, Target as TestTarget, ERROR_PAGE};
 pub use log::CapturedLog;
-pub use proxy::StoreProxy;
-pub use target::{early_hints_target, Behaviour, TestTarget, ERROR_PAGE};
 pub use wrapped::Op;
-
-/// Waits for `condition` to hold, polling, failing the test after a generous deadline.
-pub async fn eventually<F, Fut>(what: &str, mut condition: F)
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = bool>,
-{
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !condition().await {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
 
 // A delivery seam that panics: the first attempt of any key containing "panic".
 

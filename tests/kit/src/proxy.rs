@@ -3,7 +3,7 @@
 //! open, as when a network drops packets) for real, without stopping the shared test
 //! cluster. It can also slow down every new connection, or silence only the connections
 //! open now (a moved address or a firewall that dropped them) while new ones flow. The
-//! load bench's chaos scenario uses this same file.
+//! tests' store faults and the faults bench use it.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -14,7 +14,9 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 
 #[derive(Clone)]
+/// A running proxy.
 pub struct StoreProxy {
+    /// The port it listens on.
     pub port: u16,
     down: watch::Sender<bool>,
     frozen: watch::Sender<bool>,
@@ -143,6 +145,7 @@ impl StoreProxy {
         self.down.send_replace(true);
     }
 
+    /// Lets new connections through again after a [`cut`](Self::cut).
     pub fn restore(&self) {
         self.down.send_replace(false);
     }

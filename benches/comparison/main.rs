@@ -1,14 +1,19 @@
 //! The queue comparison, hookgate's queue mode beside graphile-worker on one Postgres
 //! cluster and one target: `--scenario burndown` (see `burndown.rs`) and `--scenario
-//! ingest` (hookgate only; see `ingest.rs`). Its own command line, read before the load
-//! bench's; one result line a run, `QC key=value …`, which scripts/queue-compare.sh turns
+//! ingest` (hookgate only; see `ingest.rs`). One result line a run, `QC key=value …`, which scripts/queue-compare.sh turns
 //! into a table. Postgres only: `HOOKGATE_BENCH_DATABASE_URL` names the cluster (the
 //! bench connects as a superuser to its maintenance database and makes a database a run).
 //!
-//! `cargo bench --bench load -- --scenario burndown --system hookgate|graphile
+//! `cargo bench --bench comparison -- --scenario burndown --system hookgate|graphile
 //! [--events 50000] [--shards N] [--workers-per-shard N] [--pool-size N] [--poll-interval D]
 //! [--concurrency 32] [--local-queue 500] [--label NAME]`;
-//! `cargo bench --bench load -- --scenario ingest [--connections 64] [--duration 60s] …`.
+//! `cargo bench --bench comparison -- --scenario ingest [--connections 64] [--duration 60s] …`.
+
+mod burndown;
+mod compare_graphile;
+mod compare_hookgate;
+mod compare_meter;
+mod ingest;
 
 use std::time::Duration;
 
@@ -19,8 +24,16 @@ use crate::compare_graphile::Sizing as GraphileSizing;
 use crate::compare_hookgate::Sizing as HookgateSizing;
 use crate::ingest::Ingest;
 
-/// The scenarios this module answers for.
-const SCENARIOS: [&str; 2] = ["burndown", "ingest"];
+/// The binary hookgate's runs start.
+const BINARY: &str = env!("CARGO_BIN_EXE_hookgate");
+
+/// A gap between two new keys at the target longer than this is reported as a pause: at
+/// a thousand deliveries a second and more, a quarter second without one is no accident.
+const PAUSE: Duration = Duration::from_millis(250);
+
+/// The allocator hookgate's binary uses (src/main.rs), as the load bench does.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 #[derive(Debug, Parser)]
 struct Args {
@@ -69,18 +82,9 @@ struct Args {
     bench: bool,
 }
 
-/// Runs the comparison if the command line asks for one of its scenarios; answers the
-/// exit code (non-zero on a duplicate or an event not finished), `None` otherwise.
-pub fn run_if_selected() -> Option<i32> {
-    let argv: Vec<String> = std::env::args().collect();
-    let selected = argv.windows(2).any(|w| {
-        w[0] == "--scenario" && SCENARIOS.contains(&w[1].as_str())
-            || SCENARIOS.iter().any(|s| w[1] == format!("--scenario={s}"))
-    });
-    if !selected {
-        return None;
-    }
-    let args = Args::parse_from(argv);
+/// Runs one comparison; exits non-zero on a duplicate or an event not finished.
+fn main() {
+    let args = Args::parse();
     let admin_url = std::env::var("HOOKGATE_BENCH_DATABASE_URL")
         .expect("the queue comparison runs on Postgres: set HOOKGATE_BENCH_DATABASE_URL");
     let hookgate = HookgateSizing {
@@ -93,7 +97,7 @@ pub fn run_if_selected() -> Option<i32> {
     let database = format!("qc_{label}");
     let system = actix_rt::System::new();
     let failed = if args.scenario == "ingest" {
-        let run = system.block_on(crate::ingest::run(
+        let run = system.block_on(ingest::run(
             &admin_url,
             &database,
             hookgate,
@@ -112,16 +116,13 @@ pub fn run_if_selected() -> Option<i32> {
             }),
             other => panic!("--system must be hookgate or graphile, not {other}"),
         };
-        let run = system.block_on(crate::burndown::run(
-            &admin_url,
-            &database,
-            args.events,
-            worker,
-        ));
+        let run = system.block_on(burndown::run(&admin_url, &database, args.events, worker));
         print_burndown(&label, &args.system, &run);
         run.duplicates > 0 || run.unfinished > 0 || run.delivered < run.events
     };
-    Some(i32::from(failed))
+    if failed {
+        std::process::exit(1);
+    }
 }
 
 fn print_burndown(label: &str, system: &str, run: &Burndown) {

@@ -10,7 +10,9 @@ use std::time::{Duration, Instant};
 use crate::compare_hookgate::{self as hookgate, Sizing, PROVIDER};
 use crate::compare_meter::Cost;
 use crate::compare_meter::Meter;
-use crate::compare_target::{CompareTarget, PAUSE};
+use hookgate_kit::target::{Behaviour, Setup, Target};
+
+use crate::PAUSE;
 
 /// What an ingest run measured.
 #[derive(Debug)]
@@ -27,12 +29,12 @@ pub struct Ingest {
     pub drained_s: f64,
     /// Accepted keys the target never had within the drain.
     pub never_delivered: u64,
-    /// Pauses of the target's new keys longer than [`PAUSE`](crate::compare_target::PAUSE), and their total length.
+    /// Pauses of the target's new keys longer than [`PAUSE`](crate::PAUSE), and their total length.
     pub pauses: (u64, Duration),
     pub p50_ms: f64,
     pub p99_ms: f64,
     /// The outcome-write p99, interpolated within its bucket (see
-    /// [`crate::compare_hookgate::outcome_write_p99_ms`]).
+    /// [`hookgate_kit::node::outcome_write_p99_ms`]).
     pub write_p99_ms: Option<f64>,
     pub duplicates: u64,
     pub cost: Cost,
@@ -64,7 +66,7 @@ pub async fn run(
     rate: Option<f64>,
 ) -> Ingest {
     let meter = Meter::create(admin_url, database).await;
-    let target = CompareTarget::start();
+    let target = Target::start_with(Setup::bench("127.0.0.1:0"), Behaviour::Accept).await;
     let dir = hookgate::run_dir(database);
     let mut node = hookgate::prepare(&dir, &meter.url, &target.url, sizing);
     meter.settle().await;
@@ -104,11 +106,11 @@ pub async fn run(
         .collect();
     latencies.sort_unstable();
     let never = keys.len() - latencies.len();
-    let write_p99_ms = hookgate::outcome_write_p99_ms(node.port).await;
+    let write_p99_ms = hookgate_kit::node::outcome_write_p99_ms(node.port).await;
     node.terminate().await;
     meter.settle().await;
     let after = meter.sample().await;
-    let (_, duplicates) = target.deliveries_and_duplicates();
+    let duplicates = target.tally().duplicates;
     let elapsed = (ended - started).as_secs_f64();
     let percentile = |p: f64| {
         let i = ((latencies.len().max(1) - 1) as f64 * p).round() as usize;

@@ -17,9 +17,9 @@ use std::time::{Duration, Instant};
 
 use actix_web::{web, App, HttpRequest, HttpResponse, HttpServer};
 
-use crate::node::{free_port, Node};
-use crate::proxy::StoreProxy;
-use crate::sender::post_event;
+use hookgate_kit::node::{free_port, Node};
+use hookgate_kit::proxy::StoreProxy;
+use hookgate_kit::sender::post_event;
 
 /// Deliveries a target reception may be "in flight" for at a SIGKILL: received before the
 /// kill and answered less than this long before it (the node records an outcome within
@@ -146,7 +146,7 @@ target = {{ url = "http://127.0.0.1:{target_port}/effects", timeout = "2s" }}
         ),
     )
     .expect("chaos config");
-    let mut node = Node::new("A", config, dir.join("node.log"), port);
+    let mut node = Node::new(crate::BINARY, "A", config, dir.join("node.log"), port);
     node.start().await;
     println!("# chaos: node {} log {}", node.name, node.log.display());
 

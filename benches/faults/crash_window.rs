@@ -16,9 +16,9 @@ use std::time::{Duration, Instant};
 use crate::chaos_attempts::{judge, Unrecordable};
 use crate::chaos_rows::Rows;
 use crate::chaos_target::ChaosTarget;
-use crate::compare_hookgate::outcome_write_p99_ms;
-use crate::node::{free_port, Node};
-use crate::sender::post_event;
+use hookgate_kit::node::outcome_write_p99_ms;
+use hookgate_kit::node::{free_port, Node};
+use hookgate_kit::sender::post_event;
 
 const PROVIDER: &str = "crash";
 
@@ -71,7 +71,13 @@ pub async fn run(database_url: String, events: u64, target_ms: u64) -> u64 {
             config(name, port, &database_url, &schema, target_port),
         )
         .expect("config");
-        Node::new(name, file, dir.join(format!("node-{name}.log")), port)
+        Node::new(
+            crate::BINARY,
+            name,
+            file,
+            dir.join(format!("node-{name}.log")),
+            port,
+        )
     });
     for node in nodes.iter_mut() {
         node.start().await; // A first: it creates the schema.

@@ -9,7 +9,7 @@ use std::collections::{BTreeMap, HashSet};
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
-use crate::sender::post_event;
+use hookgate_kit::sender::post_event;
 
 /// Events a sender redelivers once after its first 2xx, in percent (as a sender does whose
 /// acknowledgement got lost).

@@ -1,4 +1,4 @@
-//! Per-key state for the bench's targets, split over many locks by the key's hash.
+//! Per-key state for the target, split over many locks by the key's hash.
 //!
 //! A target that keeps one `HashMap` entry per key stalls every delivery whenever the map
 //! doubles: the rehash moves every entry while the target's one worker thread waits on it.
@@ -33,13 +33,20 @@ impl<T> Shards<T> {
     /// The shard `key` belongs to, locked.
     pub fn lock(&self, key: &str) -> MutexGuard<'_, T> {
         let i = self.hasher.hash_one(key) as usize % SHARDS;
-        self.shards[i].lock().expect("a bench target's shard")
+        self.shards[i].lock().expect("a target's shard")
     }
 
     /// Each shard in turn, locked while `f` reads it.
+    /// Runs `f` on every shard in turn, to change it.
+    pub fn each_mut(&self, mut f: impl FnMut(&mut T)) {
+        for shard in self.shards.iter() {
+            f(&mut shard.lock().expect("a target's shard"));
+        }
+    }
+
     pub fn each(&self, mut f: impl FnMut(&T)) {
         for shard in self.shards.iter() {
-            f(&shard.lock().expect("a bench target's shard"));
+            f(&shard.lock().expect("a target's shard"));
         }
     }
 }

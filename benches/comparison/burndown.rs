@@ -14,8 +14,10 @@ use crate::compare_graphile as graphile;
 use crate::compare_hookgate as hookgate;
 use crate::compare_meter::Cost;
 use crate::compare_meter::Meter;
-use crate::compare_target::{CompareTarget, PAUSE};
-use crate::node::Node;
+use hookgate_kit::target::{Behaviour, Setup, Target};
+
+use crate::PAUSE;
+use hookgate_kit::node::Node;
 
 /// Which worker a burn-down runs, and how.
 #[derive(Debug, Clone, Copy)]
@@ -41,7 +43,7 @@ pub struct Burndown {
     pub seconds: f64,
     /// From starting the worker to the target's first key (its start-up).
     pub first_s: f64,
-    /// Pauses of the target's new keys longer than [`PAUSE`](crate::compare_target::PAUSE), and their total length.
+    /// Pauses of the target's new keys longer than [`PAUSE`](crate::PAUSE), and their total length.
     pub pauses: (u64, Duration),
     pub cost: Cost,
 }
@@ -61,7 +63,7 @@ enum Worker {
 /// Runs one burn-down of `events` on the cluster at `admin_url`, in database `database`.
 pub async fn run(admin_url: &str, database: &str, events: u64, system: System) -> Burndown {
     let meter = Meter::create(admin_url, database).await;
-    let target = CompareTarget::start();
+    let target = Target::start_with(Setup::bench("127.0.0.1:0"), Behaviour::Accept).await;
     let dir = hookgate::run_dir(database);
     let mut worker = match system {
         System::Hookgate(sizing) => {
@@ -95,7 +97,7 @@ pub async fn run(admin_url: &str, database: &str, events: u64, system: System) -
     let mut write_p99_ms = None;
     match worker {
         Worker::Hookgate(mut node) => {
-            write_p99_ms = hookgate::outcome_write_p99_ms(node.port).await;
+            write_p99_ms = hookgate_kit::node::outcome_write_p99_ms(node.port).await;
             node.terminate().await;
         }
         Worker::Graphile(_, Some(child)) => graphile::stop(child).await,
@@ -103,7 +105,10 @@ pub async fn run(admin_url: &str, database: &str, events: u64, system: System) -
     }
     meter.settle().await;
     let after = meter.sample().await;
-    let (deliveries, duplicates) = target.deliveries_and_duplicates();
+    let hookgate_kit::target::Tally {
+        deliveries,
+        duplicates,
+    } = target.tally();
     let unfinished = match system {
         System::Hookgate(_) => hookgate::unfinished(&meter.url).await,
         System::Graphile(_) => graphile::unfinished(&meter.url).await,

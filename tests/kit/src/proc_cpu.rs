@@ -8,10 +8,15 @@ pub const TICKS_PER_SECOND: f64 = 100.0;
 
 /// The fields of a /proc `stat` file the benches read, in clock ticks.
 pub struct Stat {
+    /// The parent's pid.
     pub ppid: u32,
+    /// User time, in ticks.
     pub utime: u64,
+    /// System time, in ticks.
     pub stime: u64,
+    /// Reaped children's user time, in ticks.
     pub cutime: u64,
+    /// Reaped children's system time, in ticks.
     pub cstime: u64,
 }
 

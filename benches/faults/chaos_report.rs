@@ -12,7 +12,7 @@ use crate::chaos_operator::Operator;
 use crate::chaos_rows::Census;
 use crate::chaos_senders::Sent;
 use crate::chaos_target::Seen;
-use crate::node::Node;
+use hookgate_kit::node::Node;
 
 /// Examples printed of each kind of violation, and of each cause of one.
 const EXAMPLES: usize = 6;

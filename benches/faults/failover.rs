@@ -14,8 +14,8 @@ use std::time::{Duration, Instant, SystemTime};
 
 use crate::chaos_target::ChaosTarget;
 use crate::failover_report::{Answer, Report};
-use crate::node::{free_port, Node};
-use crate::sender::post_event;
+use hookgate_kit::node::{free_port, Node};
+use hookgate_kit::sender::post_event;
 
 /// The provider's name in the config and in every key's `Idempotency-Key`.
 const PROVIDER: &str = "failover";
@@ -153,7 +153,7 @@ pub async fn run(queue: bool, duration: Duration, rate: u64) -> u64 {
     let port = free_port();
     let file = dir.join("hookgate.toml");
     std::fs::write(&file, config(port, &pair.url, &schema, target_port, queue)).expect("config");
-    let mut node = Node::new("A", file, dir.join("node.log"), port);
+    let mut node = Node::new(crate::BINARY, "A", file, dir.join("node.log"), port);
     node.stderr = Some(dir.join("node.stderr"));
     node.start().await;
     println!("# failover: node log {}", node.log.display());

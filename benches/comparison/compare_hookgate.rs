@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use hookgate::canonical::{Body, Fingerprinter};
 
-use crate::node::{free_port, Node};
+use hookgate_kit::node::{free_port, Node};
 
 /// The provider's name: rows carry it, and the target sees `bench:<key>`.
 pub const PROVIDER: &str = "bench";
@@ -58,7 +58,13 @@ pub fn prepare(dir: &Path, database_url: &str, target: &str, sizing: Sizing) -> 
         .status()
         .expect("run hookgate migrate");
     assert!(status.success(), "hookgate migrate failed: {status}");
-    let mut node = Node::new("hookgate", file, dir.join("hookgate.log"), port);
+    let mut node = Node::new(
+        crate::BINARY,
+        "hookgate",
+        file,
+        dir.join("hookgate.log"),
+        port,
+    );
     node.stderr = Some(dir.join("hookgate.stderr"));
     node
 }
@@ -133,50 +139,4 @@ pub fn run_dir(label: &str) -> PathBuf {
     ));
     std::fs::create_dir_all(&dir).expect("run dir");
     dir
-}
-
-/// The p99 of `hookgate_outcome_write_seconds` (target's answer → outcome written), over
-/// every provider, from a running node's `/metrics`, in milliseconds, interpolated within
-/// its bucket as Prometheus's `histogram_quantile` does (`None` before any write).
-pub async fn outcome_write_p99_ms(port: u16) -> Option<f64> {
-    let text = awc::Client::new()
-        .get(format!("http://127.0.0.1:{port}/metrics"))
-        .send()
-        .await
-        .ok()?
-        .body()
-        .limit(16 << 20)
-        .await
-        .ok()?;
-    let text = String::from_utf8_lossy(&text);
-    let mut buckets: Vec<(f64, f64)> = Vec::new();
-    for line in text.lines() {
-        let Some(rest) = line.strip_prefix("hookgate_outcome_write_seconds_bucket{") else {
-            continue;
-        };
-        let le = rest.split("le=\"").nth(1)?.split('"').next()?;
-        let le = if le == "+Inf" {
-            f64::INFINITY
-        } else {
-            le.parse().ok()?
-        };
-        let count: f64 = line.rsplit(' ').next()?.parse().ok()?;
-        match buckets.iter_mut().find(|(b, _)| *b == le) {
-            Some(bucket) => bucket.1 += count,
-            None => buckets.push((le, count)),
-        }
-    }
-    buckets.sort_by(|a, b| a.0.total_cmp(&b.0));
-    let total = buckets.last()?.1;
-    if total == 0.0 {
-        return None;
-    }
-    let rank = total * 0.99;
-    let at = buckets.iter().position(|(_, count)| *count >= rank)?;
-    let (upper, count) = buckets[at];
-    let (lower, below) = if at == 0 { (0.0, 0.0) } else { buckets[at - 1] };
-    if upper.is_infinite() {
-        return Some(lower * 1e3);
-    }
-    Some((lower + (upper - lower) * (rank - below) / (count - below)) * 1e3)
 }

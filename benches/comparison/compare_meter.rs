@@ -11,7 +11,7 @@
 
 use std::time::{Duration, Instant};
 
-use crate::proc_cpu::{cluster_ticks, stat, TICKS_PER_SECOND};
+use hookgate_kit::proc_cpu::{cluster_ticks, stat, TICKS_PER_SECOND};
 
 /// Longest wait for the run's database to have no session left (a backend flushes its
 /// commit counts to the shared statistics when it exits; autovacuum may still be busy).

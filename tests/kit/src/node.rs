@@ -1,20 +1,25 @@
-//! A hookgate node under chaos: the release binary as a child process with its config
-//! file and log, started, SIGTERMed and SIGKILLed by the chaos scenarios, and asked
-//! whether it died by itself. Owns nothing about what the node is sent.
+//! A hookgate node as a child process: the `hookgate` binary with its config file and log,
+//! started, SIGTERMed and SIGKILLed (a crash, an OOM kill), and asked whether it died by
+//! itself. Owns nothing about what the node is sent.
 
 use std::path::PathBuf;
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
-/// The node under test: the release binary with its config file.
+/// The node under test: the binary with its config file.
 pub struct Node {
+    /// The `hookgate` executable: `env!("CARGO_BIN_EXE_hookgate")` in the caller, the one
+    /// place it is known.
+    pub binary: PathBuf,
     /// Name in reports (`A`, `B`).
     pub name: &'static str,
+    /// Its config file.
     pub config: PathBuf,
     /// Its stdout (the JSON log), appended over restarts.
     pub log: PathBuf,
     /// Where its stderr goes; `None`: the bench's own stderr.
     pub stderr: Option<PathBuf>,
+    /// The port it listens on.
     pub port: u16,
     /// Environment variables set on the child (the admin token).
     pub env: Vec<(String, String)>,
@@ -24,9 +29,16 @@ pub struct Node {
 }
 
 impl Node {
-    /// A node not started yet.
-    pub fn new(name: &'static str, config: PathBuf, log: PathBuf, port: u16) -> Self {
+    /// A node not started yet, of `binary`.
+    pub fn new(
+        binary: impl Into<PathBuf>,
+        name: &'static str,
+        config: PathBuf,
+        log: PathBuf,
+        port: u16,
+    ) -> Self {
         Self {
+            binary: binary.into(),
             name,
             config,
             log,
@@ -55,7 +67,7 @@ impl Node {
             ),
             None => Stdio::inherit(),
         };
-        let child = Command::new(env!("CARGO_BIN_EXE_hookgate"))
+        let child = Command::new(&self.binary)
             .args(["serve", "--config"])
             .arg(&self.config)
             .envs(self.env.iter().map(|(k, v)| (k, v)))
@@ -125,4 +137,50 @@ pub fn free_port() -> u16 {
         .and_then(|l| l.local_addr())
         .map(|a| a.port())
         .expect("a free port")
+}
+
+/// The p99 of `hookgate_outcome_write_seconds` (target's answer → outcome written), over
+/// every provider, from a running node's `/metrics`, in milliseconds, interpolated within
+/// its bucket as Prometheus's `histogram_quantile` does (`None` before any write).
+pub async fn outcome_write_p99_ms(port: u16) -> Option<f64> {
+    let text = awc::Client::new()
+        .get(format!("http://127.0.0.1:{port}/metrics"))
+        .send()
+        .await
+        .ok()?
+        .body()
+        .limit(16 << 20)
+        .await
+        .ok()?;
+    let text = String::from_utf8_lossy(&text);
+    let mut buckets: Vec<(f64, f64)> = Vec::new();
+    for line in text.lines() {
+        let Some(rest) = line.strip_prefix("hookgate_outcome_write_seconds_bucket{") else {
+            continue;
+        };
+        let le = rest.split("le=\"").nth(1)?.split('"').next()?;
+        let le = if le == "+Inf" {
+            f64::INFINITY
+        } else {
+            le.parse().ok()?
+        };
+        let count: f64 = line.rsplit(' ').next()?.parse().ok()?;
+        match buckets.iter_mut().find(|(b, _)| *b == le) {
+            Some(bucket) => bucket.1 += count,
+            None => buckets.push((le, count)),
+        }
+    }
+    buckets.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let total = buckets.last()?.1;
+    if total == 0.0 {
+        return None;
+    }
+    let rank = total * 0.99;
+    let at = buckets.iter().position(|(_, count)| *count >= rank)?;
+    let (upper, count) = buckets[at];
+    let (lower, below) = if at == 0 { (0.0, 0.0) } else { buckets[at - 1] };
+    if upper.is_infinite() {
+        return Some(lower * 1e3);
+    }
+    Some((lower + (upper - lower) * (rank - below) / (count - below)) * 1e3)
 }

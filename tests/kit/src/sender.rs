@@ -8,6 +8,7 @@ use awc::error::SendRequestError;
 
 /// A node's answer to one POST.
 pub struct Reply {
+    /// Its HTTP status.
     pub status: u16,
     /// `Hookgate-Path`, or `-` when the answer has none.
     pub path: String,

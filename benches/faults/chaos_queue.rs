@@ -17,8 +17,8 @@ use crate::chaos_report::{print_nodes, Run};
 use crate::chaos_rows::Rows;
 use crate::chaos_senders::Senders;
 use crate::chaos_target::ChaosTarget;
-use crate::node::{free_port, Node};
-use crate::proxy::StoreProxy;
+use hookgate_kit::node::{free_port, Node};
+use hookgate_kit::proxy::StoreProxy;
 
 /// The provider's name in the config and in every key's `Idempotency-Key`.
 const PROVIDER: &str = "chaos";
@@ -95,7 +95,13 @@ pub async fn run(database_url: String, duration: Duration, rate: u64) -> u64 {
         let port = free_port();
         let file = dir.join(format!("node-{name}.toml"));
         std::fs::write(&file, config(name, port, &urls[i], &schema, target_port)).expect("config");
-        let mut node = Node::new(name, file, dir.join(format!("node-{name}.log")), port);
+        let mut node = Node::new(
+            crate::BINARY,
+            name,
+            file,
+            dir.join(format!("node-{name}.log")),
+            port,
+        );
         node.stderr = Some(dir.join(format!("node-{name}.stderr")));
         node.env = vec![("HOOKGATE_ADMIN_TOKEN".into(), ADMIN_TOKEN.into())];
         node
