@@ -538,3 +538,61 @@ fn idempotency_key(bytes: &[u8]) -> Option<String> {
             .then(|| value.trim().to_owned())
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    async fn deliver(target: &Target, key: &str, attempt: u32) -> u16 {
+        awc::Client::new()
+            .post(&target.url)
+            .insert_header(("Idempotency-Key", key))
+            .insert_header(("Hookgate-Attempt", attempt.to_string()))
+            .send_body("{}")
+            .await
+            .expect("the target answers")
+            .status()
+            .as_u16()
+    }
+
+    #[actix_rt::test]
+    async fn a_key_answered_twice_and_a_repeated_attempt_are_duplicates() {
+        let target = Target::start().await;
+        assert_eq!(deliver(&target, "a", 1).await, 201);
+        deliver(&target, "b", 1).await;
+        assert_eq!(target.tally().duplicates, 0);
+        // b's attempt 1 again: answered twice, and the same attempt twice.
+        deliver(&target, "b", 1).await;
+        assert_eq!(target.tally().duplicates, 2);
+        assert_eq!(
+            (target.count("b"), target.total(), target.keys()),
+            (2, 3, 2)
+        );
+        assert_eq!(target.last("b").attempt.as_deref(), Some("1"));
+        assert_eq!(target.spans("b").len(), 2);
+    }
+
+    #[actix_rt::test]
+    async fn a_retry_after_a_failure_is_no_duplicate() {
+        let target = Target::start_with(Setup::bench("127.0.0.1:0"), Behaviour::Status(500)).await;
+        assert_eq!(deliver(&target, "a", 1).await, 500);
+        target.set(Behaviour::Accept);
+        assert_eq!(deliver(&target, "a", 2).await, 201);
+        let tally = target.tally();
+        assert_eq!((tally.deliveries, tally.duplicates), (2, 0));
+        // A bench's target keeps no last delivery and no spans.
+        assert!(target.last("a").attempt.is_none());
+        assert!(target.spans("a").is_empty());
+    }
+
+    #[actix_rt::test]
+    async fn a_flaky_target_fails_about_its_share() {
+        let target = Target::start_with(Setup::bench("127.0.0.1:0"), Behaviour::Flaky(0.5)).await;
+        let mut failed = 0;
+        for i in 0..200 {
+            failed += u32::from(deliver(&target, &format!("k{i}"), 1).await == 500);
+        }
+        // 200 draws at one half: fewer than 60 or more than 140 failures is a 1-in-10^8 event.
+        assert!((60..=140).contains(&failed), "{failed} of 200 failed");
+    }
+}
