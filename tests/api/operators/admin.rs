@@ -1,5 +1,5 @@
 //! The operator's surface: the admin API, dead-letter replay (HTTP and CLI), the retention
-//! sweeper, `/metrics` and `check-config`.
+//! sweeper and `/metrics`. (`check-config`: `config/check_config.rs`.)
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -712,75 +712,6 @@ async fn metrics_count_the_requests_made() {
     ] {
         assert!(text.contains(line), "missing {line} in\n{text}");
     }
-}
-
-#[test]
-fn check_config_exits_non_zero_naming_the_keys_to_change() {
-    let dir = std::env::temp_dir().join(format!("hookgate-cc-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let bad = dir.join("bad.toml");
-    std::fs::write(
-        &bad,
-        "[lease]\nduration = \"60s\"\n[[providers]]\nname = \"s\"\npreset = \"none\"\nkey = [{ json = \"/id\" }]\n\
-         target = { url = \"http://127.0.0.1:9/\" }\n",
-    )
-    .unwrap();
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_hookgate"))
-        .args(["check-config", "--config"])
-        .arg(&bad)
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(!out.status.success());
-    assert!(
-        stdout.contains("FAIL lease.duration < retry.base"),
-        "{stdout}"
-    );
-    assert!(
-        stdout.contains("ok   providers.s.target.timeout < lease.duration"),
-        "{stdout}"
-    );
-
-    let good = dir.join("good.toml");
-    std::fs::write(
-        &good,
-        "[store]\nurl = \"postgres://app:pw@db/h\"\n[[providers]]\nname = \"s\"\npreset = \"none\"\n\
-         key = [{ json = \"/id\" }]\ntarget = { url = \"http://127.0.0.1:9/\" }\n",
-    )
-    .unwrap();
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_hookgate"))
-        .args(["check-config", "--config"])
-        .arg(&good)
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{stdout}");
-    assert!(
-        !stdout.contains("pw@"),
-        "the password must be redacted: {stdout}"
-    );
-    std::fs::remove_dir_all(&dir).unwrap();
-}
-
-#[test]
-fn the_sample_providers_file_is_a_valid_config_that_warns_only_about_none() {
-    let text = std::fs::read_to_string(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/config/providers.example.toml"
-    ))
-    .unwrap();
-    let config = hookgate::config::Config::from_toml(&text).expect("valid sample");
-    assert_eq!(config.providers.len(), 7);
-    let warnings: Vec<String> = config
-        .rules()
-        .into_iter()
-        .filter(|r| r.status == hookgate::config::RuleStatus::Warn)
-        .map(|r| r.name)
-        .collect();
-    assert_eq!(
-        warnings,
-        vec!["providers.internal: signatures are verified"]
-    );
 }
 
 /// The schema of the last release (migrations 1 to 5, as their files say), with a dead

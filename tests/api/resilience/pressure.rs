@@ -827,35 +827,3 @@ on_both_stores!(
     a_wait_for_a_worker_ends_in_a_refusal_that_claimed_nothing,
     a_delivery_running_at_shutdown_finishes_and_is_answered,
 );
-
-#[test]
-fn check_config_warns_about_a_postgres_that_may_lose_commits_and_a_short_grace() {
-    let url = std::env::var("HOOKGATE_TEST_DATABASE_URL").expect("scripts/test.sh sets it");
-    let dir = std::env::temp_dir().join(format!("hookgate-dur-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let file = dir.join("pg.toml");
-    std::fs::write(
-        &file,
-        format!(
-            "[store]\nurl = \"{url}\"\n[shutdown]\ngrace = \"1s\"\n[[providers]]\nname = \"s\"\npreset = \"none\"\n\
-             key = [{{ json = \"/id\" }}]\ntarget = {{ url = \"http://127.0.0.1:9/\", timeout = \"10s\" }}\n"
-        ),
-    )
-    .unwrap();
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_hookgate"))
-        .args(["check-config", "--config"])
-        .arg(&file)
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "warnings do not fail: {stdout}");
-    assert!(
-        stdout.contains("WARN store keeps every acknowledged commit: synchronous_commit = off"),
-        "{stdout}"
-    );
-    assert!(
-        stdout.contains("WARN shutdown.grace >= the longest target.timeout"),
-        "{stdout}"
-    );
-    std::fs::remove_dir_all(&dir).unwrap();
-}
