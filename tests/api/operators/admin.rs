@@ -407,52 +407,6 @@ async fn twenty_parallel_replays_deliver_a_dead_letter_exactly_once() {
     assert_eq!(app.target.count(&TestApp::idem("evt_rp")), 2);
 }
 
-/// The node begins to shut down while a replay's reopen is on its way to the store: the
-/// replay never starts, and the event is a dead letter again (to replay later), not a
-/// `failed` row that nobody redelivers.
-#[actix_web::test]
-async fn a_replay_cut_short_by_a_shutdown_leaves_a_dead_letter() {
-    // No scheduler pass of the node's own waits on the locked table meanwhile.
-    let app = spawn_app_with(|c| {
-        c.admin.token = Some(Secret::new(TOKEN));
-        c.queue.poll_interval = Duration::from_secs(3600);
-    })
-    .await;
-    dead_letter(&app, "evt_rs").await;
-    let lock = app.db.lock_table().await;
-    let token = bearer(TOKEN);
-    let auth = [("Authorization", token.as_str())];
-    let path = format!("/admin/dead/{PROVIDER}/evt_rs/replay");
-    let replay = app.post(&path, &auth, String::new());
-    let shut = async {
-        app.db.wait_for_table_waiters(1).await;
-        app.start_shutdown();
-        // The server stops accepting only once every shard has begun to drain.
-        let address = app.address.trim_start_matches("http://").to_owned();
-        eventually("the node to stop accepting connections", || async {
-            tokio::net::TcpStream::connect(&address).await.is_err()
-        })
-        .await;
-        lock.release().await;
-    };
-    // Answered with the row as the replay left it.
-    let (answer, ()) = futures_util::join!(replay, shut);
-    assert!(answer.body.contains(r#""status":"dead""#), "{answer:?}");
-    let row = app
-        .store
-        .lookup(&EventId::new(PROVIDER, "evt_rs"))
-        .await
-        .unwrap()
-        .expect("row");
-    assert_eq!(row.status.as_str(), "dead", "{row:?}");
-    assert_eq!(row.dead_reason.as_deref(), Some("replay_failed"));
-    assert_eq!(
-        app.target.count(&TestApp::idem("evt_rs")),
-        1,
-        "not sent again"
-    );
-}
-
 #[actix_web::test]
 async fn replaying_an_event_that_is_not_dead_is_refused_clearly() {
     let app = admin_app().await;

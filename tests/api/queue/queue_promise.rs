@@ -1,9 +1,10 @@
 //! Queue mode keeps its promise in ordinary operations: no two attempts of one key are
 //! ever open at the target at once, and a key the target answered 2xx is never sent again
 //! while its process lives — through replays, lost renewals, slow outcome writes, a
-//! target's `Retry-After`, a redelivery with another payload, a shutdown, and a provider
-//! that left queue mode. The scheduler's background loop is slowed to an hour; every pass
-//! here is driven by hand (`run_once`).
+//! target's `Retry-After`, a redelivery with another payload, and a provider that left
+//! queue mode. (A draining node takes no queue rows: `resilience/shutdown.rs`.) The
+//! scheduler's background loop is slowed to an hour; every pass here is driven by hand
+//! (`run_once`).
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
@@ -804,32 +805,6 @@ async fn sync_rows_of_a_removed_provider_become_dead_letters(backend: Backend) {
     assert_eq!(row.payload.as_deref(), Some(&b"{}"[..]), "kept to replay");
 }
 
-/// A node that is shutting down takes no more queue rows: its scheduler finds nothing to
-/// do (and so does not spin) while its last delivery runs.
-async fn a_draining_node_takes_no_queue_rows(backend: Backend) {
-    let app = spawn_app_on(backend, long_deliveries).await;
-    app.target.set(Behaviour::Status(500));
-    assert_eq!(app.deliver("evt_wait", "{}").await.status, 202);
-    app.wait_status("evt_wait", "failed").await;
-    app.target.set(Behaviour::Hang);
-    assert_eq!(app.deliver("evt_last", "{}").await.status, 202);
-    app.target.wait_for(&TestApp::idem("evt_last"), 1).await;
-    app.db.make_due(PROVIDER, "evt_wait").await;
-    app.start_shutdown();
-    eventually("the node to drain", || async {
-        app.log.count("hookgate.draining") > 0
-    })
-    .await;
-    assert_eq!(app.scheduler.run_once().await.unwrap().taken, 0);
-    app.target.release();
-    app.wait_status("evt_last", "done").await;
-    assert_eq!(app.target.count(&TestApp::idem("evt_wait")), 1);
-    assert_eq!(
-        app.db.status(PROVIDER, "evt_wait").await.as_deref(),
-        Some("failed")
-    );
-}
-
 on_both_stores!(
     a_command_line_replay_of_a_queue_event_renews_its_lease_and_no_scheduler_takes_it,
     an_admin_replay_of_a_queue_event_reaches_a_target_slower_than_the_lease,
@@ -849,7 +824,6 @@ on_both_stores!(
     a_sync_rows_redelivery_reaches_a_queue_target_slower_than_the_lease,
     queue_rows_of_a_removed_provider_become_dead_letters,
     sync_rows_of_a_removed_provider_become_dead_letters,
-    a_draining_node_takes_no_queue_rows,
 );
 
 /// A panic in code a shard runs (here: the store, while recording an outcome) cannot go

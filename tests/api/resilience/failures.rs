@@ -1,6 +1,6 @@
 //! What goes wrong: a worker that panics, a worker that finishes after its lease was
 //! retaken, a store that goes away and comes back, a full mailbox. (Shutdown: see
-//! `pressure.rs`.)
+//! `shutdown.rs`.)
 
 use std::sync::Arc;
 use std::time::Duration;

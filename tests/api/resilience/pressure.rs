@@ -1,5 +1,5 @@
-//! The guarantee under pressure: overload, a graceful shutdown, a frozen database, slow
-//! senders and large answers. Each test reproduces a way the promise once broke.
+//! The guarantee under pressure: overload, a frozen database, slow senders and large
+//! answers. (A graceful shutdown: `shutdown.rs`.) Each test reproduces a way the promise once broke.
 
 use std::rc::Rc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -10,8 +10,8 @@ use hookgate::key::EventId;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::helpers::{
-    eventually, spawn_app, spawn_app_behind_proxy_with, spawn_app_on, spawn_app_with, Backend,
-    Behaviour, TestApp, PROVIDER,
+    eventually, spawn_app_behind_proxy_with, spawn_app_on, spawn_app_with, Backend, Behaviour,
+    TestApp, PROVIDER,
 };
 
 /// The value of the first `/metrics` sample whose line starts with `prefix`, or 0.
@@ -188,86 +188,6 @@ async fn a_wait_for_a_worker_ends_in_a_refusal_that_claimed_nothing(backend: Bac
     // A request that arrives once the worker is free is served at once.
     let next = app.deliver("evt_after", "{}").await;
     assert_eq!((next.status, next.path.as_str()), (201, "first_run"));
-}
-
-/// A delivery running at the target when the node is told to stop runs to its end, is
-/// recorded, and its sender gets the answer. (Before: the node exited under it and the
-/// redelivery ran the target again after the lease.)
-async fn a_delivery_running_at_shutdown_finishes_and_is_answered(backend: Backend) {
-    let mut app = spawn_app_on(backend, |c| c.shutdown.grace = Duration::ZERO).await;
-    app.target.set(Behaviour::Hang);
-    let key = "evt_deploy";
-    let sender = {
-        let request = awc::Client::builder()
-            .timeout(Duration::from_secs(60))
-            .finish()
-            .post(format!("{}/webhooks/{PROVIDER}", app.address))
-            .insert_header(("X-Idempotency-Key", key));
-        actix_rt::spawn(async move {
-            let mut response = request.send_body("{}").await.expect("an answer");
-            let path = response.headers().get("Hookgate-Path").cloned();
-            (response.status().as_u16(), path, response.body().await)
-        })
-    };
-    app.target.wait_for(&TestApp::idem(key), 1).await;
-    let log = app.log.clone();
-    let target = app.target.clone();
-    let stopping = async {
-        eventually("the node to start draining", || async {
-            log.lines().iter().any(|l| l["msg"] == "hookgate.draining")
-        })
-        .await;
-        target.release();
-    };
-    futures_util::join!(app.shutdown(), stopping);
-
-    let (status, path, _) = sender.await.unwrap();
-    assert_eq!(status, 201);
-    assert_eq!(path.unwrap().to_str().unwrap(), "first_run");
-    assert_eq!(app.db.status(PROVIDER, key).await.as_deref(), Some("done"));
-    let next = app.second_node(|_| {}).await;
-    assert_eq!(next.deliver(key, "{}").await.path, "duplicate_done");
-    assert_eq!(app.target.count(&TestApp::idem(key)), 1);
-}
-
-#[actix_web::test]
-async fn an_attempt_won_after_shutdown_began_is_released_without_reaching_the_target() {
-    let mut app = spawn_app().await;
-    let lock = app.db.hold_new_row(PROVIDER, "evt_late").await;
-    let sender = {
-        let request = awc::Client::builder()
-            .timeout(Duration::from_secs(60))
-            .finish()
-            .post(format!("{}/webhooks/{PROVIDER}", app.address))
-            .insert_header(("X-Idempotency-Key", "evt_late"));
-        actix_rt::spawn(async move {
-            let response = request.send_body("{}").await.expect("an answer");
-            response.status().as_u16()
-        })
-    };
-    app.db.wait_for_lock_waiter().await;
-    let log = app.log.clone();
-    let releasing = async {
-        eventually("the node to start draining", || async {
-            log.lines().iter().any(|l| l["msg"] == "hookgate.draining")
-        })
-        .await;
-        lock.release().await;
-    };
-    futures_util::join!(app.shutdown(), releasing);
-
-    assert_eq!(sender.await.unwrap(), 503);
-    assert_eq!(app.target.count(&TestApp::idem("evt_late")), 0);
-    let row = app
-        .db
-        .store()
-        .await
-        .lookup(&EventId::new(PROVIDER, "evt_late"))
-        .await
-        .unwrap()
-        .expect("row");
-    assert_eq!(row.status.as_str(), "failed");
-    assert_eq!(row.last_error.as_deref(), Some("released at shutdown"));
 }
 
 #[actix_web::test]
@@ -789,5 +709,4 @@ on_both_stores!(
     a_claim_is_made_only_when_a_worker_can_start_at_once,
     waiting_requests_claim_only_when_a_worker_frees_up,
     a_wait_for_a_worker_ends_in_a_refusal_that_claimed_nothing,
-    a_delivery_running_at_shutdown_finishes_and_is_answered,
 );
