@@ -1,6 +1,6 @@
 //! Every event's whole history and what operators do with it, on both stores: the attempts
-//! table, payloads kept always, searching, pausing a provider, and bulk replays run once
-//! across nodes.
+//! table, payloads kept always, searching, and bulk replays run once across nodes.
+//! (Pausing a provider: `pauses.rs`.)
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -17,39 +17,11 @@ use hookgate::worker::HttpDelivery;
 use serde_json::{json, Value};
 
 use crate::helpers::{
-    base_config, eventually, spawn_app_on, start_node_on, Backend, Behaviour, FaultyStore,
-    PanickingDelivery, TestApp, TestDb, TestTarget, ERROR_PAGE, PROVIDER,
+    base_config, eventually, start_node_on, Backend, Behaviour, FaultyStore, PanickingDelivery,
+    TestApp, TestDb, TestTarget, ERROR_PAGE, PROVIDER,
 };
 
-const TOKEN: &str = "history-admin-token";
-
-fn auth() -> String {
-    format!("Bearer {TOKEN}")
-}
-
-async fn admin_app(backend: Backend, edit: impl FnOnce(&mut hookgate::config::Config)) -> TestApp {
-    spawn_app_on(backend, |c| {
-        c.admin.token = Some(Secret::new(TOKEN));
-        edit(c);
-    })
-    .await
-}
-
-async fn get_json(app: &TestApp, path: &str) -> Value {
-    let answer = app.get_with(path, &auth()).await;
-    assert_eq!(answer.status, 200, "{path}: {}", answer.body);
-    serde_json::from_str(&answer.body).unwrap()
-}
-
-async fn post_json(app: &TestApp, path: &str, body: Value) -> (u16, Value) {
-    let answer = app
-        .post(path, &[("Authorization", &auth())], body.to_string())
-        .await;
-    (
-        answer.status,
-        serde_json::from_str(&answer.body).unwrap_or(Value::Null),
-    )
-}
+use super::common::{admin_app, auth, get_json, post_json, TOKEN};
 
 /// A sender delivers an event the target fails twice, then accepts: three attempts, each
 /// in the history with its path, outcome and the target's answer; a plain first run that
@@ -379,84 +351,6 @@ async fn the_statistics_count_the_table_once_per_max_age_and_say_how_old(backend
     assert_eq!(done(&get_json(&live, "/admin/api/stats").await), 2);
 }
 
-/// A paused queue provider accepts and holds its events on every node; a paused sync
-/// provider answers 503 so the sender keeps them; resumed, everything is delivered.
-async fn a_paused_provider_delivers_nothing_until_resumed(backend: Backend) {
-    let app = admin_app(backend, |c| {
-        let mut queued = c.providers[0].clone();
-        queued.name = "q".into();
-        queued.mode = Some(Mode::Queue);
-        c.providers.push(queued);
-    })
-    .await;
-    let (status, body) = post_json(&app, "/admin/api/providers/q/pause", Value::Null).await;
-    assert_eq!((status, body["paused"].clone()), (200, json!(true)));
-    post_json(
-        &app,
-        &format!("/admin/api/providers/{PROVIDER}/pause"),
-        Value::Null,
-    )
-    .await;
-
-    let queued = app
-        .post("/webhooks/q", &[("X-Idempotency-Key", "held")], "{}".into())
-        .await;
-    assert_eq!(queued.status, 202);
-    let sync = app.deliver("sync_held", "{}").await;
-    assert_eq!((sync.status, sync.path.as_str()), (503, "paused"));
-    assert!(sync.retry_after.is_some());
-    assert_eq!(app.scheduler.run_once().await.unwrap().taken, 0, "held");
-    assert_eq!(app.target.count("q:held"), 0);
-    let stats = get_json(&app, "/admin/api/stats").await;
-    let q = stats["providers"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|p| p["name"] == "q")
-        .unwrap();
-    assert_eq!(q["paused"], true);
-    let ready = app.get("/readyz").await;
-    assert_eq!(ready.status, 200);
-    assert!(
-        ready.body.contains(r#""paused":["q","stripe"]"#),
-        "{}",
-        ready.body
-    );
-    let metrics = app.get("/metrics").await.body;
-    assert!(
-        metrics.contains(r#"hookgate_provider_paused{provider="q"} 1"#),
-        "{metrics}"
-    );
-
-    // Another node learns of the pause from the store at its next poll.
-    let other = app
-        .second_node(|c| {
-            let mut queued = c.providers[0].clone();
-            queued.name = "q".into();
-            queued.mode = Some(Mode::Queue);
-            c.providers.push(queued);
-        })
-        .await;
-    other.operator_work.refresh_pauses().await.unwrap();
-    assert_eq!(other.scheduler.run_once().await.unwrap().taken, 0);
-    assert_eq!(other.deliver("sync_other", "{}").await.path, "paused");
-
-    post_json(&app, "/admin/api/providers/q/resume", Value::Null).await;
-    post_json(
-        &app,
-        &format!("/admin/api/providers/{PROVIDER}/resume"),
-        Value::Null,
-    )
-    .await;
-    other.operator_work.refresh_pauses().await.unwrap();
-    app.scheduler.run_once().await.unwrap();
-    eventually("the held event to arrive", || async {
-        app.target.count("q:held") == 1
-    })
-    .await;
-    assert_eq!(app.deliver("sync_held", "{}").await.status, 201);
-}
-
 /// Three dead letters replayed by one job, planned first; two nodes run their operators' work at
 /// once and each event reaches the target once more, not twice; a cancelled job replays
 /// nothing.
@@ -669,64 +563,6 @@ async fn a_target_answer_with_nul_bytes_is_recorded_in_either_mode(backend: Back
     assert_eq!(sync.target.count(&TestApp::idem("evt_nul")), 2);
 }
 
-/// A sync request that passed the door and is waiting for a worker when an operator pauses
-/// its provider is answered 503 `paused` when a worker frees up, and is not delivered: a
-/// pause holds every delivery not yet started, not only the requests that arrive after it.
-async fn a_request_waiting_for_a_worker_is_held_by_a_pause(backend: Backend) {
-    let app = std::rc::Rc::new(
-        admin_app(backend, |c| {
-            c.server.shards = Some(1);
-            c.server.workers_per_shard = 1;
-            c.server.admission_queue = Some(1);
-            c.server.admission_wait = Duration::from_secs(60);
-        })
-        .await,
-    );
-    app.target.set(Behaviour::Hang);
-    let send = |key: &'static str| {
-        let app = std::rc::Rc::clone(&app);
-        actix_rt::spawn(async move { app.deliver(key, "{}").await })
-    };
-    let running = send("evt_running");
-    eventually("the first delivery to reach the target", || async {
-        app.target.count(&TestApp::idem("evt_running")) == 1
-    })
-    .await;
-    let waiting = send("evt_waiting");
-    eventually("the second request to wait for the worker", || async {
-        app.get("/metrics")
-            .await
-            .body
-            .lines()
-            .any(|l| l.starts_with("hookgate_admission_waiting{") && l.ends_with(" 1"))
-    })
-    .await;
-    let (status, _) = post_json(
-        &app,
-        &format!("/admin/api/providers/{PROVIDER}/pause"),
-        Value::Null,
-    )
-    .await;
-    assert_eq!(status, 200);
-
-    app.target.set(Behaviour::Accept);
-    app.target.release();
-    let running = running.await.unwrap();
-    assert_eq!(running.status, 201, "started before the pause: {running:?}");
-    let waiting = waiting.await.unwrap();
-    assert_eq!(
-        (waiting.status, waiting.path.as_str()),
-        (503, "paused"),
-        "{waiting:?}"
-    );
-    assert_eq!(app.target.count(&TestApp::idem("evt_waiting")), 0);
-    assert_eq!(
-        app.db.count_rows().await,
-        1,
-        "the held request claimed nothing"
-    );
-}
-
 /// Keys are the senders' to choose, and a path cannot carry some of them (a browser makes
 /// `/events/stripe/..` into `/events/`): the query form of the API,
 /// `GET /admin/api/event?provider=&key=` and `POST /admin/api/event/replay?provider=&key=`,
@@ -911,12 +747,10 @@ on_both_stores!(
     an_events_history_is_answered_a_page_at_a_time_with_its_total,
     a_search_reads_a_bounded_number_of_rows_a_page_and_goes_on_from_there,
     lists_of_large_dead_letters_carry_their_sizes_not_their_payloads,
-    a_request_waiting_for_a_worker_is_held_by_a_pause,
     an_event_that_failed_twice_shows_three_attempts_and_a_plain_one_none,
     a_target_answer_with_nul_bytes_is_recorded_in_either_mode,
     a_crashed_attempt_is_replayable_when_the_payload_is_kept_always,
     events_are_searched_by_filter_and_paged,
-    a_paused_provider_delivers_nothing_until_resumed,
     a_bulk_replay_replays_each_dead_letter_once_across_nodes,
     a_bulk_replay_on_a_busy_node_waits_for_a_worker,
     a_bulk_replay_tries_again_what_the_store_failed_to_reopen,

@@ -2,6 +2,7 @@
 //! history, searches, pauses and bulk replays.
 
 mod admin;
+mod common;
 mod console;
 mod history;
 mod pauses;

@@ -617,39 +617,6 @@ async fn parallel_redeliveries_of_a_sync_row_on_a_queue_node_deliver_it_once(bac
     assert_eq!(app.target.count(&TestApp::idem("evt_mx")), 2);
 }
 
-/// A sync row's redelivery on a queue-mode node obeys a pause of its provider: answered 503
-/// `paused` (the sender keeps the event), not delivered; once resumed it is delivered.
-async fn a_paused_queue_provider_holds_a_sync_rows_redelivery(backend: Backend) {
-    let (app, node) = failed_sync_row_and_a_queue_node(backend, "evt_mp", |c| {
-        c.admin.token = Some(Secret::new(TOKEN));
-    })
-    .await;
-    app.target.set(Behaviour::Accept);
-    let auth = format!("Bearer {TOKEN}");
-    let headers = [("Authorization", auth.as_str())];
-    let pause = format!("/admin/api/providers/{PROVIDER}/pause");
-    assert_eq!(node.post(&pause, &headers, String::new()).await.status, 200);
-    let held = node.deliver("evt_mp", "{}").await;
-    assert_eq!(
-        (held.status, held.path.as_str()),
-        (503, "paused"),
-        "{held:?}"
-    );
-    assert_eq!(app.target.count(&TestApp::idem("evt_mp")), 1);
-
-    let resume = format!("/admin/api/providers/{PROVIDER}/resume");
-    assert_eq!(
-        node.post(&resume, &headers, String::new()).await.status,
-        200
-    );
-    let retried = node.deliver("evt_mp", "{}").await;
-    assert_eq!(
-        (retried.status, retried.path.as_str()),
-        (201, "retry_after_failure")
-    );
-    assert_eq!(app.target.count(&TestApp::idem("evt_mp")), 2);
-}
-
 /// A sync row's redelivery on a queue-mode node whose target may take longer than the
 /// lease (allowed in queue mode): the sync attempt renews its lease, so it starts, outlasts
 /// the lease while the target holds it — a redelivery meanwhile is told 409 — and ends done.
@@ -820,7 +787,6 @@ on_both_stores!(
     a_sync_redelivery_leaves_a_queue_row_to_the_scheduler,
     a_queue_node_runs_a_sync_rows_redelivery_as_its_sync_attempt,
     parallel_redeliveries_of_a_sync_row_on_a_queue_node_deliver_it_once,
-    a_paused_queue_provider_holds_a_sync_rows_redelivery,
     a_sync_rows_redelivery_reaches_a_queue_target_slower_than_the_lease,
     queue_rows_of_a_removed_provider_become_dead_letters,
     sync_rows_of_a_removed_provider_become_dead_letters,
