@@ -791,26 +791,3 @@ on_both_stores!(
     queue_rows_of_a_removed_provider_become_dead_letters,
     sync_rows_of_a_removed_provider_become_dead_letters,
 );
-
-/// A panic in code a shard runs (here: the store, while recording an outcome) cannot go
-/// unnoticed: it is logged, and the node shuts down and stops with an error so that its
-/// supervisor (systemd) starts it again — where it kept serving before, every request for
-/// the dead shard's keys was answered 503 while `/healthz` said OK.
-#[actix_web::test]
-async fn a_panicking_shard_stops_the_node_with_an_error() {
-    let db = TestDb::new().await;
-    let target = TestTarget::start().await;
-    let config = base_config(&db, &target);
-    let store = db.store_with(config.store.clone()).await;
-    let store = Arc::new(FaultyStore::new(store));
-    let delivery = Arc::new(hookgate::worker::HttpDelivery);
-    let mut app = start_node_on(db, target, config, delivery, store).await;
-    let _ = app.deliver("evt_panic", "{}").await;
-    eventually("the crash to be logged", || async {
-        app.log.count("shard.crashed") > 0
-    })
-    .await;
-    let stopped = app.stopped_by_itself().await;
-    let error = stopped.expect_err("the node stops with an error");
-    assert!(error.to_string().contains("shard"), "{error:#}");
-}
