@@ -1,8 +1,22 @@
 //! What operators do: the admin API and the console, dead letters and their replay,
-//! history, searches, pauses and bulk replays.
+//! history, searches, pauses and bulk replays, retention, metrics and upgrades.
+//!
+//! * `admin.rs` — the admin API's door: the token, request limits, connections of its own.
+//! * `common.rs` — helpers shared by the history and pause tests.
+//! * `console.rs` — the console in a real browser, and its security headers.
+//! * `dead_letters.rs` — reading dead letters and replaying one, by the API and the CLI.
+//! * `history.rs` — every event's history, searches, and bulk replays.
+//! * `metrics.rs` — `/metrics` and `/readyz`.
+//! * `pauses.rs` — a provider paused by an operator or by its target's `Retry-After`.
+//! * `retention.rs` — the sweeper and a retention pass's backlog.
+//! * `upgrades.rs` — migrations beside live claims, and the last release's schema upgraded.
 
 mod admin;
 mod common;
 mod console;
+mod dead_letters;
 mod history;
+mod metrics;
 mod pauses;
+mod retention;
+mod upgrades;
