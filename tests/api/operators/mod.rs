@@ -1,5 +1,6 @@
 //! What operators do: the admin API and the console, dead letters and their replay,
-//! history, searches, pauses and bulk replays, retention, metrics and upgrades.
+//! history, searches, pauses and bulk replays, retention and metrics. (Schema upgrades:
+//! `store/upgrades.rs`.)
 //!
 //! * `admin.rs` — the admin API's door: the token, request limits, connections of its own.
 //! * `bulk_replay.rs` — bulk replay jobs, by the API and the command line.
@@ -11,7 +12,6 @@
 //! * `pauses.rs` — a provider paused by an operator or by its target's `Retry-After`.
 //! * `retention.rs` — the sweeper and a retention pass's backlog.
 //! * `search.rs` — the search, lists without payloads, statistics, any key by query.
-//! * `upgrades.rs` — migrations beside live claims, and the last release's schema upgraded.
 
 mod admin;
 mod bulk_replay;
@@ -23,4 +23,3 @@ mod metrics;
 mod pauses;
 mod retention;
 mod search;
-mod upgrades;
