@@ -4,7 +4,7 @@
 //! * `failover.rs` — a Postgres primary lost to its standby, under load.
 //! * `failures.rs` — panics, late completions, a store that goes away, targets that stall.
 //! * `pressure.rs` — overload, a frozen database, large answers.
-//! * `runner_faults.rs` — the attempt runner under seeded store faults.
+//! * `runner_faults/` — the attempt runner under seeded store faults.
 //! * `shutdown.rs` — a node told to stop drains: what runs finishes, nothing new starts.
 //! * `slow_clients.rs` — slow and stalled senders and readers hold no connection for long.
 
