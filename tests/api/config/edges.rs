@@ -1,10 +1,13 @@
-//! The production edges: signed forwarding, the configuration and commands that explain
-//! themselves, and the files an operator deploys with.
+//! The production edges: signed forwarding, config errors and commands that explain
+//! themselves, and the files an operator deploys with. (What `check-config` prints:
+//! `check_config.rs`.)
 
 use base64::Engine;
 use hmac::{KeyInit, Mac};
 
 use crate::helpers::{spawn_app_with, TestApp};
+
+use super::run;
 
 const FORWARD_SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
 
@@ -65,55 +68,6 @@ async fn unsigned_forwarding_carries_no_signature_headers() {
         .last(&TestApp::idem("evt_plain"))
         .webhook
         .is_none());
-}
-
-fn run(args: &[&str], config_text: &str) -> std::process::Output {
-    let dir = std::env::temp_dir().join(format!(
-        "hookgate-edges-{}-{}",
-        std::process::id(),
-        fastrand::u32(..)
-    ));
-    std::fs::create_dir_all(&dir).unwrap();
-    let file = dir.join("c.toml");
-    std::fs::write(&file, config_text).unwrap();
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_hookgate"))
-        .args(args)
-        .arg("--config")
-        .arg(&file)
-        .env("RUST_BACKTRACE", "1")
-        .output()
-        .unwrap();
-    std::fs::remove_dir_all(&dir).unwrap();
-    out
-}
-
-#[test]
-fn check_config_prints_toml_that_parses_back_into_the_same_config() {
-    let text = std::fs::read_to_string(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/config/providers.example.toml"
-    ))
-    .unwrap();
-    let out = run(&["check-config"], &text);
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let printed = stdout
-        .split("# rules checked")
-        .next()
-        .unwrap()
-        .lines()
-        .skip(1)
-        .collect::<Vec<_>>()
-        .join("\n");
-    let again = hookgate::config::Config::from_toml(&printed).expect("the printed config parses");
-    let original = hookgate::config::Config::from_toml(&text).unwrap();
-    assert_eq!(
-        toml::to_string(&again).unwrap(),
-        toml::to_string(&original).unwrap()
-    );
-    assert!(
-        !stdout.contains("Config {"),
-        "no Rust debug output: {stdout}"
-    );
 }
 
 #[test]

@@ -1,9 +1,20 @@
 //! What a sender meets: every path answered and labelled, bad input refused with nothing
 //! claimed, each provider's signatures, duplicates answered from their rows, one key
-//! delivered once under parallel deliveries.
+//! delivered once under parallel deliveries, keys read as written, headers kept without
+//! credentials.
+//!
+//! * `bad_input.rs` — bad requests refused with their codes, nothing claimed.
+//! * `concurrency.rs` — one key delivered once under parallel deliveries, on one node or two.
+//! * `duplicates.rs` — redeliveries answered from their rows leave the rows unwritten.
+//! * `kept_headers.rs` — the request headers kept with an event, credentials dropped.
+//! * `keys.rs` — an event's key as the sender wrote it.
+//! * `paths.rs` — every path a delivery can take, answered and labelled.
+//! * `providers.rs` — each provider preset's signatures, rotation, fingerprints.
 
 mod bad_input;
 mod concurrency;
 mod duplicates;
+mod kept_headers;
+mod keys;
 mod paths;
 mod providers;

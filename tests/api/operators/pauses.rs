@@ -1,7 +1,9 @@
 //! Pauses hold: an operator's pause of a provider, and the pause its target asks for with
 //! `Retry-After`, keep a node from starting any delivery of that provider it has not
-//! started yet — queue rows already waiting in a shard for a worker, single replays and
-//! bulk replay jobs included — and a target's pause of the whole provider is bounded.
+//! started yet — on every node, sync requests (answered 503 `paused`) and queue rows
+//! alike: rows already waiting in a shard for a worker or taken by a pass under way, sync
+//! requests waiting for a worker, a sync row's redelivery on a queue node, single replays
+//! and bulk replay jobs included — and a target's pause of the whole provider is bounded.
 //! The scheduler's background loop is slowed to an hour; passes are driven by hand.
 
 use std::time::Duration;
@@ -14,6 +16,8 @@ use hookgate::config::Config;
 use serde_json::{json, Value};
 
 use crate::helpers::{eventually, spawn_app_on, Backend, Behaviour, TestApp, PROVIDER};
+
+use super::common::{admin_app, get_json, post_json};
 
 const TOKEN: &str = "pauses-admin-token";
 
@@ -281,10 +285,253 @@ async fn a_pause_read_that_hangs_does_not_pile_up_operator_work_passes() {
     assert!(passes <= 2, "{passes} operator-work passes in flight");
 }
 
+/// A paused queue provider accepts and holds its events on every node; a paused sync
+/// provider answers 503 so the sender keeps them; resumed, everything is delivered.
+async fn a_paused_provider_delivers_nothing_until_resumed(backend: Backend) {
+    let app = admin_app(backend, |c| {
+        let mut queued = c.providers[0].clone();
+        queued.name = "q".into();
+        queued.mode = Some(Mode::Queue);
+        c.providers.push(queued);
+    })
+    .await;
+    let (status, body) = post_json(&app, "/admin/api/providers/q/pause", Value::Null).await;
+    assert_eq!((status, body["paused"].clone()), (200, json!(true)));
+    post_json(
+        &app,
+        &format!("/admin/api/providers/{PROVIDER}/pause"),
+        Value::Null,
+    )
+    .await;
+
+    let queued = app
+        .post("/webhooks/q", &[("X-Idempotency-Key", "held")], "{}".into())
+        .await;
+    assert_eq!(queued.status, 202);
+    let sync = app.deliver("sync_held", "{}").await;
+    assert_eq!((sync.status, sync.path.as_str()), (503, "paused"));
+    assert!(sync.retry_after.is_some());
+    assert_eq!(app.scheduler.run_once().await.unwrap().taken, 0, "held");
+    assert_eq!(app.target.count("q:held"), 0);
+    let stats = get_json(&app, "/admin/api/stats").await;
+    let q = stats["providers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == "q")
+        .unwrap();
+    assert_eq!(q["paused"], true);
+    let ready = app.get("/readyz").await;
+    assert_eq!(ready.status, 200);
+    assert!(
+        ready.body.contains(r#""paused":["q","stripe"]"#),
+        "{}",
+        ready.body
+    );
+    let metrics = app.get("/metrics").await.body;
+    assert!(
+        metrics.contains(r#"hookgate_provider_paused{provider="q"} 1"#),
+        "{metrics}"
+    );
+
+    // Another node learns of the pause from the store at its next poll.
+    let other = app
+        .second_node(|c| {
+            let mut queued = c.providers[0].clone();
+            queued.name = "q".into();
+            queued.mode = Some(Mode::Queue);
+            c.providers.push(queued);
+        })
+        .await;
+    other.operator_work.refresh_pauses().await.unwrap();
+    assert_eq!(other.scheduler.run_once().await.unwrap().taken, 0);
+    assert_eq!(other.deliver("sync_other", "{}").await.path, "paused");
+
+    post_json(&app, "/admin/api/providers/q/resume", Value::Null).await;
+    post_json(
+        &app,
+        &format!("/admin/api/providers/{PROVIDER}/resume"),
+        Value::Null,
+    )
+    .await;
+    other.operator_work.refresh_pauses().await.unwrap();
+    app.scheduler.run_once().await.unwrap();
+    eventually("the held event to arrive", || async {
+        app.target.count("q:held") == 1
+    })
+    .await;
+    assert_eq!(app.deliver("sync_held", "{}").await.status, 201);
+}
+
+/// A sync request that passed the door and is waiting for a worker when an operator pauses
+/// its provider is answered 503 `paused` when a worker frees up, and is not delivered: a
+/// pause holds every delivery not yet started, not only the requests that arrive after it.
+async fn a_request_waiting_for_a_worker_is_held_by_a_pause(backend: Backend) {
+    let app = std::rc::Rc::new(
+        admin_app(backend, |c| {
+            c.server.shards = Some(1);
+            c.server.workers_per_shard = 1;
+            c.server.admission_queue = Some(1);
+            c.server.admission_wait = Duration::from_secs(60);
+        })
+        .await,
+    );
+    app.target.set(Behaviour::Hang);
+    let send = |key: &'static str| {
+        let app = std::rc::Rc::clone(&app);
+        actix_rt::spawn(async move { app.deliver(key, "{}").await })
+    };
+    let running = send("evt_running");
+    eventually("the first delivery to reach the target", || async {
+        app.target.count(&TestApp::idem("evt_running")) == 1
+    })
+    .await;
+    let waiting = send("evt_waiting");
+    eventually("the second request to wait for the worker", || async {
+        app.get("/metrics")
+            .await
+            .body
+            .lines()
+            .any(|l| l.starts_with("hookgate_admission_waiting{") && l.ends_with(" 1"))
+    })
+    .await;
+    let (status, _) = post_json(
+        &app,
+        &format!("/admin/api/providers/{PROVIDER}/pause"),
+        Value::Null,
+    )
+    .await;
+    assert_eq!(status, 200);
+
+    app.target.set(Behaviour::Accept);
+    app.target.release();
+    let running = running.await.unwrap();
+    assert_eq!(running.status, 201, "started before the pause: {running:?}");
+    let waiting = waiting.await.unwrap();
+    assert_eq!(
+        (waiting.status, waiting.path.as_str()),
+        (503, "paused"),
+        "{waiting:?}"
+    );
+    assert_eq!(app.target.count(&TestApp::idem("evt_waiting")), 0);
+    assert_eq!(
+        app.db.count_rows().await,
+        1,
+        "the held request claimed nothing"
+    );
+}
+
+/// The base test node with its provider in queue mode.
+fn queue_mode(c: &mut Config) {
+    c.providers[0].mode = Some(Mode::Queue);
+    c.queue.poll_interval = Duration::from_secs(3600);
+}
+
+/// An operator pauses the provider while a scheduler pass's take is held up (the table
+/// locked): the row the pass then takes goes back unstarted, and is delivered once the
+/// provider is resumed.
+#[actix_web::test]
+async fn a_row_taken_while_its_provider_was_paused_goes_back_unstarted() {
+    let app = spawn_app_on(Backend::Postgres, |c| {
+        queue_mode(c);
+        c.admin.token = Some(hookgate::secret::Secret::new("t0ken"));
+    })
+    .await;
+    app.scheduler.by_hand().await;
+    let idem = TestApp::idem("evt_pz");
+    app.target.set(Behaviour::Status(500));
+    assert_eq!(app.deliver("evt_pz", "{}").await.status, 202);
+    app.wait_ended("evt_pz", "failed", 1).await;
+    app.db.make_due(PROVIDER, "evt_pz").await;
+    app.target.set(Behaviour::Accept);
+
+    let auth = [("Authorization", "Bearer t0ken")];
+    let lock = app.db.lock_table().await;
+    let scheduler = app.scheduler.clone();
+    let pass = actix_rt::spawn(async move { scheduler.run_once().await });
+    app.db.wait_for_table_waiters(1).await;
+    let pause = format!("/admin/api/providers/{PROVIDER}/pause");
+    assert_eq!(app.post(&pause, &auth, String::new()).await.status, 200);
+    lock.release().await;
+    assert_eq!(pass.await.unwrap().unwrap().taken, 1);
+    eventually("the taken row to be given back", || async {
+        app.db.status(PROVIDER, "evt_pz").await.as_deref() == Some("failed")
+    })
+    .await;
+    assert_eq!(app.target.count(&idem), 1, "not delivered while paused");
+
+    let resume = format!("/admin/api/providers/{PROVIDER}/resume");
+    assert_eq!(app.post(&resume, &auth, String::new()).await.status, 200);
+    eventually("the row to be delivered once resumed", || async {
+        app.scheduler.run_once().await.unwrap();
+        app.db.status(PROVIDER, "evt_pz").await.as_deref() == Some("done")
+    })
+    .await;
+    assert_eq!(app.target.count(&idem), 2);
+}
+
+/// A sync node whose target failed `key` (a `failed` sync row), and a second node on the
+/// same schema where the provider is in queue mode (the scheduler driven by hand), with
+/// `edit` made to its config.
+async fn failed_sync_row_and_a_queue_node(
+    backend: Backend,
+    key: &str,
+    edit: impl FnOnce(&mut Config),
+) -> (TestApp, TestApp) {
+    let app = spawn_app_on(backend, |_| {}).await;
+    app.target.set(Behaviour::Status(500));
+    assert_eq!(app.deliver(key, "{}").await.status, 503);
+    app.wait_status(key, "failed").await;
+    let node = app
+        .second_node(|c| {
+            c.providers[0].mode = Some(Mode::Queue);
+            c.queue.poll_interval = Duration::from_secs(3600);
+            edit(c);
+        })
+        .await;
+    (app, node)
+}
+
+/// A sync row's redelivery on a queue-mode node obeys a pause of its provider: answered 503
+/// `paused` (the sender keeps the event), not delivered; once resumed it is delivered.
+async fn a_paused_queue_provider_holds_a_sync_rows_redelivery(backend: Backend) {
+    let (app, node) = failed_sync_row_and_a_queue_node(backend, "evt_mp", |c| {
+        c.admin.token = Some(Secret::new(TOKEN));
+    })
+    .await;
+    app.target.set(Behaviour::Accept);
+    let auth = format!("Bearer {TOKEN}");
+    let headers = [("Authorization", auth.as_str())];
+    let pause = format!("/admin/api/providers/{PROVIDER}/pause");
+    assert_eq!(node.post(&pause, &headers, String::new()).await.status, 200);
+    let held = node.deliver("evt_mp", "{}").await;
+    assert_eq!(
+        (held.status, held.path.as_str()),
+        (503, "paused"),
+        "{held:?}"
+    );
+    assert_eq!(app.target.count(&TestApp::idem("evt_mp")), 1);
+
+    let resume = format!("/admin/api/providers/{PROVIDER}/resume");
+    assert_eq!(
+        node.post(&resume, &headers, String::new()).await.status,
+        200
+    );
+    let retried = node.deliver("evt_mp", "{}").await;
+    assert_eq!(
+        (retried.status, retried.path.as_str()),
+        (201, "retry_after_failure")
+    );
+    assert_eq!(app.target.count(&TestApp::idem("evt_mp")), 2);
+}
+
 on_both_stores!(
     a_row_waiting_in_a_shard_is_held_by_an_operators_pause,
     a_row_waiting_in_a_shard_is_held_by_its_targets_retry_after,
     a_single_replay_of_a_paused_provider_is_refused,
     a_bulk_replay_waits_while_its_provider_is_paused,
     a_targets_retry_after_pauses_its_provider_for_a_bounded_time,
+    a_paused_provider_delivers_nothing_until_resumed,
+    a_request_waiting_for_a_worker_is_held_by_a_pause,
+    a_paused_queue_provider_holds_a_sync_rows_redelivery,
 );

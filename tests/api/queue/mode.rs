@@ -328,49 +328,6 @@ async fn a_scheduler_pass_racing_an_arrival_keeps_the_providers_limit() {
     assert_eq!((app.target.count(&ra), app.target.count(&rb)), (2, 1));
 }
 
-/// An operator pauses the provider while a scheduler pass's take is held up (the table
-/// locked): the row the pass then takes goes back unstarted, and is delivered once the
-/// provider is resumed.
-#[actix_web::test]
-async fn a_row_taken_while_its_provider_was_paused_goes_back_unstarted() {
-    let app = spawn_app_on(Backend::Postgres, |c| {
-        queue_mode(c);
-        c.admin.token = Some(hookgate::secret::Secret::new("t0ken"));
-    })
-    .await;
-    app.scheduler.by_hand().await;
-    let idem = TestApp::idem("evt_pz");
-    app.target.set(Behaviour::Status(500));
-    assert_eq!(app.deliver("evt_pz", "{}").await.status, 202);
-    app.wait_ended("evt_pz", "failed", 1).await;
-    app.db.make_due(PROVIDER, "evt_pz").await;
-    app.target.set(Behaviour::Accept);
-
-    let auth = [("Authorization", "Bearer t0ken")];
-    let lock = app.db.lock_table().await;
-    let scheduler = app.scheduler.clone();
-    let pass = actix_rt::spawn(async move { scheduler.run_once().await });
-    app.db.wait_for_table_waiters(1).await;
-    let pause = format!("/admin/api/providers/{PROVIDER}/pause");
-    assert_eq!(app.post(&pause, &auth, String::new()).await.status, 200);
-    lock.release().await;
-    assert_eq!(pass.await.unwrap().unwrap().taken, 1);
-    eventually("the taken row to be given back", || async {
-        app.db.status(PROVIDER, "evt_pz").await.as_deref() == Some("failed")
-    })
-    .await;
-    assert_eq!(app.target.count(&idem), 1, "not delivered while paused");
-
-    let resume = format!("/admin/api/providers/{PROVIDER}/resume");
-    assert_eq!(app.post(&resume, &auth, String::new()).await.status, 200);
-    eventually("the row to be delivered once resumed", || async {
-        app.scheduler.run_once().await.unwrap();
-        app.db.status(PROVIDER, "evt_pz").await.as_deref() == Some("done")
-    })
-    .await;
-    assert_eq!(app.target.count(&idem), 2);
-}
-
 /// A flood of one key while its first enqueue is on its way (the table locked): more
 /// requests than may wait on that enqueue arrive, then the enqueue fails at the store's
 /// deadline. No request may be answered 202 — an acknowledgement tells the sender to stop —

@@ -1,6 +1,6 @@
-//! What goes wrong: a worker that panics, a worker that finishes after its lease was
-//! retaken, a store that goes away and comes back, a full mailbox. (Shutdown: see
-//! `pressure.rs`.)
+//! What goes wrong: a worker that panics, a shard that panics, a worker that finishes
+//! after its lease was retaken, a store that goes away and comes back, a full mailbox.
+//! (Shutdown: see `shutdown.rs`.)
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -10,8 +10,8 @@ use hookgate::shard::dispatcher::shard_for;
 
 use crate::helpers::{
     base_config, early_hints_target, eventually, spawn_app, spawn_app_behind_proxy,
-    spawn_app_behind_proxy_with, spawn_app_with, start_node, Behaviour, PanickingDelivery,
-    StoreProxy, TestApp, TestDb, TestTarget, PROVIDER,
+    spawn_app_behind_proxy_with, spawn_app_with, start_node, start_node_on, Behaviour, FaultyStore,
+    PanickingDelivery, StoreProxy, TestApp, TestDb, TestTarget, PROVIDER,
 };
 use hookgate::worker::HttpDelivery;
 
@@ -325,4 +325,27 @@ async fn an_interim_answer_is_a_retryable_failure_and_its_connection_is_not_reus
         );
     }
     assert_eq!(seen.load(std::sync::atomic::Ordering::SeqCst), 2);
+}
+
+/// A panic in code a shard runs (here: the store, while recording an outcome) cannot go
+/// unnoticed: it is logged, and the node shuts down and stops with an error so that its
+/// supervisor (systemd) starts it again — where it kept serving before, every request for
+/// the dead shard's keys was answered 503 while `/healthz` said OK.
+#[actix_web::test]
+async fn a_panicking_shard_stops_the_node_with_an_error() {
+    let db = TestDb::new().await;
+    let target = TestTarget::start().await;
+    let config = base_config(&db, &target);
+    let store = db.store_with(config.store.clone()).await;
+    let store = Arc::new(FaultyStore::new(store));
+    let delivery = Arc::new(hookgate::worker::HttpDelivery);
+    let mut app = start_node_on(db, target, config, delivery, store).await;
+    let _ = app.deliver("evt_panic", "{}").await;
+    eventually("the crash to be logged", || async {
+        app.log.count("shard.crashed") > 0
+    })
+    .await;
+    let stopped = app.stopped_by_itself().await;
+    let error = stopped.expect_err("the node stops with an error");
+    assert!(error.to_string().contains("shard"), "{error:#}");
 }
