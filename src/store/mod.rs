@@ -1,7 +1,7 @@
 //! The store: the narrow interface to the row that is the truth about every event
 //! ([`api`]), and its two backends, a folder each: [`postgres`] (production, several
 //! nodes) and [`sqlite`] (embedded, the zero-setup default). Both pass the one conformance
-//! suite in `tests/api/store/store_conformance.rs`. [`open`] picks one from the URL.
+//! suite in `tests/api/store/conformance/`. [`open`] picks one from the URL.
 //!
 //! This file only re-exports (the store's types are imported through it, by one path);
 //! what each file owns is in `docs/design.md`'s file map, which `scripts/check-docs.sh`

@@ -1,7 +1,7 @@
 //! Test harness: a real database per test ([`db`]), the hookgate binary as a child
 //! process ([`binary`]), a primary + standby pair to fail over ([`ha`]), one wrapper that puts faults into a real
 //! store ([`wrapped`], with the seeded [`chaos`] and the targeted [`faults`]),
-//! captured JSON logs ([`log`]), a target answering `103 Early Hints` ([`early_hints`]),
+//! captured JSON logs ([`log`]), setups several files share ([`setups`]), a target answering `103 Early Hints` ([`early_hints`]),
 //! and `spawn_app`, which starts a whole hookgate node on port 0. The counting target,
 //! the store proxy and `eventually` are the kit's (`hookgate_kit`), shared with the
 //! benches, and re-exported here.
@@ -13,6 +13,7 @@ mod early_hints;
 mod faults;
 mod ha;
 mod log;
+mod setups;
 pub mod webdriver;
 mod wrapped;
 
@@ -37,6 +38,9 @@ pub use hookgate_kit::eventually;
 pub use hookgate_kit::proxy::StoreProxy;
 pub use hookgate_kit::target::{Behaviour, Target as TestTarget, ERROR_PAGE};
 pub use log::CapturedLog;
+pub use setups::{
+    bearer, dead_letter, failed_sync_row_and_a_queue_node, long_deliveries, queue_mode,
+};
 pub use wrapped::Op;
 
 // A delivery seam that panics: the first attempt of any key containing "panic".

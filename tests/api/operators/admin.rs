@@ -8,16 +8,13 @@ use std::time::Duration;
 use hookgate::secret::Secret;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
+use crate::helpers::bearer;
 use crate::helpers::{spawn_app, spawn_app_with, TestApp, PROVIDER};
 
 const TOKEN: &str = "s3cret-admin-token";
 
 async fn admin_app() -> TestApp {
     spawn_app_with(|c| c.admin.token = Some(Secret::new(TOKEN))).await
-}
-
-fn bearer(token: &str) -> String {
-    format!("Bearer {token}")
 }
 
 #[actix_web::test]

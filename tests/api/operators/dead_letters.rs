@@ -9,24 +9,13 @@ use futures_util::future::join_all;
 use hookgate::key::EventId;
 use hookgate::secret::Secret;
 
+use crate::helpers::{bearer, dead_letter};
 use crate::helpers::{eventually, spawn_app_with, Behaviour, TestApp, PROVIDER};
 
 const TOKEN: &str = "s3cret-admin-token";
 
 async fn admin_app() -> TestApp {
     spawn_app_with(|c| c.admin.token = Some(Secret::new(TOKEN))).await
-}
-
-fn bearer(token: &str) -> String {
-    format!("Bearer {token}")
-}
-
-/// Makes `key` a dead letter through a sender's delivery refused with 400.
-async fn dead_letter(app: &TestApp, key: &str) {
-    app.target.set(Behaviour::Status(400));
-    let answer = app.deliver(key, r#"{"id":"x"}"#).await;
-    assert_eq!(answer.body, r#"{"status":"dead_lettered"}"#);
-    app.target.set(Behaviour::Accept);
 }
 
 #[actix_web::test]

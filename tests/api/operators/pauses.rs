@@ -18,6 +18,7 @@ use serde_json::{json, Value};
 use crate::helpers::{eventually, spawn_app_on, Backend, Behaviour, TestApp, PROVIDER};
 
 use super::common::{admin_app, get_json, post_json};
+use crate::helpers::{failed_sync_row_and_a_queue_node, queue_mode};
 
 const TOKEN: &str = "pauses-admin-token";
 
@@ -421,12 +422,6 @@ async fn a_request_waiting_for_a_worker_is_held_by_a_pause(backend: Backend) {
     );
 }
 
-/// The base test node with its provider in queue mode.
-fn queue_mode(c: &mut Config) {
-    c.providers[0].mode = Some(Mode::Queue);
-    c.queue.poll_interval = Duration::from_secs(3600);
-}
-
 /// An operator pauses the provider while a scheduler pass's take is held up (the table
 /// locked): the row the pass then takes goes back unstarted, and is delivered once the
 /// provider is resumed.
@@ -468,28 +463,6 @@ async fn a_row_taken_while_its_provider_was_paused_goes_back_unstarted() {
     })
     .await;
     assert_eq!(app.target.count(&idem), 2);
-}
-
-/// A sync node whose target failed `key` (a `failed` sync row), and a second node on the
-/// same schema where the provider is in queue mode (the scheduler driven by hand), with
-/// `edit` made to its config.
-async fn failed_sync_row_and_a_queue_node(
-    backend: Backend,
-    key: &str,
-    edit: impl FnOnce(&mut Config),
-) -> (TestApp, TestApp) {
-    let app = spawn_app_on(backend, |_| {}).await;
-    app.target.set(Behaviour::Status(500));
-    assert_eq!(app.deliver(key, "{}").await.status, 503);
-    app.wait_status(key, "failed").await;
-    let node = app
-        .second_node(|c| {
-            c.providers[0].mode = Some(Mode::Queue);
-            c.queue.poll_interval = Duration::from_secs(3600);
-            edit(c);
-        })
-        .await;
-    (app, node)
 }
 
 /// A sync row's redelivery on a queue-mode node obeys a pause of its provider: answered 503

@@ -7,15 +7,8 @@ use std::time::Duration;
 use hookgate::metrics::Metrics;
 use hookgate::retention::{SweepReport, Sweeper};
 
-use crate::helpers::{spawn_app, Backend, Behaviour, TestApp, TestDb, PROVIDER};
-
-/// Makes `key` a dead letter through a sender's delivery refused with 400.
-async fn dead_letter(app: &TestApp, key: &str) {
-    app.target.set(Behaviour::Status(400));
-    let answer = app.deliver(key, r#"{"id":"x"}"#).await;
-    assert_eq!(answer.body, r#"{"status":"dead_lettered"}"#);
-    app.target.set(Behaviour::Accept);
-}
+use crate::helpers::dead_letter;
+use crate::helpers::{spawn_app, Backend, TestDb, PROVIDER};
 
 #[actix_web::test]
 async fn the_sweeper_deletes_only_expired_rows() {

@@ -13,11 +13,6 @@
 //! * `renewals.rs` — long attempts live on renewals; a held outcome write still lands.
 //! * `throttles.rs` — a target's `Retry-After`, bounded and not counted as an attempt.
 
-use std::time::Duration;
-
-use hookgate::claim::Mode;
-use hookgate::config::Config;
-
 mod mode;
 mod provider_changes;
 mod redeliveries;
@@ -25,15 +20,3 @@ mod renewals;
 mod throttles;
 
 const TOKEN: &str = "queue-admin-token";
-
-/// Queue mode with a lease (2 s) shorter than the target's timeout (30 s): every long
-/// delivery lives on renewals.
-fn long_deliveries(c: &mut Config) {
-    c.providers[0].mode = Some(Mode::Queue);
-    c.queue.poll_interval = Duration::from_secs(3600);
-    c.lease.duration = Duration::from_secs(2);
-    c.retry.base = Duration::from_secs(3);
-    c.retry.cap = Duration::from_secs(30);
-    c.store.statement_timeout = Some(Duration::from_secs(1));
-    c.providers[0].target.timeout = Duration::from_secs(30);
-}

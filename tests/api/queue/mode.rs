@@ -7,18 +7,12 @@ use std::time::Duration;
 
 use hookgate::claim::Mode;
 
-use hookgate::config::Config;
 use hookgate::key::EventId;
 use hookgate::metrics::Metrics;
 use hookgate::retention::Sweeper;
 
+use crate::helpers::queue_mode;
 use crate::helpers::{eventually, spawn_app_on, Backend, Behaviour, BinaryNode, TestApp, PROVIDER};
-
-/// The base test node with its provider in queue mode.
-fn queue_mode(c: &mut Config) {
-    c.providers[0].mode = Some(Mode::Queue);
-    c.queue.poll_interval = Duration::from_secs(3600);
-}
 
 async fn a_queued_event_is_answered_202_and_delivered_once_at_once(backend: Backend) {
     let app = spawn_app_on(backend, queue_mode).await;

@@ -9,11 +9,10 @@ use hookgate::key::EventId;
 use hookgate::metrics::Metrics;
 use hookgate::retention::Sweeper;
 
+use crate::helpers::long_deliveries;
 use crate::helpers::{
     base_config, eventually, spawn_app_on, Backend, Behaviour, TestApp, PROVIDER,
 };
-
-use super::long_deliveries;
 
 /// A row keeps the mode it was accepted in: a node whose provider is now in sync mode
 /// still delivers the queue rows accepted before.

@@ -7,8 +7,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::future::join_all;
-use hookgate::claim::Mode;
-use hookgate::config::Config;
 use hookgate::secret::Secret;
 
 use crate::helpers::{
@@ -16,7 +14,8 @@ use crate::helpers::{
     TestApp, TestDb, TestTarget, WritesHeld, PROVIDER,
 };
 
-use super::{long_deliveries, TOKEN};
+use super::TOKEN;
+use crate::helpers::{failed_sync_row_and_a_queue_node, long_deliveries};
 
 /// A redelivery with another payload is refused (422) while an attempt the scheduler
 /// started runs, as it is on every other node.
@@ -186,28 +185,6 @@ async fn a_redelivery_never_takes_over_this_nodes_replay(backend: Backend) {
     assert_eq!(replayed.status, 200, "{replayed:?}");
     node.wait_status("evt_rs", "done").await;
     assert_eq!(node.target.count(&idem), 2, "the 400, then the replay");
-}
-
-/// A sync node whose target failed `key` (a `failed` sync row), and a second node on the
-/// same schema where the provider is in queue mode (the scheduler driven by hand), with
-/// `edit` made to its config.
-async fn failed_sync_row_and_a_queue_node(
-    backend: Backend,
-    key: &str,
-    edit: impl FnOnce(&mut Config),
-) -> (TestApp, TestApp) {
-    let app = spawn_app_on(backend, |_| {}).await;
-    app.target.set(Behaviour::Status(500));
-    assert_eq!(app.deliver(key, "{}").await.status, 503);
-    app.wait_status(key, "failed").await;
-    let node = app
-        .second_node(|c| {
-            c.providers[0].mode = Some(Mode::Queue);
-            c.queue.poll_interval = Duration::from_secs(3600);
-            edit(c);
-        })
-        .await;
-    (app, node)
 }
 
 /// A row keeps the mode it was accepted in, the other way round: after its provider moved

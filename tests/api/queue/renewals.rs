@@ -14,7 +14,8 @@ use crate::helpers::{
     Behaviour, FaultyStore, TestApp, TestDb, TestTarget, PROVIDER,
 };
 
-use super::{long_deliveries, TOKEN};
+use super::TOKEN;
+use crate::helpers::long_deliveries;
 
 /// A queue event the target refused for good (400): a dead letter after one attempt.
 async fn dead_letter(app: &TestApp, key: &str) {

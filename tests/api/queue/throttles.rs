@@ -6,9 +6,8 @@ use std::time::{Duration, SystemTime};
 
 use hookgate::key::EventId;
 
+use crate::helpers::long_deliveries;
 use crate::helpers::{eventually, spawn_app_on, Backend, Behaviour, TestApp, PROVIDER};
-
-use super::long_deliveries;
 
 /// The target's `Retry-After` on a 503, read as RFC 9110 says (delay-seconds or an
 /// HTTP-date) and held within `[1 s, retry.cap]`: the row's next try is due within those

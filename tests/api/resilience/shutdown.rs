@@ -4,40 +4,15 @@
 
 use std::time::Duration;
 
-use hookgate::claim::Mode;
-use hookgate::config::Config;
 use hookgate::key::EventId;
 use hookgate::secret::Secret;
 
+use crate::helpers::{bearer, dead_letter, long_deliveries};
 use crate::helpers::{
     eventually, spawn_app, spawn_app_on, spawn_app_with, Backend, Behaviour, TestApp, PROVIDER,
 };
 
 const TOKEN: &str = "s3cret-admin-token";
-
-fn bearer(token: &str) -> String {
-    format!("Bearer {token}")
-}
-
-/// Makes `key` a dead letter through a sender's delivery refused with 400.
-async fn dead_letter(app: &TestApp, key: &str) {
-    app.target.set(Behaviour::Status(400));
-    let answer = app.deliver(key, r#"{"id":"x"}"#).await;
-    assert_eq!(answer.body, r#"{"status":"dead_lettered"}"#);
-    app.target.set(Behaviour::Accept);
-}
-
-/// Queue mode with a lease (2 s) shorter than the target's timeout (30 s): every long
-/// delivery lives on renewals.
-fn long_deliveries(c: &mut Config) {
-    c.providers[0].mode = Some(Mode::Queue);
-    c.queue.poll_interval = Duration::from_secs(3600);
-    c.lease.duration = Duration::from_secs(2);
-    c.retry.base = Duration::from_secs(3);
-    c.retry.cap = Duration::from_secs(30);
-    c.store.statement_timeout = Some(Duration::from_secs(1));
-    c.providers[0].target.timeout = Duration::from_secs(30);
-}
 
 /// A delivery running at the target when the node is told to stop runs to its end, is
 /// recorded, and its sender gets the answer. (Before: the node exited under it and the

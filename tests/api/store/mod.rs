@@ -3,7 +3,7 @@
 //! targets, schema upgrades.
 //!
 //! * `conformance/` — the conformance suite: every rule of the row, against each backend.
-//! * `model.rs` — the row protocol against a reference model, by seeded random sequences
+//! * `model/` — the row protocol against a reference model, by seeded random sequences
 //!   (`model_regressions.txt`: every sequence that once failed, replayed first).
 //! * `plans.rs` — the hot statements' plans, whatever the table's size and statistics.
 //! * `ring.rs` — the Postgres slot ring: the promise across its boundaries, its upkeep.
@@ -16,3 +16,34 @@ mod plans;
 mod ring;
 mod tls;
 mod upgrades;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use hookgate::config::RetentionConfig;
+use hookgate::metrics::Metrics;
+use hookgate::retention::Sweeper;
+use hookgate::store::Store;
+
+/// The retention the ring's and the upgrades' passes use: the defaults.
+fn retention() -> RetentionConfig {
+    RetentionConfig::default()
+}
+
+/// A turn of the ring, and a little more.
+fn turn() -> Duration {
+    retention().done / 4 + Duration::from_secs(60)
+}
+
+/// One retention pass over `store`, as a node's sweeper runs it.
+async fn pass(store: &Arc<dyn Store>) {
+    Sweeper::new(
+        Arc::clone(store),
+        retention(),
+        Arc::new(Metrics::new()),
+        hookgate::logging::discard(),
+    )
+    .run_once()
+    .await
+    .expect("a retention pass");
+}

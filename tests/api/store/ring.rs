@@ -7,44 +7,17 @@
 //! clock is moved back (`age_ring`, or the rows' and the ring's with `advance_clock`) and a
 //! retention pass is run (`run_once`).
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::future::join_all;
 use hookgate::claim::{ClaimResult, Mode, RowState, Status, StoredResult};
-use hookgate::config::RetentionConfig;
 use hookgate::key::EventId;
-use hookgate::metrics::Metrics;
-use hookgate::retention::Sweeper;
 use hookgate::secret::Secret;
-use hookgate::store::Store;
 
+use super::{pass, retention, turn};
 use crate::helpers::{spawn_app_with, Behaviour, TestApp, TestDb, PROVIDER};
 
 const TOKEN: &str = "ring-admin-token";
-
-/// The retention every test's passes use: the defaults.
-fn retention() -> RetentionConfig {
-    RetentionConfig::default()
-}
-
-/// A turn of the ring, and a little more.
-fn turn() -> Duration {
-    retention().done / 4 + Duration::from_secs(60)
-}
-
-/// One retention pass over `store`, as a node's sweeper runs it.
-async fn pass(store: &Arc<dyn Store>) {
-    Sweeper::new(
-        Arc::clone(store),
-        retention(),
-        Arc::new(Metrics::new()),
-        hookgate::logging::discard(),
-    )
-    .run_once()
-    .await
-    .expect("a retention pass");
-}
 
 /// Turns the ring once: its current slot is sealed and another opens.
 async fn turn_the_ring(app: &TestApp) {

@@ -3,16 +3,12 @@
 //! database of the previous schema becomes the slot ring in place while the previous
 //! release goes on claiming.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use hookgate::claim::{ClaimResult, RowState, Status};
-use hookgate::config::RetentionConfig;
 use hookgate::key::EventId;
-use hookgate::metrics::Metrics;
-use hookgate::retention::Sweeper;
-use hookgate::store::Store;
 
+use super::{pass, retention, turn};
 use crate::helpers::{eventually, Backend, TestDb, PROVIDER};
 
 /// A migration whose table lock is held by a long reader gives its lock request up after a
@@ -125,29 +121,6 @@ async fn a_schema_of_the_last_release_upgrades_and_keeps_its_rows(backend: Backe
     assert_eq!(dead[0].id.key.as_ref(), "evt_old");
     let items = store.operator().job_items(1, 10).await.unwrap();
     assert!(items.is_empty(), "the new index serves a job's page");
-}
-
-/// The retention every test's passes use: the defaults.
-fn retention() -> RetentionConfig {
-    RetentionConfig::default()
-}
-
-/// A turn of the ring, and a little more.
-fn turn() -> Duration {
-    retention().done / 4 + Duration::from_secs(60)
-}
-
-/// One retention pass over `store`, as a node's sweeper runs it.
-async fn pass(store: &Arc<dyn Store>) {
-    Sweeper::new(
-        Arc::clone(store),
-        retention(),
-        Arc::new(Metrics::new()),
-        hookgate::logging::discard(),
-    )
-    .run_once()
-    .await
-    .expect("a retention pass");
 }
 
 /// A claim as a node of the previous release makes it (its statement names the table's
