@@ -120,6 +120,9 @@ pub enum Path {
     /// An operator paused the provider: nothing is delivered (sync: 503; queue: accepted
     /// and held).
     Paused,
+    /// The target's filter did not accept the event: claim won, nothing delivered, the row
+    /// done with `200 {"status":"filtered"}` (its redeliveries are `duplicate_done`).
+    Filtered,
 }
 
 impl Path {
@@ -140,6 +143,7 @@ impl Path {
             Path::Replay => "replay",
             Path::StaleCompletion => "stale_completion",
             Path::Paused => "paused",
+            Path::Filtered => "filtered",
         }
     }
 
@@ -149,7 +153,7 @@ impl Path {
     }
 
     /// Every path.
-    pub const ALL: [Path; 14] = [
+    pub const ALL: [Path; 15] = [
         Path::FirstRun,
         Path::RetryAfterFailure,
         Path::LeaseRetake,
@@ -164,6 +168,7 @@ impl Path {
         Path::Replay,
         Path::StaleCompletion,
         Path::Paused,
+        Path::Filtered,
     ];
 
     /// Whether this path means the claim was won and a delivery runs.
@@ -190,6 +195,18 @@ pub struct StoredResult {
     pub content_type: Option<String>,
     /// The target's body, empty when it was larger than the cache limit.
     pub body: Vec<u8>,
+}
+
+impl StoredResult {
+    /// The answer of an event its target's filter did not accept, kept on its row:
+    /// `200 {"status":"filtered"}`.
+    pub fn filtered() -> Self {
+        Self {
+            status: 200,
+            content_type: Some("application/json".into()),
+            body: br#"{"status":"filtered"}"#.to_vec(),
+        }
+    }
 }
 
 /// What a claim that was not won found in the row.

@@ -13,6 +13,7 @@
 //! | row states and modes, named paths, the not-won and mismatch rules (core) | [`claim`] |
 //! | the idempotency key and its sources (core) | [`key`] |
 //! | canonical JSON, payload fingerprints (core) | [`canonical`] |
+//! | which events a route wants: conditions on the body and headers (core) | [`filter`] |
 //! | signature schemes, bounded header parsing (core) | [`signature`] |
 //! | backoff with jitter and the attempt cap (core) | [`retry`] |
 //! | what a delivery's outcome means for the row (core) | [`outcome`] |
@@ -41,6 +42,7 @@ pub mod claim;
 pub mod cli;
 pub mod config;
 pub mod deadline;
+pub mod filter;
 pub mod http;
 pub mod key;
 pub mod logging;

@@ -37,6 +37,9 @@ pub enum DeliveryOutcome {
     /// The delivery code panicked; the worker was restarted. The attempt's outcome is
     /// unknown, so its row keeps its lease and is retaken after it expires.
     Crashed(String),
+    /// Not sent: the target's filter did not accept the event. The event is done, with
+    /// [`StoredResult::filtered`].
+    Filtered,
 }
 
 /// Why an event became a dead letter.
@@ -169,6 +172,7 @@ pub fn judge(
     let replay = redeliverer == Redeliverer::Nobody;
     let (error, target_retry_after) = match outcome {
         DeliveryOutcome::Delivered { result, .. } => return Verdict::Done(result),
+        DeliveryOutcome::Filtered => return Verdict::Done(StoredResult::filtered()),
         DeliveryOutcome::Crashed(error) => {
             return Verdict::Unknown {
                 error: format!("worker crashed: {error}"),

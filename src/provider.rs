@@ -4,6 +4,7 @@
 //! A preset binds a real sender's signature scheme, timestamp window, key source and
 //! fingerprint exclusions; anything set by hand in `[[providers]]` wins over it.
 
+use crate::filter::Filter;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -38,6 +39,8 @@ pub struct Target {
     pub horizon: Duration,
     /// `keep_payload = "always"`: the payload is written with the claim and kept.
     pub keep_payload: bool,
+    /// Which events it wants; `None`: every event.
+    pub filter: Option<Filter>,
 }
 
 /// Everything a request to `POST /webhooks/{name}` needs.
@@ -194,6 +197,7 @@ impl Provider {
                 tls: target_tls(config)?,
                 horizon,
                 keep_payload: config.keep_payload == crate::config::provider::KeepPayload::Always,
+                filter: config.target.filter.clone(),
             }),
             mode: effective_mode(config),
             max_rate: config.target.max_rate,

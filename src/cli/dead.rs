@@ -187,6 +187,7 @@ pub async fn replay(config: &Config, id: EventId) -> anyhow::Result<String> {
             target: runtime.target,
             headers: Default::default(),
             mode: reopened.mode,
+            filtered: false,
         }),
         reopened.attempts,
         sent,

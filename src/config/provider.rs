@@ -1,6 +1,7 @@
 //! `[[providers]]`: one sender each — its preset, key sources, secrets (named, never
 //! written), signature settings, fingerprint rules and target.
 
+use crate::filter::Filter;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -214,6 +215,10 @@ pub struct TargetConfig {
     /// The signing secret's value, read when the config is loaded (tests set it directly).
     #[serde(skip)]
     pub signing_key: Option<crate::secret::Secret>,
+    /// Which events this target wants ([`Filter`]); an event it does not accept is answered
+    /// 200 `filtered`, delivered nowhere, and deduplicated like any other. None: every event.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub filter: Option<Filter>,
 }
 
 fn serialize_redacted_target<S: serde::Serializer>(url: &str, s: S) -> Result<S::Ok, S::Error> {

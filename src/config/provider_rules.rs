@@ -68,6 +68,14 @@ fn delivery_rules(p: &ProviderConfig, lease: Duration, horizon: Duration) -> Vec
             ),
         ),
     }];
+    if let Some(filter) = &p.target.filter {
+        let problem = filter.check();
+        rules.push(rule(
+            format!("providers.{name}.target.filter is well formed"),
+            problem.is_none(),
+            problem.unwrap_or_else(|| format!("delivers only events where {filter}")),
+        ));
+    }
     rules.push(rule(
         format!("providers.{name}.target.max_rate > 0 and max_in_flight >= 1"),
         p.target.max_rate.is_none_or(|r| r > 0.0 && r.is_finite())

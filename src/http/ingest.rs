@@ -1,6 +1,7 @@
 //! `POST /webhooks/{provider}`: read the body within its limit, verify the signature,
-//! derive the key and fingerprint, answer a known-done key from the done cache, or hand the
-//! event to its shard — then render the answer with `Hookgate-Path` and `Hookgate-Attempt`.
+//! derive the key and fingerprint, note whether the target's filter accepts the event,
+//! answer a known-done key from the done cache, or hand the event to its shard — then
+//! render the answer with `Hookgate-Path` and `Hookgate-Attempt`.
 //!
 //! Everything refused here is refused before any claim and logged as `webhook.rejected`.
 //! A body that does not arrive within `server.read_timeout` is 408 and its connection is
@@ -41,8 +42,11 @@ pub async fn ingest(
             if let Some(answer) = dispatcher.cached(&accepted.id, fingerprint, accepted.mode) {
                 return Ok(render(answer));
             }
-            if accepted.mode == Mode::Sync && dispatcher.gate().held(&accepted.id.provider) {
-                // Paused: the sender keeps the event and comes back.
+            let provider = &accepted.id.provider;
+            if accepted.mode == Mode::Sync && !accepted.filtered && dispatcher.gate().held(provider)
+            {
+                // Paused: the sender keeps the event and comes back. (A filtered event is
+                // delivered nowhere, so a pause does not hold it.)
                 state.metrics.attempt(&accepted.id.provider, Path::Paused);
                 return Ok(render(Answer::paused(state.paused_retry_after)));
             }
@@ -58,6 +62,7 @@ pub async fn ingest(
                 target: accepted.target,
                 headers: req.headers().clone(),
                 mode: accepted.mode,
+                filtered: accepted.filtered,
             };
             Ok(render(match event.mode {
                 Mode::Sync => dispatcher.dispatch(event).await,
@@ -91,7 +96,11 @@ struct Accepted {
     /// The body's bytes in the node's budget, held until the request is answered.
     _reserved: Reserved,
     target: Arc<Target>,
+    /// Sync for an event its target's filter did not accept, whatever the provider's mode:
+    /// it is answered at once (`filtered`), never queued.
     mode: Mode,
+    /// The target's filter did not accept it.
+    filtered: bool,
 }
 
 /// Everything checked before a claim, in order: provider, body size, signature, key.
@@ -112,13 +121,16 @@ async fn accept(
     let parsed = Body::new(&body);
     let key = runtime.key.derive(req.headers(), &parsed)?;
     let fingerprint = runtime.fingerprint.fingerprint(&parsed);
+    let filter = runtime.target.filter.as_ref();
+    let filtered = filter.is_some_and(|f| !f.accepts(req.headers(), &parsed));
     Ok(Accepted {
         id: EventId::new(Arc::clone(&runtime.name), key),
         fingerprint,
         body,
         _reserved: reserved,
         target: Arc::clone(&runtime.target),
-        mode: runtime.mode,
+        mode: if filtered { Mode::Sync } else { runtime.mode },
+        filtered,
     })
 }
 

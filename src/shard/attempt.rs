@@ -298,6 +298,7 @@ impl Attempt {
     fn history(&self, verdict: &Verdict, seen: Seen, took: Duration) -> Option<History> {
         let outcome = match verdict {
             Verdict::Done(_) if self.path == Path::FirstRun => return None,
+            Verdict::Done(_) if self.path == Path::Filtered => "filtered",
             Verdict::Done(_) => "done",
             Verdict::Retry { .. } => "failed",
             Verdict::Dead { .. } => "dead",

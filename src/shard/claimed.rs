@@ -44,6 +44,9 @@ impl Shard {
         } = claiming;
         match result {
             Ok(ClaimResult::Won { attempts, path }) => {
+                // A filtered event wins its claim like any other, so it is recorded once
+                // and its redeliveries are duplicates; its attempt delivers nothing.
+                let path = if event.filtered { Path::Filtered } else { path };
                 self.log_claim(&event, path, Some(attempts));
                 let waiters = self.in_flight.won(&event, token, attempts);
                 self.answer_waiters_of_won(&event, attempts, waiters);
@@ -87,15 +90,17 @@ impl Shard {
         }
     }
 
-    /// A won claim: delivered, or released without reaching the target once the node is
-    /// draining.
+    /// A won claim: delivered; recorded done without reaching the target when its filter did
+    /// not accept it; or released without reaching the target once the node is draining.
     pub(super) fn run_on_worker(
         &mut self,
         running: Running,
         reply: oneshot::Sender<Answer>,
         ctx: &mut Context<Self>,
     ) {
-        if self.busy.draining() {
+        if running.attempt.event.filtered {
+            self.record(running, reply, ctx, async { DeliveryOutcome::Filtered });
+        } else if self.busy.draining() {
             let released = async { DeliveryOutcome::NotStarted("released at shutdown".into()) };
             self.record(running, reply, ctx, released);
         } else {

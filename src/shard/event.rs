@@ -26,6 +26,9 @@ pub struct Event {
     pub headers: HeaderMap,
     /// Sync (a sender waits) or queue (hookgate delivers and redelivers).
     pub mode: Mode,
+    /// Its target's filter did not accept it: a won claim records it done as
+    /// [`Path::Filtered`](crate::claim::Path::Filtered), and nothing is delivered.
+    pub filtered: bool,
 }
 
 impl Event {
@@ -39,6 +42,7 @@ impl Event {
             target,
             headers: HeaderMap::new(),
             mode: Mode::Sync,
+            filtered: false,
         }
     }
 }

@@ -209,9 +209,11 @@ mod tests {
                 tls: None,
                 horizon: std::time::Duration::from_secs(3600),
                 keep_payload: false,
+                filter: None,
             }),
             headers: Default::default(),
             mode: crate::claim::Mode::Sync,
+            filtered: false,
         })
     }
 

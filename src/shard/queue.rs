@@ -267,6 +267,7 @@ impl Event {
     fn as_sync(&self) -> Self {
         Event {
             mode: Mode::Sync,
+            filtered: false,
             ..self.clone()
         }
     }
@@ -276,6 +277,7 @@ impl Event {
         Event {
             headers: Default::default(),
             mode: Mode::Queue,
+            filtered: false,
             ..self.clone()
         }
     }
@@ -295,6 +297,7 @@ impl Event {
             target: Arc::clone(&self.target),
             headers: Default::default(),
             mode: Mode::Queue,
+            filtered: false,
         }
     }
 }

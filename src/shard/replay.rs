@@ -111,6 +111,7 @@ impl Shard {
                     target: r.target,
                     headers: Default::default(),
                     mode: row.mode,
+                    filtered: false,
                 });
                 let waiters = self.in_flight.won(&event, r.token, row.attempts);
                 self.log_claim(&event, Path::Replay, Some(row.attempts));

@@ -30,11 +30,11 @@ impl Attempt {
             took,
             writing,
         } = recorded;
-        metrics.delivery(
-            &self.event.id.provider,
-            outcome_label(&verdict),
-            took.as_secs_f64(),
-        );
+        let outcome = match self.path {
+            Path::Filtered => "filtered",
+            _ => outcome_label(&verdict),
+        };
+        metrics.delivery(&self.event.id.provider, outcome, took.as_secs_f64());
         if let Some(writing) = writing {
             metrics.outcome_written(&self.event.id.provider, writing.as_secs_f64());
         }

@@ -23,7 +23,7 @@ const PATHS = [
   'first_run', 'retry_after_failure', 'lease_retake', 'duplicate_done',
   'in_progress_elsewhere', 'duplicate_dead', 'payload_mismatch', 'queued',
   'duplicate_queued', 'store_unavailable', 'overloaded', 'replay', 'stale_completion',
-  'paused',
+  'paused', 'filtered',
 ];
 const EVENT_FILTERS = [
   'provider', 'status', 'path', 'key_prefix', 'mode', 'reason',

@@ -54,6 +54,7 @@ fn target(timeout: Duration) -> Arc<Target> {
         tls: None,
         horizon: Duration::from_secs(3600),
         keep_payload: false,
+        filter: None,
     })
 }
 
@@ -136,6 +137,7 @@ impl Case {
             target: Arc::clone(target),
             headers: Default::default(),
             mode,
+            filtered: false,
         }
     }
 
