@@ -345,7 +345,7 @@ impl Target {
     }
 }
 
-/// What the target answers `behaviour` with, once any hang is over; `None`: success.
+/// What the target answers `behaviour` with, once any hang is over.
 fn answer(behaviour: Behaviour, key: &str) -> HttpResponse {
     let status = |code: u16| HttpResponse::build(code.try_into().unwrap());
     match behaviour {
