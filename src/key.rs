@@ -38,7 +38,23 @@ pub enum KeySource {
 /// Longest accepted key, in bytes (it is a primary-key column and a log field).
 pub const MAX_KEY_BYTES: usize = 255;
 
-/// A key scoped by its provider: the identity of one event.
+/// The provider a scope belongs to: the part before its `.` (a provider's name has none).
+pub fn provider_of(scope: &str) -> &str {
+    scope
+        .split_once('.')
+        .map_or(scope, |(provider, _)| provider)
+}
+
+/// The name of a provider's main route (its `target`), whose scope is the provider's own.
+pub const MAIN_ROUTE: &str = "main";
+
+/// The route a scope names: what follows its `.`, or [`MAIN_ROUTE`] for a provider's own
+/// scope.
+pub fn route_of(scope: &str) -> &str {
+    scope.split_once('.').map_or(MAIN_ROUTE, |(_, route)| route)
+}
+
+/// A key scoped by its provider (or one of its routes): the identity of one event's row.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct EventId {
     /// The provider's name.
@@ -58,14 +74,18 @@ impl EventId {
 }
 
 impl EventId {
-    /// `provider:key` as sent to the target in `Idempotency-Key`: printable ASCII as it is,
+    /// `provider:key` as sent to the target in `Idempotency-Key` (the provider's name, not
+    /// the route's scope: every route's application sees the event under one key): printable ASCII as it is,
     /// every other byte (and space, `"`, `,` and `%`) percent-encoded as `%XX` of its UTF-8
     /// bytes, so a
     /// key read from JSON with non-ASCII characters reaches the target as unambiguous
     /// ASCII (`évt` becomes `%C3%A9vt`).
     pub fn header_value(&self) -> String {
         let mut out = String::with_capacity(self.provider.len() + self.key.len() + 1);
-        for (i, part) in [&*self.provider, &*self.key].into_iter().enumerate() {
+        for (i, part) in [provider_of(&self.provider), &*self.key]
+            .into_iter()
+            .enumerate()
+        {
             if i > 0 {
                 out.push(':');
             }

@@ -11,7 +11,8 @@ use std::time::Duration;
 use crate::canonical::Fingerprinter;
 use crate::claim::Mode;
 use crate::config::provider::{effective_key, effective_mode};
-use crate::config::{Preset, ProviderConfig, Switch};
+use crate::config::{route_scope, Preset, ProviderConfig, Switch, TargetConfig};
+pub use crate::key::{provider_of, route_of};
 use crate::key::{KeyDeriver, KeySource};
 use crate::signature::hmac::HmacSpec;
 use crate::signature::standard::decode_secret;
@@ -43,6 +44,25 @@ pub struct Target {
     pub filter: Option<Filter>,
 }
 
+/// One destination of a provider's events: its main route (`target`) or one of its
+/// `routes`, each with rows of its own (its scope).
+#[derive(Debug)]
+pub struct Route {
+    /// Its name: `main` (unless named otherwise) for the provider's `target`.
+    pub name: Arc<str>,
+    /// The provider's name.
+    pub provider: Arc<str>,
+    /// Its rows' scope (the `provider` column): the provider's name for the main route,
+    /// `provider.route` for the others.
+    pub scope: Arc<str>,
+    /// Where its events go.
+    pub target: Arc<Target>,
+    /// Queue mode: deliveries a second, per node (`None`: no limit).
+    pub max_rate: Option<f64>,
+    /// Queue mode: deliveries at once, per node (`None`: no limit).
+    pub max_in_flight: Option<usize>,
+}
+
 /// Everything a request to `POST /webhooks/{name}` needs.
 pub struct Provider {
     /// The provider's name (the keys' scope).
@@ -53,14 +73,12 @@ pub struct Provider {
     pub verifier: Verifier,
     /// Its payload fingerprints.
     pub fingerprint: Fingerprinter,
-    /// Where its events go.
+    /// Where its events go: the main route's target (`routes[0]`).
     pub target: Arc<Target>,
+    /// Every route, the main one first; an event goes to each whose filter accepts it.
+    pub routes: Vec<Arc<Route>>,
     /// Sync or queue.
     pub mode: Mode,
-    /// Queue mode: deliveries a second, per node (`None`: no limit).
-    pub max_rate: Option<f64>,
-    /// Queue mode: deliveries at once, per node (`None`: no limit).
-    pub max_in_flight: Option<usize>,
 }
 
 /// The headers a scheme reads its signature from (lower case).
@@ -110,22 +128,24 @@ fn scheme(config: &ProviderConfig) -> Result<Scheme, String> {
 
 /// The TLS settings for an `https://` target: its chain and host name checked against the
 /// system roots, or against `target.ca_file`.
-fn target_tls(config: &ProviderConfig) -> Result<Option<Arc<rustls::ClientConfig>>, String> {
-    if !config.target.url.starts_with("https://") {
+fn target_tls(
+    target: &TargetConfig,
+    at: &str,
+) -> Result<Option<Arc<rustls::ClientConfig>>, String> {
+    if !target.url.starts_with("https://") {
         return Ok(None);
     }
-    crate::tls::client_config(config.target.ca_file.as_deref(), crate::tls::Verify::Full)
+    crate::tls::client_config(target.ca_file.as_deref(), crate::tls::Verify::Full)
         .map(Some)
-        .map_err(|e| format!("providers.{}.target: {e}", config.name))
+        .map_err(|e| format!("{at}: {e}"))
 }
 
 /// The decoded forwarding secret, if one is configured (and loaded).
-fn signing_key(config: &ProviderConfig) -> Result<Option<Arc<[u8]>>, String> {
-    let Some(secret) = &config.target.signing_key else {
+fn signing_key(target: &TargetConfig, at: &str) -> Result<Option<Arc<[u8]>>, String> {
+    let Some(secret) = &target.signing_key else {
         return Ok(None);
     };
-    let var = config
-        .target
+    let var = target
         .signing_secret
         .as_ref()
         .map_or("its variable", |s| s.env.as_str());
@@ -133,9 +153,8 @@ fn signing_key(config: &ProviderConfig) -> Result<Option<Arc<[u8]>>, String> {
         .map(|key| Some(key.into()))
         .ok_or_else(|| {
             format!(
-                "providers.{}.target.signing_secret: {var} is not a whsec_<base64> secret \
-                 with a non-empty key",
-                config.name
+                "{at}.signing_secret: {var} is not a whsec_<base64> secret with a non-empty \
+                 key"
             )
         })
 }
@@ -180,8 +199,35 @@ impl Provider {
             _ => None,
         }));
         keep_headers.extend(config.keep_headers.iter().map(|h| h.to_ascii_lowercase()));
+        let name: Arc<str> = config.name.as_str().into();
+        let keep_payload = config.keep_payload == crate::config::provider::KeepPayload::Always;
+        let routes = config
+            .all_routes()
+            .map(|(at, t)| {
+                let at = format!("providers.{}.{at}", config.name);
+                let main = std::ptr::eq(t, &config.target);
+                let route = t.name.as_deref().unwrap_or(crate::key::MAIN_ROUTE);
+                Ok(Arc::new(Route {
+                    name: route.into(),
+                    provider: Arc::clone(&name),
+                    scope: route_scope(&config.name, (!main).then_some(route)).into(),
+                    target: Arc::new(Target {
+                        url: t.url.as_str().into(),
+                        timeout: t.timeout,
+                        keep_headers: keep_headers.clone(),
+                        signing_key: signing_key(t, &at)?,
+                        tls: target_tls(t, &at)?,
+                        horizon,
+                        keep_payload,
+                        filter: t.filter.clone(),
+                    }),
+                    max_rate: t.max_rate,
+                    max_in_flight: t.max_in_flight,
+                }))
+            })
+            .collect::<Result<Vec<_>, String>>()?;
         Ok(Self {
-            name: config.name.as_str().into(),
+            name,
             key: KeyDeriver::new(effective_key(config)),
             verifier: Verifier::new(
                 scheme,
@@ -189,19 +235,9 @@ impl Provider {
                 config.tolerance.unwrap_or(DEFAULT_TOLERANCE),
             ),
             fingerprint: Fingerprinter::new(config.fingerprint == Switch::On, exclude),
-            target: Arc::new(Target {
-                url: config.target.url.as_str().into(),
-                timeout: config.target.timeout,
-                keep_headers,
-                signing_key: signing_key(config)?,
-                tls: target_tls(config)?,
-                horizon,
-                keep_payload: config.keep_payload == crate::config::provider::KeepPayload::Always,
-                filter: config.target.filter.clone(),
-            }),
+            target: Arc::clone(&routes[0].target),
+            routes,
             mode: effective_mode(config),
-            max_rate: config.target.max_rate,
-            max_in_flight: config.target.max_in_flight,
         })
     }
 }

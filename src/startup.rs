@@ -29,7 +29,7 @@ use crate::config::{cpus, Config};
 use crate::http::{bound_writes, routes, AppState, ConnWatch, Sent};
 use crate::metrics::Metrics;
 use crate::operator_work::OperatorWork;
-use crate::provider::Provider;
+use crate::provider::{Provider, Route};
 use crate::retention::Sweeper;
 use crate::scheduler::Scheduler;
 use crate::shard::{Dispatcher, ShardSettings};
@@ -96,7 +96,10 @@ impl Application {
         let shards = config.server.shard_count();
         let settings = shard_settings(config, shards);
         let metrics = Arc::new(Metrics::new());
-        let primed: Vec<&str> = providers.values().map(|p| &*p.name).collect();
+        let primed: Vec<&str> = providers
+            .values()
+            .flat_map(|p| p.routes.iter().map(|r| &*r.scope))
+            .collect();
         metrics.prime(shards, &primed);
         let dispatcher = Dispatcher::spawn(
             shards,
@@ -107,10 +110,12 @@ impl Application {
             Arc::clone(&metrics),
             &log,
         );
-        let horizons = config
-            .providers
-            .iter()
-            .map(|p| (p.name.clone(), config.sender_horizon(p)))
+        // Every route's scope is a name the node knows: a removed route's queue rows become
+        // dead letters after the grace, as a removed provider's do.
+        let horizons = providers
+            .values()
+            .flat_map(|p| p.routes.iter())
+            .map(|r| (r.scope.to_string(), r.target.horizon))
             .collect();
         let sweeper = Sweeper::new(
             Arc::clone(&store),
@@ -121,14 +126,19 @@ impl Application {
         .with_horizons(horizons)
         .with_orphan_grace(config.retry.sender_horizon);
         let sweeping = actix_rt::spawn(sweeper.run_forever());
-        // Every provider's queue rows are delivered, whatever its mode is now.
-        let queued: Vec<_> = providers
+        // Every route's queue rows are delivered, whatever its provider's mode is now; each
+        // route has its own limits.
+        let routes: Vec<Arc<Route>> = providers
             .values()
-            .map(|p| {
+            .flat_map(|p| p.routes.iter().cloned())
+            .collect();
+        let queued: Vec<_> = routes
+            .iter()
+            .map(|r| {
                 dispatcher
                     .gate()
-                    .configure(&p.name, p.max_rate, p.max_in_flight);
-                (Arc::clone(&p.name), Arc::clone(&p.target))
+                    .configure(&r.scope, r.max_rate, r.max_in_flight);
+                (Arc::clone(&r.scope), Arc::clone(&r.target))
             })
             .collect();
         let scheduler = Arc::new(Scheduler::new(
@@ -141,9 +151,9 @@ impl Application {
             config.lease.duration,
         ));
         let scheduling = actix_rt::spawn(Arc::clone(&scheduler).run_forever());
-        let targets = providers
-            .values()
-            .map(|p| (Arc::clone(&p.name), Arc::clone(&p.target)))
+        let targets = routes
+            .iter()
+            .map(|r| (Arc::clone(&r.scope), Arc::clone(&r.target)))
             .collect();
         let operator_work = Arc::new(OperatorWork::new(
             Arc::clone(&store),
@@ -158,6 +168,10 @@ impl Application {
         warn_if_not_authenticated(&config.store.url, &log);
         let metrics_for_watch = Arc::clone(&metrics);
         let state = web::Data::new(AppState {
+            routes: routes
+                .iter()
+                .map(|r| (r.scope.to_string(), Arc::clone(r)))
+                .collect(),
             providers,
             dispatcher: dispatcher.clone(),
             store,

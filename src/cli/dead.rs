@@ -188,6 +188,7 @@ pub async fn replay(config: &Config, id: EventId) -> anyhow::Result<String> {
             headers: Default::default(),
             mode: reopened.mode,
             filtered: false,
+            others: Vec::new(),
         }),
         reopened.attempts,
         sent,

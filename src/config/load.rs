@@ -35,11 +35,13 @@ pub enum ConfigError {
 
 impl ProviderConfig {
     /// Reads this provider's secrets (its signing keys, the demo secret while its variable
-    /// is unset, and `target.signing_secret`) from the variables it names; one unset or
+    /// is unset, and every route's `signing_secret`) from the variables it names; one unset or
     /// empty is an error naming it.
     pub fn resolve_secrets(&mut self) -> Result<(), ConfigError> {
-        if let Some(secret) = &self.target.signing_secret {
-            self.target.signing_key = Some(secret_from_env(&secret.env)?);
+        for target in std::iter::once(&mut self.target).chain(&mut self.routes) {
+            if let Some(secret) = &target.signing_secret {
+                target.signing_key = Some(secret_from_env(&secret.env)?);
+            }
         }
         self.signing_keys = self
             .secrets

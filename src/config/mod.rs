@@ -12,6 +12,7 @@ mod bounds;
 pub mod load;
 pub mod provider;
 mod provider_rules;
+mod route_rules;
 mod rule;
 pub mod settings;
 pub mod store;
@@ -19,8 +20,8 @@ pub mod validate;
 
 pub use load::{secret_from_env, ConfigError};
 pub use provider::{
-    effective_mode, HmacConfig, KeepPayload, Preset, ProviderConfig, SecretRef, Switch,
-    TargetConfig,
+    effective_mode, route_scope, HmacConfig, KeepPayload, Preset, ProviderConfig, SecretRef,
+    Switch, TargetConfig, MAIN_ROUTE,
 };
 pub use settings::{
     cpus, AdminConfig, CacheConfig, Config, LeaseConfig, LogConfig, LogFormat, QueueConfig,

@@ -57,8 +57,15 @@ pub struct ProviderConfig {
     /// event's payload; it costs a larger row per event).
     #[serde(default)]
     pub keep_payload: KeepPayload,
-    /// The application that receives the events.
+    /// The application that receives the events: the provider's main route, whose row
+    /// is the key's own (scope = the provider's name) and whose answer the sender gets in
+    /// sync mode.
     pub target: TargetConfig,
+    /// More applications that receive the events, each named, each with its own filter,
+    /// limits and rows (scope `provider.route`): every event one accepts is queued for it
+    /// in the commit that writes the event's first row.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub routes: Vec<TargetConfig>,
     /// The secrets' values, read when the config is loaded (tests set them directly).
     #[serde(skip)]
     pub signing_keys: Vec<SigningKey>,
@@ -88,6 +95,28 @@ impl ProviderConfig {
     /// The preset in force; a missing one (refused by the rules) verifies nothing.
     pub fn preset(&self) -> Preset {
         self.preset.unwrap_or(Preset::None)
+    }
+
+    /// Every route, the main one (`target`) first, each with where it is written in the
+    /// config (`target`, `routes.NAME`).
+    pub fn all_routes(&self) -> impl Iterator<Item = (String, &TargetConfig)> {
+        std::iter::once(("target".to_owned(), &self.target)).chain(
+            self.routes.iter().enumerate().map(|(i, r)| match &r.name {
+                Some(name) => (format!("routes.{name}"), r),
+                None => (format!("routes[{i}]"), r),
+            }),
+        )
+    }
+}
+
+pub use crate::key::MAIN_ROUTE;
+
+/// The scope of a route's rows: the provider's name for its main route, `provider.route`
+/// for the others. A `.` is in no provider name, so scopes never collide.
+pub fn route_scope(provider: &str, route: Option<&str>) -> String {
+    match route {
+        None => provider.to_owned(),
+        Some(route) => format!("{provider}.{route}"),
     }
 }
 
@@ -195,6 +224,11 @@ fn default_template() -> String {
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct TargetConfig {
+    /// A route's name (required in `routes`, letters, digits, `-` and `_`, not `main`): its
+    /// rows' scope is `provider.name`, and the `route` label of its metrics. The main route
+    /// (`target`) takes no name: it is `main`, and its scope is the provider's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
     /// The URL events are POSTed to. Printed with its password and query values redacted.
     #[serde(serialize_with = "serialize_redacted_target")]
     pub url: String,

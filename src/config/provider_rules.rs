@@ -4,10 +4,10 @@
 use std::collections::HashSet;
 use std::time::Duration;
 
-use super::provider::{effective_key, effective_mode, Preset, ProviderConfig};
+use super::provider::{effective_key, Preset, ProviderConfig};
+use super::route_rules::route_rules;
 use super::rule::{advice, rule, show, Rule};
 use super::settings::Config;
-use crate::claim::Mode;
 use crate::key::KeySource;
 
 /// The admin token and every `[[providers]]` entry.
@@ -34,66 +34,24 @@ pub(super) fn provider_rules(config: &Config) -> Vec<Rule> {
         let unique = seen.insert(p.name.as_str());
         rules.extend(one_provider_rules(p, unique));
         rules.extend(unsigned_rules(p, network, &config.server.listen));
-        rules.extend(delivery_rules(p, lease, config.sender_horizon(p)));
+        rules.extend(route_rules(p, lease));
+        rules.extend(delivery_rules(p, config.sender_horizon(p)));
     }
     rules
 }
 
-/// How the entry's events are delivered: in sync mode the target timeout must be shorter
-/// than the lease; in queue mode the lease is renewed every third of itself while a
-/// delivery runs, so the rule becomes "renewal interval < lease"; queue limits make sense;
-/// the sender horizon is not shorter than an hour without a warning.
-fn delivery_rules(p: &ProviderConfig, lease: Duration, horizon: Duration) -> Vec<Rule> {
+/// The sender horizon is not shorter than an hour without a warning (each route's own
+/// rules are in `route_rules`).
+fn delivery_rules(p: &ProviderConfig, horizon: Duration) -> Vec<Rule> {
     let name = &p.name;
-    let timeout = p.target.timeout;
-    let mut rules = vec![match effective_mode(p) {
-        Mode::Sync => rule(
-            format!("providers.{name}.target.timeout < lease.duration"),
-            timeout < lease,
-            format!(
-                "timeout {} vs lease {}: lower the timeout or raise lease.duration",
-                show(timeout),
-                show(lease)
-            ),
-        ),
-        Mode::Queue => rule(
-            format!("providers.{name} (queue): lease renewal interval < lease.duration"),
-            lease / 3 < lease,
-            format!(
-                "renewed every {} while a delivery runs (timeout {}); a crash frees the row \
-                 after at most {}",
-                show(lease / 3),
-                show(timeout),
-                show(lease)
-            ),
-        ),
-    }];
-    if let Some(filter) = &p.target.filter {
-        let problem = filter.check();
-        rules.push(rule(
-            format!("providers.{name}.target.filter is well formed"),
-            problem.is_none(),
-            problem.unwrap_or_else(|| format!("delivers only events where {filter}")),
-        ));
-    }
-    rules.push(rule(
-        format!("providers.{name}.target.max_rate > 0 and max_in_flight >= 1"),
-        p.target.max_rate.is_none_or(|r| r > 0.0 && r.is_finite())
-            && p.target.max_in_flight.is_none_or(|n| n >= 1),
-        format!(
-            "max_rate {:?}, max_in_flight {:?}",
-            p.target.max_rate, p.target.max_in_flight
-        ),
-    ));
-    rules.push(advice(
+    vec![advice(
         format!("providers.{name}: sender horizon >= 1h"),
         horizon >= Duration::from_secs(3600),
         format!(
             "sync rows untouched for {} become sender_gave_up dead letters",
             show(horizon)
         ),
-    ));
-    rules
+    )]
 }
 
 /// Who can make an event pass: the preset must be written (a missing one is not an
@@ -159,20 +117,6 @@ fn one_provider_rules(p: &ProviderConfig, unique: bool) -> Vec<Rule> {
                 .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_'),
         "letters, digits, '-' and '_' only",
     ));
-    let url = &p.target.url;
-    rules.push(rule(
-        format!("providers.{name}.target.url is http:// or https://"),
-        url.starts_with("http://") || url.starts_with("https://"),
-        format!("url = {url}"),
-    ));
-    let local = ["http://127.", "http://localhost", "http://[::1]"]
-        .iter()
-        .any(|prefix| url.starts_with(prefix));
-    rules.push(advice(
-        format!("providers.{name}.target: plain http:// only on this host"),
-        !url.starts_with("http://") || local,
-        format!("url = {url}: events would cross the network unencrypted; use https://"),
-    ));
     let key = effective_key(p);
     let pointer_ok = |ptr: &String| ptr.is_empty() || ptr.starts_with('/');
     let pointers_ok = key.iter().all(|k| match k {
@@ -221,14 +165,6 @@ fn one_provider_rules(p: &ProviderConfig, unique: bool) -> Vec<Rule> {
             ),
         ));
     }
-    rules.push(rule(
-        format!("providers.{name}.target.signing_secret has no not_after"),
-        p.target
-            .signing_secret
-            .as_ref()
-            .is_none_or(|s| s.not_after.is_none()),
-        "the forwarding secret is used until it is replaced; not_after applies to secrets",
-    ));
     let now = std::time::SystemTime::now();
     let expired: Vec<&str> = p
         .secrets

@@ -1,6 +1,7 @@
 //! `POST /webhooks/{provider}`: read the body within its limit, verify the signature,
-//! derive the key and fingerprint, note whether the target's filter accepts the event,
-//! answer a known-done key from the done cache, or hand the event to its shard — then
+//! derive the key and fingerprint, pick the routes whose filters accept the event (the first
+//! answers, the others are queued with its claim), answer a known-done key from the done
+//! cache, or hand the event to its shard — then
 //! render the answer with `Hookgate-Path` and `Hookgate-Attempt`.
 //!
 //! Everything refused here is refused before any claim and logged as `webhook.rejected`.
@@ -63,6 +64,7 @@ pub async fn ingest(
                 headers: req.headers().clone(),
                 mode: accepted.mode,
                 filtered: accepted.filtered,
+                others: accepted.others,
             };
             Ok(render(match event.mode {
                 Mode::Sync => dispatcher.dispatch(event).await,
@@ -99,8 +101,10 @@ struct Accepted {
     /// Sync for an event its target's filter did not accept, whatever the provider's mode:
     /// it is answered at once (`filtered`), never queued.
     mode: Mode,
-    /// The target's filter did not accept it.
+    /// No route's filter accepted it.
     filtered: bool,
+    /// The scopes of the other routes that accept it (see [`Event::others`]).
+    others: Vec<Arc<str>>,
 }
 
 /// Everything checked before a claim, in order: provider, body size, signature, key.
@@ -121,16 +125,29 @@ async fn accept(
     let parsed = Body::new(&body);
     let key = runtime.key.derive(req.headers(), &parsed)?;
     let fingerprint = runtime.fingerprint.fingerprint(&parsed);
-    let filter = runtime.target.filter.as_ref();
-    let filtered = filter.is_some_and(|f| !f.accepts(req.headers(), &parsed));
+    // The routes whose filters accept the event; the first answers (the main route when
+    // it accepts), the others get rows of their own with its claim.
+    let mut accepting = runtime.routes.iter().filter(|r| {
+        r.target
+            .filter
+            .as_ref()
+            .is_none_or(|f| f.accepts(req.headers(), &parsed))
+    });
+    let answering = accepting.next();
+    let others = accepting.map(|r| Arc::clone(&r.scope)).collect();
+    // No route accepts it: recorded on the main route's row as filtered, so that its
+    // redeliveries are duplicates too.
+    let filtered = answering.is_none();
+    let route = answering.unwrap_or(&runtime.routes[0]);
     Ok(Accepted {
-        id: EventId::new(Arc::clone(&runtime.name), key),
+        id: EventId::new(Arc::clone(&route.scope), key),
         fingerprint,
         body,
         _reserved: reserved,
-        target: Arc::clone(&runtime.target),
+        target: Arc::clone(&route.target),
         mode: if filtered { Mode::Sync } else { runtime.mode },
         filtered,
+        others,
     })
 }
 

@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use crate::metrics::Metrics;
-use crate::provider::Provider;
+use crate::provider::{Provider, Route};
 use crate::secret::Secret;
 use crate::shard::Dispatcher;
 use crate::store::operator::StatusCount;
@@ -18,6 +18,9 @@ use super::stats_cache::StatsCache;
 pub struct AppState {
     /// Providers by name.
     pub providers: HashMap<String, Provider>,
+    /// Every provider's routes by scope (`stripe`, `stripe.analytics`): what operators
+    /// name when they pause, search or replay one route.
+    pub routes: HashMap<String, Arc<Route>>,
     /// The shards.
     pub dispatcher: Dispatcher,
     /// The store (for `/readyz`).

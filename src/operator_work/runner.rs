@@ -67,12 +67,15 @@ impl OperatorWork {
         }
     }
 
-    /// Applies the paused providers to this node's gate.
+    /// Applies the paused providers and routes to this node's gate: a paused provider
+    /// holds every route of it, a paused route (its scope, `provider.route`) only itself.
     pub async fn refresh_pauses(&self) -> Result<Vec<String>, StoreError> {
         let _one_at_a_time = self.pausing.lock().await;
         let paused = self.store.operator().paused().await?;
         for provider in self.targets.keys() {
-            let held = paused.iter().any(|p| **p == **provider);
+            let held = paused
+                .iter()
+                .any(|p| **p == **provider || **p == *crate::provider::provider_of(provider));
             self.dispatcher.gate().hold(provider, held);
             self.metrics.paused(provider, held);
         }

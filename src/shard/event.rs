@@ -29,9 +29,33 @@ pub struct Event {
     /// Its target's filter did not accept it: a won claim records it done as
     /// [`Path::Filtered`](crate::claim::Path::Filtered), and nothing is delivered.
     pub filtered: bool,
+    /// The scopes of the event's other routes that accept it: their rows are written in
+    /// the commit that wins this event's claim (or writes its queue row), and delivered by
+    /// the scheduler.
+    pub others: Vec<Arc<str>>,
 }
 
 impl Event {
+    /// The queue rows of the event's other routes (see [`Event::others`]).
+    pub(super) fn other_rows(&self) -> Vec<crate::store::QueueRow> {
+        if self.others.is_empty() {
+            return Vec::new();
+        }
+        let headers = super::record::kept_headers(self);
+        self.others
+            .iter()
+            .map(|scope| crate::store::QueueRow {
+                id: EventId::new(Arc::clone(scope), Arc::clone(&self.id.key)),
+                fingerprint: self.fingerprint.clone(),
+                payload: self.body.clone(),
+                content_type: self.content_type.clone(),
+                headers: headers.clone(),
+                keep_payload: self.target.keep_payload,
+                start: None,
+            })
+            .collect()
+    }
+
     /// An event known only by its key (an operator's request before its row is read).
     pub fn bare(id: EventId, target: Arc<Target>) -> Self {
         Self {
@@ -43,6 +67,7 @@ impl Event {
             headers: HeaderMap::new(),
             mode: Mode::Sync,
             filtered: false,
+            others: Vec::new(),
         }
     }
 }

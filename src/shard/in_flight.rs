@@ -214,6 +214,7 @@ mod tests {
             headers: Default::default(),
             mode: crate::claim::Mode::Sync,
             filtered: false,
+            others: Vec::new(),
         })
     }
 

@@ -72,7 +72,8 @@ impl Shard {
         let mut item = event.to_queue_row();
         item.start = worker.map(|_| self.settings.lease);
         let sent = Instant::now();
-        let write = async move { store.enqueue(&item).await };
+        let others = event.other_rows();
+        let write = async move { store.enqueue_routed(&item, &others).await };
         ctx.spawn(write.into_actor(self).map(move |result, act, ctx| {
             act.answer_enqueue(event, reply, token, worker.map(|w| (w, sent)), result, ctx);
             drop(busy);
@@ -135,6 +136,10 @@ impl Shard {
         match result {
             Ok(Enqueued::Inserted) => {
                 self.log_claim(&event, Path::Queued, None);
+                if !event.others.is_empty() {
+                    // Its other routes' rows were written with it: due now.
+                    self.signals.arrived();
+                }
                 let _ = reply.send(Answer {
                     path: Path::Queued,
                     attempts: None,
@@ -278,6 +283,7 @@ impl Event {
             headers: Default::default(),
             mode: Mode::Queue,
             filtered: false,
+            others: Vec::new(),
             ..self.clone()
         }
     }
@@ -298,6 +304,7 @@ impl Event {
             headers: Default::default(),
             mode: Mode::Queue,
             filtered: false,
+            others: Vec::new(),
         }
     }
 }

@@ -112,6 +112,7 @@ impl Shard {
                     headers: Default::default(),
                     mode: row.mode,
                     filtered: false,
+                    others: Vec::new(),
                 });
                 let waiters = self.in_flight.won(&event, r.token, row.attempts);
                 self.log_claim(&event, Path::Replay, Some(row.attempts));

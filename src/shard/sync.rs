@@ -191,9 +191,17 @@ impl Shard {
             content_type: ev.content_type.clone(),
             headers: super::record::kept_headers(&ev),
         });
+        // The other routes' rows commit with a won claim, before its attempt starts.
+        let others = ev.other_rows();
         let claim = async move {
             store
-                .claim(&ev.id, ev.fingerprint.as_deref(), lease, keep.as_ref())
+                .claim_routed(
+                    &ev.id,
+                    ev.fingerprint.as_deref(),
+                    lease,
+                    keep.as_ref(),
+                    &others,
+                )
                 .await
         };
         let claiming = Claiming {

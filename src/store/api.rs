@@ -66,6 +66,22 @@ pub trait Store: Send + Sync + 'static {
         fingerprint: Option<&'a str>,
         lease: Duration,
         keep: Option<&'a Kept>,
+    ) -> StoreFuture<'a, ClaimResult> {
+        self.claim_routed(id, fingerprint, lease, keep, &[])
+    }
+
+    /// [`claim`](Self::claim) for an event with other routes: when the claim is won,
+    /// `others` (the event's rows for the other routes that accept it) are written as
+    /// [`enqueue`](Self::enqueue) writes a row, a key already known left as it stands, in
+    /// the same commit. So every route of an event has its row before the answering
+    /// route's attempt starts, and a redelivery that finds the event done writes none.
+    fn claim_routed<'a>(
+        &'a self,
+        id: &'a EventId,
+        fingerprint: Option<&'a str>,
+        lease: Duration,
+        keep: Option<&'a Kept>,
+        others: &'a [QueueRow],
     ) -> StoreFuture<'a, ClaimResult>;
 
     /// Marks attempt `attempts` done with `result`, if the row is still that attempt's,
@@ -123,7 +139,18 @@ pub trait Store: Send + Sync + 'static {
     /// Queue mode: writes the event with its payload (status `queued`, due now) unless its
     /// key is known, in which case the row is reported as it stands. Answers only once the
     /// row is durable.
-    fn enqueue<'a>(&'a self, item: &'a QueueRow) -> StoreFuture<'a, Enqueued>;
+    fn enqueue<'a>(&'a self, item: &'a QueueRow) -> StoreFuture<'a, Enqueued> {
+        self.enqueue_routed(item, &[])
+    }
+
+    /// [`enqueue`](Self::enqueue) for an event with other routes: when `item` is written
+    /// (the key was new), `others` are written too, in the same commit (a key already
+    /// known left as it stands).
+    fn enqueue_routed<'a>(
+        &'a self,
+        item: &'a QueueRow,
+        others: &'a [QueueRow],
+    ) -> StoreFuture<'a, Enqueued>;
 
     /// Queue mode: takes a due row for one attempt holding a lease of `lease` — the claim's
     /// rule on an existing row: `queued` (path `first_run`), `failed` whose backoff has

@@ -29,4 +29,5 @@ mod ingest;
 mod operators;
 mod queue;
 mod resilience;
+mod routes;
 mod store;

@@ -12,7 +12,8 @@ use std::sync::Arc;
 use tokio_postgres::error::SqlState;
 
 use super::batch_sql::{CLAIM_BATCH, COMPLETE_BATCH, COMPLETE_BATCH_PLAIN, ENQUEUE_BATCH};
-use super::pool::{ClaimCall, CompleteCall, Inner};
+use super::pool::{ClaimCall, CompleteCall, EnqueueCall, Inner};
+use super::routed::{atomic, claim_writes_others, enqueue_writes_others, write_others};
 use super::rows::{claim_result, db_error, existing, get};
 use crate::claim::ClaimResult;
 use crate::key::EventId;
@@ -71,10 +72,10 @@ impl Keyed for ClaimCall {
     }
 }
 
-impl Keyed for QueueRow {
+impl Keyed for EnqueueCall {
     type Answer = Enqueued;
     fn id(&self) -> &EventId {
-        &self.id
+        &self.row.id
     }
     fn batch(
         inner: &Inner,
@@ -83,7 +84,7 @@ impl Keyed for QueueRow {
         enqueue_batch(inner, calls)
     }
     fn alone(&self, inner: &Inner) -> impl Future<Output = Result<Enqueued, StoreError>> + Send {
-        super::queue::enqueue(inner, self)
+        super::queue::enqueue(inner, &self.row, &self.others)
     }
 }
 
@@ -157,7 +158,27 @@ async fn claim_batch(
         .unwrap_or_else(|e| Err((e, None)))
 }
 
+/// The batched claim, and (in the same transaction) the other routes' rows of the keys it
+/// won.
 async fn claim_batch_on(
+    client: &deadpool_postgres::Client,
+    calls: &[&ClaimCall],
+) -> Result<Report<ClaimResult>, BatchError> {
+    let routed = calls.iter().any(|c| !c.others.is_empty());
+    atomic(client, routed, coded, async |client| {
+        let reported = claim_batch_rows(client, calls).await?;
+        let others: Vec<&QueueRow> = calls
+            .iter()
+            .filter(|c| claim_writes_others(reported.get(&key(&c.id))))
+            .flat_map(|c| &c.others)
+            .collect();
+        write_others(client, &others).await?;
+        Ok(reported)
+    })
+    .await
+}
+
+async fn claim_batch_rows(
     client: &deadpool_postgres::Client,
     calls: &[&ClaimCall],
 ) -> Result<Report<ClaimResult>, BatchError> {
@@ -203,20 +224,39 @@ async fn claim_batch_on(
 /// Runs a batch of enqueues; one answer per call, in order.
 pub(crate) async fn enqueues(
     inner: Arc<Inner>,
-    calls: Vec<QueueRow>,
+    calls: Vec<EnqueueCall>,
 ) -> Vec<Result<Enqueued, StoreError>> {
     keyed(&inner, &calls).await
 }
 
-/// The batched enqueue on one pooled connection, within the statement deadline.
-async fn enqueue_batch(inner: &Inner, calls: &[&QueueRow]) -> Result<Report<Enqueued>, BatchError> {
+/// The batched enqueue on one pooled connection, within the statement deadline, and (in
+/// the same transaction) the other routes' rows of the keys it wrote.
+async fn enqueue_batch(
+    inner: &Inner,
+    calls: &[&EnqueueCall],
+) -> Result<Report<Enqueued>, BatchError> {
+    let routed = calls.iter().any(|c| !c.others.is_empty());
+    let rows: Vec<&QueueRow> = calls.iter().map(|c| &c.row).collect();
     inner
-        .run(async |client| Ok(enqueue_batch_on(client, calls).await))
+        .run(async |client| {
+            Ok(atomic(client, routed, coded, async |client| {
+                let reported = enqueue_batch_on(client, &rows).await?;
+                let others: Vec<&QueueRow> = calls
+                    .iter()
+                    .filter(|c| enqueue_writes_others(reported.get(&key(&c.row.id))))
+                    .flat_map(|c| &c.others)
+                    .collect();
+                write_others(client, &others).await?;
+                Ok(reported)
+            })
+            .await)
+        })
         .await
         .unwrap_or_else(|e| Err((e, None)))
 }
 
-async fn enqueue_batch_on(
+/// `ENQUEUE_BATCH` for `calls`: each row written, or reported as it stands.
+pub(super) async fn enqueue_batch_on(
     client: &deadpool_postgres::Client,
     calls: &[&QueueRow],
 ) -> Result<Report<Enqueued>, BatchError> {

@@ -19,6 +19,7 @@ mod pools;
 mod queue;
 mod queue_sql;
 mod ring;
+mod routed;
 mod rows;
 mod search;
 mod sql;

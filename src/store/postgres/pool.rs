@@ -14,12 +14,13 @@ use tokio_postgres::CancelToken;
 use tokio_postgres_rustls::MakeRustlsConnect;
 
 use super::connection::end_cancelled;
+use super::routed::{atomic, write_others};
 use super::rows::{claim_result, db_error, get, is_read_only, pool_error};
 use super::sql::{CLAIM, COMPLETE, COMPLETE_PLAIN};
 use crate::claim::{ClaimResult, StoredResult};
 use crate::key::EventId;
 use crate::store::reconnect::Reconnect;
-use crate::store::{millis, Fenced, History, Kept, StoreError};
+use crate::store::{millis, Fenced, History, Kept, QueueRow, StoreError};
 
 /// One claim: run alone here, or in a batch (`batch.rs`).
 pub(crate) struct ClaimCall {
@@ -28,6 +29,15 @@ pub(crate) struct ClaimCall {
     pub(crate) lease_ms: i64,
     /// The payload to write with a new row (its provider keeps payloads always).
     pub(crate) keep: Option<Kept>,
+    /// The event's rows for its other routes, written with a won claim (`routed.rs`).
+    pub(crate) others: Vec<QueueRow>,
+}
+
+/// One enqueue: run alone (`queue.rs`) or in a batch (`batch.rs`).
+pub(crate) struct EnqueueCall {
+    pub(crate) row: QueueRow,
+    /// The event's rows for its other routes, written with a new `row` (`routed.rs`).
+    pub(crate) others: Vec<QueueRow>,
 }
 
 /// One completion: run alone here, or in a batch (`batch.rs`).
@@ -265,24 +275,32 @@ impl Inner {
         let payload = keep.map(|k| &k.payload[..]);
         let content_type = keep.and_then(|k| k.content_type.as_deref());
         let headers = keep.and_then(|k| k.headers.as_deref());
+        let others: Vec<&QueueRow> = call.others.iter().collect();
         self.run(async |client| {
-            let stmt = client.prepare_cached(CLAIM).await.map_err(db_error)?;
-            let row = client
-                .query_opt(
-                    &stmt,
-                    &[
-                        &&*call.id.provider,
-                        &&*call.id.key,
-                        &call.fingerprint,
-                        &call.lease_ms,
-                        &payload,
-                        &content_type,
-                        &headers,
-                    ],
-                )
-                .await
-                .map_err(db_error)?;
-            row.map(|row| claim_result(&row)).transpose()
+            atomic(client, !others.is_empty(), db_error, async |client| {
+                let stmt = client.prepare_cached(CLAIM).await.map_err(db_error)?;
+                let row = client
+                    .query_opt(
+                        &stmt,
+                        &[
+                            &&*call.id.provider,
+                            &&*call.id.key,
+                            &call.fingerprint,
+                            &call.lease_ms,
+                            &payload,
+                            &content_type,
+                            &headers,
+                        ],
+                    )
+                    .await
+                    .map_err(db_error)?;
+                let answer = row.map(|row| claim_result(&row)).transpose()?;
+                if matches!(answer, Some(ClaimResult::Won { .. })) {
+                    write_others(client, &others).await.map_err(|(e, _)| e)?;
+                }
+                Ok(answer)
+            })
+            .await
         })
         .await
     }

@@ -10,33 +10,48 @@ use super::pool::Inner;
 use super::queue_sql::{
     ABANDON, DUE, ENQUEUE, ORPHAN, ORPHAN_SYNC, QUEUE_DEPTH, RENEW, TAKE, TAKE_DUE,
 };
+use super::routed::{atomic, write_others};
 use super::rows::{db_error, existing, get, parse_path};
 use crate::key::EventId;
 use crate::store::{millis, Enqueued, Fenced, QueueDepth, QueueRow, StoreError, Taken};
 
 /// [`Store::enqueue`](crate::store::Store::enqueue); retried while a concurrent insert hides
 /// the row from the report (see `ENQUEUE`).
-pub(crate) async fn enqueue(inner: &Inner, item: &QueueRow) -> Result<Enqueued, StoreError> {
+pub(crate) async fn enqueue(
+    inner: &Inner,
+    item: &QueueRow,
+    others: &[QueueRow],
+) -> Result<Enqueued, StoreError> {
+    let others: Vec<&QueueRow> = others.iter().collect();
     for _ in 0..3 {
         let row = inner
             .run(async |client| {
-                let stmt = client.prepare_cached(ENQUEUE).await.map_err(db_error)?;
-                client
-                    .query_opt(
-                        &stmt,
-                        &[
-                            &&*item.id.provider,
-                            &&*item.id.key,
-                            &item.fingerprint,
-                            &&*item.payload,
-                            &item.content_type,
-                            &item.headers,
-                            &item.start.map(millis),
-                            &item.keep_payload,
-                        ],
-                    )
-                    .await
-                    .map_err(db_error)
+                atomic(client, !others.is_empty(), db_error, async |client| {
+                    let stmt = client.prepare_cached(ENQUEUE).await.map_err(db_error)?;
+                    let row = client
+                        .query_opt(
+                            &stmt,
+                            &[
+                                &&*item.id.provider,
+                                &&*item.id.key,
+                                &item.fingerprint,
+                                &&*item.payload,
+                                &item.content_type,
+                                &item.headers,
+                                &item.start.map(millis),
+                                &item.keep_payload,
+                            ],
+                        )
+                        .await
+                        .map_err(db_error)?;
+                    if let Some(row) = &row {
+                        if get::<bool>(row, "inserted")? {
+                            write_others(client, &others).await.map_err(|(e, _)| e)?;
+                        }
+                    }
+                    Ok(row)
+                })
+                .await
             })
             .await?;
         if let Some(row) = row {

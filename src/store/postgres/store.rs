@@ -23,7 +23,7 @@ use super::batch;
 use super::durability::{risks, Standbys};
 use super::migrate::LAST_ONLINE_MIGRATION;
 use super::operator::PgOperator;
-use super::pool::{ClaimCall, CompleteCall, Inner};
+use super::pool::{ClaimCall, CompleteCall, EnqueueCall, Inner};
 use super::pools::{self, Pools};
 use super::queue;
 use super::rows::{db_error, get, parse_mode, record};
@@ -57,7 +57,7 @@ pub struct PgStore {
     inner: Arc<Inner>,
     claims: Batcher<ClaimCall, ClaimResult>,
     completions: Batcher<CompleteCall, Fenced>,
-    enqueues: Batcher<QueueRow, Enqueued>,
+    enqueues: Batcher<EnqueueCall, Enqueued>,
     operator: PgOperator,
 }
 
@@ -205,18 +205,20 @@ impl Store for PgStore {
         })))
     }
 
-    fn claim<'a>(
+    fn claim_routed<'a>(
         &'a self,
         id: &'a EventId,
         fingerprint: Option<&'a str>,
         lease: Duration,
         keep: Option<&'a Kept>,
+        others: &'a [QueueRow],
     ) -> StoreFuture<'a, ClaimResult> {
         Box::pin(self.guarded_batch(self.claims.call(ClaimCall {
             id: id.clone(),
             fingerprint: fingerprint.map(str::to_owned),
             lease_ms: millis(lease),
             keep: keep.cloned(),
+            others: others.to_vec(),
         })))
     }
 
@@ -336,8 +338,15 @@ impl Store for PgStore {
         Box::pin(self.inner.table_sizes())
     }
 
-    fn enqueue<'a>(&'a self, item: &'a QueueRow) -> StoreFuture<'a, Enqueued> {
-        Box::pin(self.guarded_batch(self.enqueues.call(item.clone())))
+    fn enqueue_routed<'a>(
+        &'a self,
+        item: &'a QueueRow,
+        others: &'a [QueueRow],
+    ) -> StoreFuture<'a, Enqueued> {
+        Box::pin(self.guarded_batch(self.enqueues.call(EnqueueCall {
+            row: item.clone(),
+            others: others.to_vec(),
+        })))
     }
 
     fn take<'a>(&'a self, id: &'a EventId, lease: Duration) -> StoreFuture<'a, Option<Taken>> {

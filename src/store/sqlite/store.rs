@@ -158,16 +158,18 @@ impl Store for SqliteStore {
         Box::pin(async { Ok(Vec::new()) })
     }
 
-    fn claim<'a>(
+    fn claim_routed<'a>(
         &'a self,
         id: &'a EventId,
         fingerprint: Option<&'a str>,
         lease: Duration,
         keep: Option<&'a Kept>,
+        others: &'a [QueueRow],
     ) -> StoreFuture<'a, ClaimResult> {
         let (provider, key) = (id.provider.clone(), id.key.clone());
         let fingerprint = fingerprint.map(str::to_owned);
         let keep = keep.cloned();
+        let others = others.to_vec();
         Box::pin(self.writer.call(move |conn| {
             let keep = keep.as_ref();
             let won = conn
@@ -191,6 +193,11 @@ impl Store for SqliteStore {
             if let Some((attempts, path)) = won {
                 let path = ClaimPath::parse(&path)
                     .ok_or_else(|| StoreError::Corrupt(format!("last_path {path:?}").into()))?;
+                // The job runs in its own savepoint: the other routes' rows commit with
+                // the claim or not at all.
+                for other in &others {
+                    queue::enqueue(conn, other)?;
+                }
                 return Ok(ClaimResult::Won { attempts, path });
             }
             let record = conn
@@ -350,9 +357,22 @@ impl Store for SqliteStore {
         )
     }
 
-    fn enqueue<'a>(&'a self, item: &'a QueueRow) -> StoreFuture<'a, Enqueued> {
+    fn enqueue_routed<'a>(
+        &'a self,
+        item: &'a QueueRow,
+        others: &'a [QueueRow],
+    ) -> StoreFuture<'a, Enqueued> {
         let item = item.clone();
-        Box::pin(self.writer.call(move |conn| queue::enqueue(conn, &item)))
+        let others = others.to_vec();
+        Box::pin(self.writer.call(move |conn| {
+            let enqueued = queue::enqueue(conn, &item)?;
+            if enqueued == Enqueued::Inserted {
+                for other in &others {
+                    queue::enqueue(conn, other)?;
+                }
+            }
+            Ok(enqueued)
+        }))
     }
 
     fn take<'a>(&'a self, id: &'a EventId, lease: Duration) -> StoreFuture<'a, Option<Taken>> {

@@ -106,14 +106,18 @@ impl<H: Hooks> Store for Wrapped<H> {
     fn durability_risks(&self) -> StoreFuture<'_, Vec<(String, String)>> {
         self.inner.durability_risks()
     }
-    fn claim<'a>(
+    fn claim_routed<'a>(
         &'a self,
         id: &'a EventId,
         fingerprint: Option<&'a str>,
         lease: Duration,
         keep: Option<&'a Kept>,
+        others: &'a [QueueRow],
     ) -> StoreFuture<'a, ClaimResult> {
-        let run = move || self.inner.claim(id, fingerprint, lease, keep);
+        let run = move || {
+            self.inner
+                .claim_routed(id, fingerprint, lease, keep, others)
+        };
         self.hooked(Op::Claim, Some(id), None, run, |r| match r {
             ClaimResult::Won { attempts, path } => {
                 (format!("won ({})", path.as_str()), true, Some(*attempts))
@@ -173,8 +177,12 @@ impl<H: Hooks> Store for Wrapped<H> {
     fn table_sizes(&self) -> StoreFuture<'_, Vec<TableSize>> {
         self.inner.table_sizes()
     }
-    fn enqueue<'a>(&'a self, item: &'a QueueRow) -> StoreFuture<'a, Enqueued> {
-        self.inner.enqueue(item)
+    fn enqueue_routed<'a>(
+        &'a self,
+        item: &'a QueueRow,
+        others: &'a [QueueRow],
+    ) -> StoreFuture<'a, Enqueued> {
+        self.inner.enqueue_routed(item, others)
     }
     fn take<'a>(&'a self, id: &'a EventId, lease: Duration) -> StoreFuture<'a, Option<Taken>> {
         let run = move || self.inner.take(id, lease);

@@ -138,6 +138,7 @@ impl Case {
             headers: Default::default(),
             mode,
             filtered: false,
+            others: Vec::new(),
         }
     }
 
