@@ -17,7 +17,9 @@ fn rfc3339(secs: f64) -> String {
 /// its kept payload, never the payload itself.
 pub fn summary_json(row: &EventSummary) -> serde_json::Value {
     serde_json::json!({
+        // The row's scope: the provider's name, or `provider.route` for another route.
         "provider": &*row.id.provider,
+        "route": crate::key::route_of(&row.id.provider),
         "event_key": &*row.id.key,
         "status": row.status.as_str(),
         "attempts": row.attempts,

@@ -4,8 +4,8 @@
 use prometheus_client::metrics::gauge::Gauge;
 
 use super::registry::{
-    unix_minute, ActorLabels, KindLabels, Metrics, OutcomeLabels, PathLabels, ProviderLabels,
-    ReasonLabels, ShardLabels, TableLabels, RECENT_MINUTES,
+    unix_minute, ActorLabels, DeadLabels, KindLabels, Metrics, OutcomeLabels, PathLabels,
+    ProviderLabels, ReasonLabels, ShardLabels, TableLabels, RECENT_MINUTES,
 };
 use crate::claim::Path;
 
@@ -15,12 +15,11 @@ impl Metrics {
         self.panics.get_or_create(&ActorLabels { actor }).inc();
     }
 
-    /// A queue row of `provider` was taken for an attempt.
+    /// A queue row of `provider` was taken for an attempt. (Every `provider` here is a
+    /// row's scope: it is labelled as its provider and route.)
     pub fn queue_taken(&self, provider: &str) {
         self.queue_taken
-            .get_or_create(&ProviderLabels {
-                provider: provider.to_owned(),
-            })
+            .get_or_create(&ProviderLabels::of(provider))
             .inc();
     }
 
@@ -31,9 +30,7 @@ impl Metrics {
 
     /// `provider`'s unfinished queue rows and its oldest due row's wait.
     pub fn queue_depth(&self, provider: &str, rows: u64, oldest_due_seconds: f64) {
-        let labels = ProviderLabels {
-            provider: provider.to_owned(),
-        };
+        let labels = ProviderLabels::of(provider);
         self.queue_rows
             .get_or_create(&labels)
             .set(i64::try_from(rows).unwrap_or(i64::MAX));
@@ -66,7 +63,8 @@ impl Metrics {
     pub fn attempt(&self, provider: &str, path: Path) {
         self.attempts
             .get_or_create(&PathLabels {
-                provider: provider.to_owned(),
+                provider: crate::key::provider_of(provider).to_owned(),
+                route: crate::key::route_of(provider).to_owned(),
                 path: path.as_str(),
             })
             .inc();
@@ -107,32 +105,27 @@ impl Metrics {
     pub fn delivery(&self, provider: &str, outcome: &'static str, seconds: f64) {
         self.deliveries
             .get_or_create(&OutcomeLabels {
-                provider: provider.to_owned(),
+                provider: crate::key::provider_of(provider).to_owned(),
+                route: crate::key::route_of(provider).to_owned(),
                 outcome,
             })
             .inc();
         self.latency
-            .get_or_create(&ProviderLabels {
-                provider: provider.to_owned(),
-            })
+            .get_or_create(&ProviderLabels::of(provider))
             .observe(seconds);
     }
 
     /// An attempt's outcome was written `seconds` after the target answered.
     pub fn outcome_written(&self, provider: &str, seconds: f64) {
         self.writing
-            .get_or_create(&ProviderLabels {
-                provider: provider.to_owned(),
-            })
+            .get_or_create(&ProviderLabels::of(provider))
             .observe(seconds);
     }
 
     /// Whether an operator paused `provider` (1) or not (0).
     pub fn paused(&self, provider: &str, paused: bool) {
         self.paused
-            .get_or_create(&ProviderLabels {
-                provider: provider.to_owned(),
-            })
+            .get_or_create(&ProviderLabels::of(provider))
             .set(i64::from(paused));
     }
 
@@ -140,9 +133,7 @@ impl Metrics {
     /// read).
     pub fn target_pause(&self, provider: &str, seconds: f64) {
         self.target_pause
-            .get_or_create(&ProviderLabels {
-                provider: provider.to_owned(),
-            })
+            .get_or_create(&ProviderLabels::of(provider))
             .set(seconds);
     }
 
@@ -162,7 +153,8 @@ impl Metrics {
     pub fn released(&self, provider: &str) {
         self.deliveries
             .get_or_create(&OutcomeLabels {
-                provider: provider.to_owned(),
+                provider: crate::key::provider_of(provider).to_owned(),
+                route: crate::key::route_of(provider).to_owned(),
                 outcome: "not_started",
             })
             .inc();
@@ -171,8 +163,9 @@ impl Metrics {
     /// An event became a dead letter.
     pub fn dead_letter(&self, provider: &str, reason: &'static str) {
         self.dead
-            .get_or_create(&ReasonLabels {
-                provider: provider.to_owned(),
+            .get_or_create(&DeadLabels {
+                provider: crate::key::provider_of(provider).to_owned(),
+                route: crate::key::route_of(provider).to_owned(),
                 reason,
             })
             .inc();
@@ -181,8 +174,9 @@ impl Metrics {
     /// `n` events of `provider` became dead letters at once (the sweeper).
     pub fn dead_letter_n(&self, provider: &str, reason: &'static str, n: u64) {
         self.dead
-            .get_or_create(&ReasonLabels {
-                provider: provider.to_owned(),
+            .get_or_create(&DeadLabels {
+                provider: crate::key::provider_of(provider).to_owned(),
+                route: crate::key::route_of(provider).to_owned(),
                 reason,
             })
             .inc_by(n);

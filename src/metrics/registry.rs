@@ -13,18 +13,39 @@ use prometheus_client::registry::Registry;
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub(super) struct PathLabels {
     pub(super) provider: String,
+    pub(super) route: String,
     pub(super) path: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub(super) struct OutcomeLabels {
     pub(super) provider: String,
+    pub(super) route: String,
     pub(super) outcome: &'static str,
 }
 
+/// A provider and one of its routes, from a row's scope (`stripe`: its main route;
+/// `stripe.analytics`: the route `analytics`). Both come from the config: bounded.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub(super) struct ProviderLabels {
     pub(super) provider: String,
+    pub(super) route: String,
+}
+
+impl ProviderLabels {
+    pub(super) fn of(scope: &str) -> Self {
+        Self {
+            provider: crate::key::provider_of(scope).to_owned(),
+            route: crate::key::route_of(scope).to_owned(),
+        }
+    }
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(super) struct DeadLabels {
+    pub(super) provider: String,
+    pub(super) route: String,
+    pub(super) reason: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -80,7 +101,7 @@ pub struct Metrics {
     pub(super) deliveries: Family<OutcomeLabels, Counter>,
     pub(super) latency: Family<ProviderLabels, Histogram, fn() -> Histogram>,
     pub(super) writing: Family<ProviderLabels, Histogram, fn() -> Histogram>,
-    pub(super) dead: Family<ReasonLabels, Counter>,
+    pub(super) dead: Family<DeadLabels, Counter>,
     pub(super) rejected: Family<ReasonLabels, Counter>,
     pub(super) cache_hits: Counter,
     pub(super) cache_misses: Counter,
@@ -124,7 +145,7 @@ impl Metrics {
         let writing = Family::<ProviderLabels, Histogram, fn() -> Histogram>::new_with_constructor(
             writing_histogram,
         );
-        let dead = Family::<ReasonLabels, Counter>::default();
+        let dead = Family::<DeadLabels, Counter>::default();
         let rejected = Family::<ReasonLabels, Counter>::default();
         let cache_hits = Counter::default();
         let cache_misses = Counter::default();
@@ -344,9 +365,7 @@ impl Metrics {
             self.paused(provider, false);
             self.target_pause(provider, 0.0);
             self.queue_taken
-                .get_or_create(&ProviderLabels {
-                    provider: provider.to_owned(),
-                })
+                .get_or_create(&ProviderLabels::of(provider))
                 .inc_by(0);
         }
     }
@@ -370,18 +389,29 @@ mod tests {
         let m = Metrics::new();
         m.attempt("stripe", Path::FirstRun);
         m.attempt("stripe", Path::FirstRun);
+        m.attempt("stripe.crm", Path::FirstRun);
         m.delivery("stripe", "delivered", 0.003);
         m.cache(true);
         let text = m.render();
         assert!(
-            text.contains(r#"hookgate_attempts_total{provider="stripe",path="first_run"} 2"#),
+            text.contains(
+                r#"hookgate_attempts_total{provider="stripe",route="main",path="first_run"} 2"#
+            ),
             "{text}"
+        );
+        assert!(
+            text.contains(
+                r#"hookgate_attempts_total{provider="stripe",route="crm",path="first_run"} 1"#
+            ),
+            "a route's scope is its provider and route: {text}"
         );
         assert!(text.contains("hookgate_cache_hits_total 1"), "{text}");
         assert!(
             text.contains("hookgate_log_lines_dropped_total "),
             "served from the first scrape: {text}"
         );
-        assert!(text.contains("hookgate_delivery_seconds_count{provider=\"stripe\"} 1"));
+        assert!(
+            text.contains("hookgate_delivery_seconds_count{provider=\"stripe\",route=\"main\"} 1")
+        );
     }
 }

@@ -10,11 +10,14 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::dead::replay;
-use super::shared::{authorize, bounded, event_id, query};
+use std::sync::Arc;
+
+use super::shared::{authorize, bounded, event_id, query, scope_of, RouteOnly};
 use crate::http::body;
 use crate::http::error::ApiError;
 use crate::http::event_json::{attempt_json, event_json};
 use crate::http::state::AppState;
+use crate::key::EventId;
 use crate::operator_work::jobs;
 use crate::store::operator::{ReplayJob, SearchFilter, HISTORY_PAGE, MAX_HISTORY_PAGE};
 use crate::store::PageCursor;
@@ -58,6 +61,8 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
 #[serde(deny_unknown_fields)]
 struct SearchQuery {
     provider: Option<String>,
+    /// Narrows `provider` to one of its routes.
+    route: Option<String>,
     status: Option<String>,
     path: Option<String>,
     key_prefix: Option<String>,
@@ -81,8 +86,14 @@ impl SearchQuery {
                 )?),
                 None => None,
             };
+        if self.route.is_some() && self.provider.is_none() {
+            return Err(ApiError::BadRequest("route: needs its provider"));
+        }
         Ok(SearchFilter {
-            provider: self.provider.clone(),
+            provider: self
+                .provider
+                .as_deref()
+                .map(|p| scope_of(p, self.route.as_deref())),
             status,
             path: self.path.clone(),
             key_prefix: self.key_prefix.clone(),
@@ -141,7 +152,29 @@ async fn event(req: HttpRequest, state: web::Data<AppState>) -> Result<HttpRespo
     body["attempts"] = page.attempts.iter().map(attempt_json).collect();
     body["attempts_total"] = page.total.into();
     body["attempts_before"] = page.before.into();
+    body["routes"] = event_routes(&state, &id).await?.into();
     Ok(HttpResponse::Ok().json(body))
+}
+
+/// The event's row on each route of its provider (this one included), as summaries: a
+/// route with no row did not take the event (its filter, or it was added since).
+async fn event_routes(state: &AppState, id: &EventId) -> Result<Vec<Value>, ApiError> {
+    let Some(provider) = state.providers.get(crate::key::provider_of(&id.provider)) else {
+        return Ok(Vec::new());
+    };
+    let mut routes = Vec::with_capacity(provider.routes.len());
+    for route in &provider.routes {
+        let row = EventId::new(Arc::clone(&route.scope), Arc::clone(&id.key));
+        let record = state.store.lookup(&row).await?;
+        routes.push(json!({
+            "route": &*route.name,
+            "provider": &*route.scope,
+            "status": record.as_ref().map(|r| r.status.as_str()),
+            "attempts": record.as_ref().map(|r| r.attempts),
+            "last_path": record.as_ref().and_then(|r| r.last_path).map(|p| p.as_str()),
+        }));
+    }
+    Ok(routes)
 }
 
 /// One event's page of history: `limit` attempts (default [`HISTORY_PAGE`], at most
@@ -154,6 +187,8 @@ struct HistoryQuery {
     _provider: Option<String>,
     #[serde(rename = "key")]
     _key: Option<String>,
+    #[serde(rename = "route")]
+    _route: Option<String>,
     limit: Option<u32>,
     before: Option<i64>,
 }
@@ -166,12 +201,14 @@ async fn stats(req: HttpRequest, state: web::Data<AppState>) -> Result<HttpRespo
         .get(|| state.store.operator().status_counts())
         .await?;
     let depths = state.store.queue_depth().await?;
-    let mut names: Vec<&String> = state.providers.keys().collect();
+    // One entry per route, by its scope (a provider's main route is the provider's name).
+    let mut names: Vec<&String> = state.routes.keys().collect();
     names.sort();
     let providers: Vec<Value> = names
         .into_iter()
         .map(|name| {
-            let runtime = &state.providers[name];
+            let route = &state.routes[name];
+            let runtime = &state.providers[&*route.provider];
             let counts: serde_json::Map<String, Value> = counts
                 .iter()
                 .filter(|c| c.provider == *name)
@@ -193,6 +230,8 @@ async fn stats(req: HttpRequest, state: web::Data<AppState>) -> Result<HttpRespo
             let gate = state.dispatcher.gate();
             json!({
                 "name": name,
+                "provider": &*route.provider,
+                "route": &*route.name,
                 "mode": runtime.mode.as_str(),
                 "paused": gate.held(name),
                 "target_pause_s": gate.target_pause_left(name).map(|left| left.as_secs_f64()),
@@ -228,8 +267,9 @@ async fn resume(
     set_paused(req, path.into_inner(), state, false).await
 }
 
-/// Pauses or resumes `provider` in the store (every node follows within a poll) and on
-/// this node at once.
+/// Pauses or resumes `provider` (every route of it) or one route (`?route=`, or its scope
+/// as the provider) in the store (every node follows within a poll) and on this node at
+/// once.
 async fn set_paused(
     req: HttpRequest,
     provider: String,
@@ -237,22 +277,30 @@ async fn set_paused(
     paused: bool,
 ) -> Result<HttpResponse, ApiError> {
     authorize(&req, &state)?;
-    let runtime = state
-        .providers
-        .get(&provider)
-        .ok_or_else(|| ApiError::UnknownProvider(provider.clone()))?;
+    let named: RouteOnly = query(&req)?;
+    let scope = scope_of(&provider, named.route.as_deref());
+    let route = state
+        .routes
+        .get(&scope)
+        .ok_or_else(|| ApiError::UnknownProvider(scope.clone()))?;
     state
         .store
         .operator()
-        .set_paused(&runtime.name, paused)
+        .set_paused(&route.scope, paused)
         .await?;
     state.operator_work.refresh_pauses().await?;
     if !paused {
-        // A resume also ends the pause the provider's target asked for, on this node.
-        state.dispatcher.gate().end_target_pause(&runtime.name);
+        // A resume also ends the pause the target asked for, on this node (every route's,
+        // for a provider).
+        let gate = state.dispatcher.gate();
+        for other in state.routes.values() {
+            if other.scope == route.scope || other.provider == route.scope {
+                gate.end_target_pause(&other.scope);
+            }
+        }
         state.dispatcher.signals().arrived();
     }
-    Ok(HttpResponse::Ok().json(json!({ "provider": &*runtime.name, "paused": paused })))
+    Ok(HttpResponse::Ok().json(json!({ "provider": &*route.scope, "paused": paused })))
 }
 
 /// A bulk replay's request.
@@ -261,6 +309,8 @@ async fn set_paused(
 struct JobRequest {
     #[serde(default)]
     filter: SearchFilter,
+    /// Narrows the filter's provider to one of its routes.
+    route: Option<String>,
     rate: Option<f64>,
 }
 
@@ -273,7 +323,17 @@ impl JobRequest {
         state: &AppState,
     ) -> Result<Self, ApiError> {
         let (bytes, _reserved) = body::read(req, payload, MAX_BODY_BYTES, state).await?;
-        serde_json::from_slice(&bytes).map_err(|e| ApiError::BadJson(e.to_string()))
+        let mut request: Self =
+            serde_json::from_slice(&bytes).map_err(|e| ApiError::BadJson(e.to_string()))?;
+        if let Some(route) = request.route.take() {
+            let provider = request
+                .filter
+                .provider
+                .as_deref()
+                .ok_or(ApiError::BadRequest("route: needs the filter's provider"))?;
+            request.filter.provider = Some(scope_of(provider, Some(&route)));
+        }
+        Ok(request)
     }
 }
 
@@ -301,7 +361,7 @@ async fn start_job(
     state: web::Data<AppState>,
 ) -> Result<HttpResponse, ApiError> {
     authorize(&req, &state)?;
-    let JobRequest { filter, rate } = JobRequest::read(&req, payload, &state).await?;
+    let JobRequest { filter, rate, .. } = JobRequest::read(&req, payload, &state).await?;
     let filter = replay_filter(filter)?;
     let rate = rate.unwrap_or(DEFAULT_RATE);
     if !(rate.is_finite() && rate > 0.0 && rate <= 10_000.0) {

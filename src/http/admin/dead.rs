@@ -6,7 +6,7 @@ use std::sync::Arc;
 use actix_web::{web, HttpRequest, HttpResponse};
 use serde::Deserialize;
 
-use super::shared::{authorize, bounded, event_id, query, EventOnly};
+use super::shared::{authorize, bounded, event_id, query, scope_of, EventOnly};
 use crate::claim::{Path, Status};
 use crate::http::error::ApiError;
 use crate::http::event_json::event_json;
@@ -31,6 +31,8 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
 #[serde(deny_unknown_fields)]
 struct DeadQuery {
     provider: Option<String>,
+    /// Narrows `provider` to one of its routes.
+    route: Option<String>,
     limit: Option<u32>,
     /// `next_cursor` of the page before.
     cursor: Option<String>,
@@ -45,7 +47,10 @@ async fn list_dead(req: HttpRequest, state: web::Data<AppState>) -> Result<HttpR
         None => None,
     };
     let filter = SearchFilter {
-        provider: query.provider,
+        provider: query
+            .provider
+            .as_deref()
+            .map(|p| scope_of(p, query.route.as_deref())),
         status: Some(Status::Dead),
         ..SearchFilter::default()
     };
@@ -67,26 +72,26 @@ pub(super) async fn replay(
     authorize(&req, &state)?;
     let _: EventOnly = query(&req)?;
     let named = event_id(&req)?;
-    let runtime = state
-        .providers
+    let route = state
+        .routes
         .get(&*named.provider)
         .ok_or_else(|| ApiError::UnknownProvider(named.provider.to_string()))?;
-    let id = EventId::new(Arc::clone(&runtime.name), named.key);
+    let id = EventId::new(Arc::clone(&route.scope), named.key);
     let paused = |hold: Option<Hold>| ApiError::Paused {
-        provider: runtime.name.to_string(),
+        provider: route.scope.to_string(),
         why: hold.map_or_else(|| "held".into(), Hold::describe),
     };
     let gate = state.dispatcher.gate();
-    if let Some(hold) = gate.hold_of(&runtime.name) {
+    if let Some(hold) = gate.hold_of(&route.scope) {
         return Err(paused(Some(hold)));
     }
     let answer = state
         .dispatcher
-        .replay(id.clone(), Arc::clone(&runtime.target))
+        .replay(id.clone(), Arc::clone(&route.target))
         .await;
     if let Reply::RetryLater { reason, .. } = answer.reply {
         if answer.path == Path::Paused {
-            return Err(paused(gate.hold_of(&runtime.name)));
+            return Err(paused(gate.hold_of(&route.scope)));
         }
         if answer.path != Path::Replay {
             return Err(ApiError::Unavailable(reason.as_str()));

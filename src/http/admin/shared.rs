@@ -69,6 +69,23 @@ pub(super) fn query<T: DeserializeOwned>(req: &HttpRequest) -> Result<T, ApiErro
 struct EventParams {
     provider: String,
     key: String,
+    route: Option<String>,
+}
+
+/// The scope a request names: `provider` (a provider's name, or a route's scope such as
+/// `stripe.analytics`) narrowed to `route` if one is given (`main` is the provider's own).
+pub(super) fn scope_of(provider: &str, route: Option<&str>) -> String {
+    match route {
+        None | Some(crate::key::MAIN_ROUTE) => provider.to_owned(),
+        Some(route) => crate::config::route_scope(provider, Some(route)),
+    }
+}
+
+/// The route a path-form request names in its query, if any (read leniently, as
+/// [`EventParams`]).
+#[derive(Deserialize)]
+pub(super) struct RouteOnly {
+    pub(super) route: Option<String>,
 }
 
 /// The query of a call that takes nothing but the event it names (or nothing at all, on
@@ -80,10 +97,12 @@ pub(super) struct EventOnly {
     _provider: Option<String>,
     #[serde(rename = "key")]
     _key: Option<String>,
+    #[serde(rename = "route")]
+    _route: Option<String>,
 }
 
 /// The event a request names: `{provider}/{key}` of its path, or, on the routes without
-/// them, `?provider=…&key=…` of its query string. Keys are the senders' to choose and a path
+/// them, `?provider=…&key=…` of its query string; either may add `?route=…`. Keys are the senders' to choose and a path
 /// cannot carry every one (a browser collapses `.` and `..` segments, even percent-encoded,
 /// so `/events/stripe/..` reaches the node as `/events/`); the query form carries any key
 /// as it is. Called after [`authorize`]; a query without both is a 400.
@@ -95,7 +114,15 @@ pub(super) fn event_id(req: &HttpRequest) -> Result<EventId, ApiError> {
     } else {
         query(req)?
     };
-    Ok(EventId::new(params.provider, params.key))
+    let route = match req.match_info().get("key") {
+        // The path form names its route in the query (or in the provider's scope).
+        Some(_) => query::<RouteOnly>(req).ok().and_then(|q| q.route),
+        None => params.route,
+    };
+    Ok(EventId::new(
+        scope_of(&params.provider, route.as_deref()),
+        params.key,
+    ))
 }
 
 /// A page of a search as the answer's fields under `list` (its rows as JSON), stopping

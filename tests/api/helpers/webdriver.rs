@@ -46,6 +46,28 @@ pub fn missing() -> Option<&'static str> {
         .find(|path| !Path::new(path).exists())
 }
 
+/// Whether a browser test must be skipped: Chromium or its driver is missing, on a
+/// developer's own machine (in CI, or as root, where `scripts/test.sh` installs them, a
+/// missing one fails the test instead).
+pub fn skip_without_browser() -> bool {
+    let Some(missing) = missing() else {
+        return false;
+    };
+    let ci = std::env::var("CI").is_ok_and(|v| v == "true");
+    let root = std::process::Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|out| out.stdout.trim_ascii() == b"0");
+    assert!(
+        !ci && !root,
+        "{missing} is missing: scripts/test.sh installs chromium and chromium-driver as root"
+    );
+    eprintln!(
+        "browser test skipped: {missing} is missing (apt-get install chromium chromium-driver)"
+    );
+    true
+}
+
 /// A WebDriver error answer (or a transport failure, with status 0).
 #[derive(Debug)]
 pub struct WdError {

@@ -6,13 +6,13 @@ use serde_json::Value;
 
 use crate::helpers::{spawn_app_on, Backend, TestApp};
 
-pub(super) const TOKEN: &str = "history-admin-token";
+pub(crate) const TOKEN: &str = "history-admin-token";
 
-pub(super) fn auth() -> String {
+pub(crate) fn auth() -> String {
     format!("Bearer {TOKEN}")
 }
 
-pub(super) async fn admin_app(
+pub(crate) async fn admin_app(
     backend: Backend,
     edit: impl FnOnce(&mut hookgate::config::Config),
 ) -> TestApp {
@@ -23,13 +23,13 @@ pub(super) async fn admin_app(
     .await
 }
 
-pub(super) async fn get_json(app: &TestApp, path: &str) -> Value {
+pub(crate) async fn get_json(app: &TestApp, path: &str) -> Value {
     let answer = app.get_with(path, &auth()).await;
     assert_eq!(answer.status, 200, "{path}: {}", answer.body);
     serde_json::from_str(&answer.body).unwrap()
 }
 
-pub(super) async fn post_json(app: &TestApp, path: &str, body: Value) -> (u16, Value) {
+pub(crate) async fn post_json(app: &TestApp, path: &str, body: Value) -> (u16, Value) {
     let answer = app
         .post(path, &[("Authorization", &auth())], body.to_string())
         .await;

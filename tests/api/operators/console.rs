@@ -28,16 +28,7 @@ const HOSTILE_AGENT: &str = "<img src=x onerror=alert(2)>";
 
 #[actix_web::test]
 async fn an_operator_works_through_the_console_in_a_real_browser() {
-    if let Some(missing) = webdriver::missing() {
-        // Only a developer's own machine, where nothing could install it, may skip.
-        let ci = std::env::var("CI").is_ok_and(|v| v == "true");
-        assert!(
-            !ci && !is_root(),
-            "{missing} is missing: scripts/test.sh installs chromium and chromium-driver as root"
-        );
-        eprintln!(
-            "console test skipped: {missing} is missing (apt-get install chromium chromium-driver)"
-        );
+    if webdriver::skip_without_browser() {
         return;
     }
     // Behind a proxy the test can cut: the API then fails as it does when the store goes.
@@ -537,13 +528,6 @@ fn screenshots() -> PathBuf {
         .join("console-screenshots");
     std::fs::create_dir_all(&dir).expect("screenshot directory");
     dir
-}
-
-fn is_root() -> bool {
-    std::process::Command::new("id")
-        .arg("-u")
-        .output()
-        .is_ok_and(|out| out.stdout.trim_ascii() == b"0")
 }
 
 /// Every answer under `/admin/` — the API's, the older routes', a redirect, and errors

@@ -37,8 +37,8 @@ async fn every_family_the_deploy_files_use_is_served_by_a_sync_only_node() {
     let app = spawn_app().await;
     let metrics = app.get("/metrics").await.body;
     for family in [
-        r#"hookgate_queue_rows{provider="stripe"} 0"#,
-        r#"hookgate_queue_oldest_due_seconds{provider="stripe"} 0"#,
+        r#"hookgate_queue_rows{provider="stripe",route="main"} 0"#,
+        r#"hookgate_queue_oldest_due_seconds{provider="stripe",route="main"} 0"#,
         r#"hookgate_actor_panics_total{actor="shard"} 0"#,
     ] {
         assert!(metrics.contains(family), "missing {family} in\n{metrics}");
@@ -59,12 +59,12 @@ async fn metrics_count_the_requests_made() {
 
     let text = app.get("/metrics").await.body;
     for line in [
-        r#"hookgate_attempts_total{provider="stripe",path="first_run"} 4"#,
-        r#"hookgate_attempts_total{provider="stripe",path="duplicate_done"} 2"#,
+        r#"hookgate_attempts_total{provider="stripe",route="main",path="first_run"} 4"#,
+        r#"hookgate_attempts_total{provider="stripe",route="main",path="duplicate_done"} 2"#,
         r#"hookgate_rejected_total{provider="unknown",reason="unknown_provider"} 1"#,
-        r#"hookgate_deliveries_total{provider="stripe",outcome="delivered"} 3"#,
-        r#"hookgate_deliveries_total{provider="stripe",outcome="failed"} 1"#,
-        r#"hookgate_delivery_seconds_count{provider="stripe"} 4"#,
+        r#"hookgate_deliveries_total{provider="stripe",route="main",outcome="delivered"} 3"#,
+        r#"hookgate_deliveries_total{provider="stripe",route="main",outcome="failed"} 1"#,
+        r#"hookgate_delivery_seconds_count{provider="stripe",route="main"} 4"#,
         "hookgate_cache_hits_total 2",
     ] {
         assert!(text.contains(line), "missing {line} in\n{text}");

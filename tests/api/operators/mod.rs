@@ -15,7 +15,7 @@
 
 mod admin;
 mod bulk_replay;
-mod common;
+pub(crate) mod common;
 mod console;
 mod dead_letters;
 mod history;

@@ -249,7 +249,7 @@ async fn a_targets_retry_after_pauses_its_provider_for_a_bounded_time(backend: B
         .lines()
         .find(|l| {
             l.starts_with(&format!(
-                "hookgate_target_pause_seconds{{provider=\"{PROVIDER}\"}}"
+                "hookgate_target_pause_seconds{{provider=\"{PROVIDER}\",route=\"main\"}}"
             ))
         })
         .unwrap_or_else(|| panic!("{metrics}"));
@@ -331,7 +331,7 @@ async fn a_paused_provider_delivers_nothing_until_resumed(backend: Backend) {
     );
     let metrics = app.get("/metrics").await.body;
     assert!(
-        metrics.contains(r#"hookgate_provider_paused{provider="q"} 1"#),
+        metrics.contains(r#"hookgate_provider_paused{provider="q",route="main"} 1"#),
         "{metrics}"
     );
 

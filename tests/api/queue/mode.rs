@@ -84,8 +84,8 @@ async fn failures_are_retried_by_hookgate_until_the_target_accepts(backend: Back
     app.scheduler.measure().await.unwrap();
     let metrics = app.get("/metrics").await.body;
     for line in [
-        r#"hookgate_queue_rows{provider="stripe"} 1"#,
-        r#"hookgate_queue_taken_total{provider="stripe"} 2"#,
+        r#"hookgate_queue_rows{provider="stripe",route="main"} 1"#,
+        r#"hookgate_queue_taken_total{provider="stripe",route="main"} 2"#,
     ] {
         assert!(metrics.contains(line), "missing {line} in\n{metrics}");
     }

@@ -4,9 +4,13 @@
 //! * `delivery.rs` — each route gets each event once, under parallel redeliveries, in
 //!   either mode; a failing route is retried alone; filters choose the routes.
 //! * `changes.rs` — routes added and removed under existing rows; their config rules.
+//! * `console.rs` — the console shows an event's routes, in a real browser.
+//! * `operators.rs` — an event shows its routes; search, pauses and replays take a route.
 
 mod changes;
+mod console;
 mod delivery;
+mod operators;
 
 use hookgate::config::{Config, TargetConfig};
 use hookgate::filter::{Condition, Filter};

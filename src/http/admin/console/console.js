@@ -564,7 +564,8 @@ function renderEvent(mine, event) {
   // the row's count; a listed row's `attempts` is its count.
   const count = event.attempt_count ?? (Array.isArray(event.attempts) ? null : event.attempts);
   const fields = [
-    ['Provider', event.provider], ['Key', event.event_key], ['Status', badge('status', event.status)],
+    ['Provider', event.provider], ['Route', event.route], ['Key', event.event_key],
+    ['Status', badge('status', event.status)],
     ['Mode', event.mode], ['Attempts', count], ['Last path', event.last_path],
     ['Target answered', event.result_status], ['Dead reason', event.dead_reason],
     ['Last error', event.last_error], ['Lease left', event.lease_left_s ? `${event.lease_left_s} s` : null],
@@ -607,7 +608,26 @@ function renderEvent(mine, event) {
       el('div', {},
         el('section', { class: 'card' }, el('h2', {}, 'Payload'), payloadBox(event)),
         el('section', { class: 'card' }, el('h2', {}, 'Kept request headers'), headerTable(event.request_headers)))),
+    routesSection(event),
     attemptsSection(event));
+}
+
+/** The event on each route of its provider: a route's own row (status, attempts, last path;
+ *  open it for its history), or none when the route did not take the event. Shown only for
+ *  a provider with more than one route. */
+function routesSection(event) {
+  const routes = Array.isArray(event.routes) ? event.routes : [];
+  if (routes.length < 2) return '';
+  return el('section', { class: 'card', id: 'routes' },
+    el('h2', {}, 'Routes'),
+    el('table', {},
+      el('thead', {}, el('tr', {}, ['Route', 'Status', 'Attempts', 'Last path'].map((h) => el('th', {}, h)))),
+      el('tbody', {}, routes.map((r) => el('tr', { 'data-route': r.route },
+        el('td', {}, r.provider === event.provider ? r.route
+          : el('a', { href: eventHref(r.provider, event.event_key) }, r.route)),
+        el('td', {}, r.status ? badge('status', r.status) : el('span', { class: 'note' }, 'not taken')),
+        el('td', {}, r.attempts ?? ''),
+        el('td', {}, r.last_path ?? ''))))));
 }
 
 /** The event's latest page of attempts, how many there are in all, and a button that puts

@@ -1,0 +1,193 @@
+//! Operators and routes: an event shows its row on every route; search, pause and resume,
+//! one replay and a bulk replay each take a route and touch only it; a replay of one
+//! route's dead letter racing the scheduler delivers it once.
+
+use futures_util::future::join_all;
+use serde_json::json;
+
+use super::{count, event, wait_row, Routes, ANALYTICS, CRM};
+use crate::helpers::{Backend, Behaviour, PROVIDER};
+use crate::operators::common::{admin_app, auth, get_json, post_json};
+
+/// The event's answer lists its routes, each with its own row (or none: a filter did not
+/// take it); the search narrowed to a route finds that route's rows only; stats list
+/// every route.
+async fn an_event_shows_its_routes_and_a_search_takes_one(backend: Backend) {
+    let routes = Routes::start().await;
+    let app = admin_app(backend, |c| routes.add(c)).await;
+    routes.analytics.set(Behaviour::Status(400));
+    for (key, kind) in [("evt_oi", "invoice.paid"), ("evt_oc", "customer.created")] {
+        assert_eq!(app.deliver(key, &event(key, kind)).await.status, 201);
+    }
+    wait_row(&app, ANALYTICS, "evt_oc", "dead").await;
+    wait_row(&app, ANALYTICS, "evt_oi", "dead").await;
+    wait_row(&app, CRM, "evt_oi", "done").await;
+
+    let shown = get_json(&app, "/admin/api/event?provider=stripe&key=evt_oc").await;
+    assert_eq!(shown["route"], "main");
+    let by_route = |shown: &serde_json::Value| {
+        shown["routes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| (r["route"].clone(), r["status"].clone()))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        by_route(&shown),
+        vec![
+            (json!("main"), json!("done")),
+            (json!("analytics"), json!("dead")),
+            (json!("crm"), json!(null)),
+        ]
+    );
+    // The route's own row, by `route` or by its scope: the same answer.
+    let analytics = get_json(
+        &app,
+        "/admin/api/event?provider=stripe&route=analytics&key=evt_oc",
+    )
+    .await;
+    assert_eq!(
+        (&analytics["route"], &analytics["status"]),
+        (&json!("analytics"), &json!("dead"))
+    );
+    assert_eq!(
+        analytics["attempts"].as_array().unwrap().len(),
+        1,
+        "{analytics}"
+    );
+    let scoped = get_json(&app, "/admin/api/events/stripe.analytics/evt_oc").await;
+    assert_eq!(scoped["provider"], ANALYTICS);
+
+    let found = get_json(&app, "/admin/api/events?provider=stripe&route=analytics").await;
+    let keys: Vec<&str> = found["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["event_key"].as_str().unwrap())
+        .collect();
+    assert_eq!(keys.len(), 2, "{found}");
+    assert!(found["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|e| e["provider"] == ANALYTICS));
+    let main = get_json(&app, "/admin/api/events?provider=stripe&status=dead").await;
+    assert_eq!(main["events"].as_array().unwrap().len(), 0, "{main}");
+
+    let stats = get_json(&app, "/admin/api/stats").await;
+    let names: Vec<&str> = stats["providers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, vec![PROVIDER, ANALYTICS, CRM]);
+}
+
+/// A paused route holds only its own deliveries (the sender is answered by the main
+/// route); resumed, it delivers what waited. A paused provider holds every route.
+async fn a_route_is_paused_and_resumed_alone(backend: Backend) {
+    let routes = Routes::start().await;
+    let app = admin_app(backend, |c| routes.add(c)).await;
+    let (status, paused) = post_json(
+        &app,
+        "/admin/api/providers/stripe/pause?route=analytics",
+        json!({}),
+    )
+    .await;
+    assert_eq!(
+        (status, &paused["provider"]),
+        (200, &json!(ANALYTICS)),
+        "{paused}"
+    );
+    let first = app
+        .deliver("evt_op", &event("evt_op", "invoice.paid"))
+        .await;
+    assert_eq!((first.status, first.path.as_str()), (201, "first_run"));
+    wait_row(&app, CRM, "evt_op", "done").await;
+    app.scheduler.run_once().await.unwrap();
+    assert_eq!(
+        app.db.status(ANALYTICS, "evt_op").await.as_deref(),
+        Some("queued")
+    );
+    assert_eq!(count(&routes.analytics, "evt_op"), 0);
+
+    let (status, _) = post_json(
+        &app,
+        "/admin/api/providers/stripe.analytics/resume",
+        json!({}),
+    )
+    .await;
+    assert_eq!(status, 200);
+    wait_row(&app, ANALYTICS, "evt_op", "done").await;
+    assert_eq!(count(&routes.analytics, "evt_op"), 1);
+
+    let (status, _) = post_json(&app, "/admin/api/providers/stripe/pause", json!({})).await;
+    assert_eq!(status, 200);
+    let held = app
+        .deliver("evt_oh", &event("evt_oh", "invoice.paid"))
+        .await;
+    assert_eq!((held.status, held.path.as_str()), (503, "paused"));
+    let (unknown, _) = post_json(
+        &app,
+        "/admin/api/providers/stripe/pause?route=nope",
+        json!({}),
+    )
+    .await;
+    assert_eq!(unknown, 404, "a route the provider does not have");
+}
+
+/// One route's dead letter replayed while passes of the scheduler run: delivered once more,
+/// to that route only; a bulk replay that takes a route replays that route's dead letters.
+async fn a_routes_dead_letters_are_replayed_to_it_alone(backend: Backend) {
+    let routes = Routes::start().await;
+    let app = admin_app(backend, |c| routes.add(c)).await;
+    routes.analytics.set(Behaviour::Status(400));
+    for key in ["evt_od1", "evt_od2"] {
+        assert_eq!(
+            app.deliver(key, &event(key, "invoice.paid")).await.status,
+            201
+        );
+        wait_row(&app, ANALYTICS, key, "dead").await;
+        wait_row(&app, CRM, key, "done").await;
+    }
+    routes.analytics.set(Behaviour::Accept);
+    let token = auth();
+    let headers = [("Authorization", token.as_str())];
+    let replay = app.post(
+        "/admin/api/event/replay?provider=stripe&route=analytics&key=evt_od1",
+        &headers,
+        String::new(),
+    );
+    let passes = join_all((0..4).map(|_| app.scheduler.run_once()));
+    let (replayed, _) = futures_util::join!(replay, passes);
+    assert_eq!(replayed.status, 200, "{replayed:?}");
+    wait_row(&app, ANALYTICS, "evt_od1", "done").await;
+    app.scheduler.run_once().await.unwrap();
+    assert_eq!(
+        count(&routes.analytics, "evt_od1"),
+        2,
+        "dead once, replayed once"
+    );
+
+    let request =
+        json!({ "filter": { "provider": "stripe", "status": "dead" }, "route": "analytics" });
+    let (_, plan) = post_json(&app, "/admin/api/replays/plan", request.clone()).await;
+    assert_eq!(plan["count"], 1, "{plan}");
+    let (status, job) = post_json(&app, "/admin/api/replays", request).await;
+    assert_eq!(status, 201, "{job}");
+    app.operator_work.run_once().await.unwrap();
+    wait_row(&app, ANALYTICS, "evt_od2", "done").await;
+    assert_eq!(count(&routes.analytics, "evt_od2"), 2);
+    for key in ["evt_od1", "evt_od2"] {
+        assert_eq!(count(&app.target, key), 1, "main, {key}");
+        assert_eq!(count(&routes.crm, key), 1, "crm, {key}");
+    }
+}
+
+on_both_stores!(
+    an_event_shows_its_routes_and_a_search_takes_one,
+    a_route_is_paused_and_resumed_alone,
+    a_routes_dead_letters_are_replayed_to_it_alone,
+);
