@@ -159,10 +159,16 @@ pub async fn bulk_replay(
 /// (hanging up if it cannot be confirmed), so no scheduler takes the row meanwhile.
 pub async fn replay(config: &Config, id: EventId) -> anyhow::Result<String> {
     let provider = config
-        .provider(&id.provider)
+        .provider(crate::key::provider_of(&id.provider))
         .with_context(|| format!("no provider {:?} in the config", id.provider))?;
     let horizon = config.sender_horizon(provider);
     let runtime = Provider::from_config(provider, horizon).map_err(anyhow::Error::msg)?;
+    // A route's dead letter (its scope, `provider.route`) goes to that route's target.
+    let route = runtime
+        .routes
+        .iter()
+        .find(|r| *r.scope == *id.provider)
+        .with_context(|| format!("no route {:?} in the config", id.provider))?;
     let store = store::open(&config.store).await?;
     if let Some(why) = paused(&*store, &id.provider).await? {
         anyhow::bail!("{id} not replayed: {why}; resume it to replay its events");
@@ -184,7 +190,7 @@ pub async fn replay(config: &Config, id: EventId) -> anyhow::Result<String> {
             body: reopened.payload,
             content_type: reopened.content_type,
             fingerprint: reopened.fingerprint,
-            target: runtime.target,
+            target: Arc::clone(&route.target),
             headers: Default::default(),
             mode: reopened.mode,
             filtered: false,
@@ -224,8 +230,9 @@ pub async fn replay(config: &Config, id: EventId) -> anyhow::Result<String> {
 /// target's own pause is a node's, and this process is none).
 async fn paused(store: &dyn store::Store, provider: &str) -> anyhow::Result<Option<String>> {
     let paused = store.operator().paused().await?;
+    let whole = crate::key::provider_of(provider);
     Ok(paused
         .iter()
-        .any(|p| p == provider)
-        .then(|| format!("provider {provider} is paused by an operator")))
+        .find(|p| *p == provider || *p == whole)
+        .map(|p| format!("provider {p} is paused by an operator")))
 }

@@ -5,7 +5,7 @@ use anyhow::Context as _;
 
 use crate::claim::Status;
 use crate::config::Config;
-use crate::http::event_json;
+use crate::http::{event_json, route_json};
 use crate::key::EventId;
 use crate::store;
 
@@ -16,11 +16,36 @@ pub(super) async fn show(config: &Config, id: EventId, dead_only: bool) -> anyho
             anyhow::bail!("{id} is {}, not a dead letter", record.status.as_str())
         }
         Some(record) => {
-            out!("{}", serde_json::to_string_pretty(&event_json(&record))?)?;
+            let mut json = event_json(&record);
+            json["routes"] = routes(config, &*store, &id).await?.into();
+            out!("{}", serde_json::to_string_pretty(&json)?)?;
             Ok(())
         }
         None => anyhow::bail!("no event {id}"),
     }
+}
+
+/// The event's row on each route of its provider (as the admin API shows them): `status`
+/// null where the route did not take it.
+async fn routes(
+    config: &Config,
+    store: &dyn store::Store,
+    id: &EventId,
+) -> anyhow::Result<Vec<serde_json::Value>> {
+    let Some(provider) = config.provider(crate::key::provider_of(&id.provider)) else {
+        return Ok(Vec::new());
+    };
+    let mut routes = Vec::new();
+    for (_, target) in provider.all_routes() {
+        let name = target.name.as_deref();
+        let scope = crate::config::route_scope(&provider.name, name);
+        let row = store
+            .lookup(&EventId::new(scope.as_str(), &*id.key))
+            .await?;
+        let route = name.unwrap_or(crate::key::MAIN_ROUTE);
+        routes.push(route_json(route, &scope, row.as_ref()));
+    }
+    Ok(routes)
 }
 
 /// `events list`: one line a row, least recently changed first — provider, key, status,

@@ -20,7 +20,7 @@ mod stats_cache;
 pub use budget::BodyBudget;
 pub use conn_watch::{bound_writes, ConnWatch, Sent};
 pub use error::ApiError;
-pub use event_json::{attempt_json, event_json, summary_json};
+pub use event_json::{attempt_json, event_json, route_json, summary_json};
 pub use routes::routes;
 pub use state::AppState;
 pub use stats_cache::StatsCache;

@@ -15,7 +15,7 @@ use std::sync::Arc;
 use super::shared::{authorize, bounded, event_id, query, scope_of, RouteOnly};
 use crate::http::body;
 use crate::http::error::ApiError;
-use crate::http::event_json::{attempt_json, event_json};
+use crate::http::event_json::{attempt_json, event_json, route_json};
 use crate::http::state::AppState;
 use crate::key::EventId;
 use crate::operator_work::jobs;
@@ -166,13 +166,7 @@ async fn event_routes(state: &AppState, id: &EventId) -> Result<Vec<Value>, ApiE
     for route in &provider.routes {
         let row = EventId::new(Arc::clone(&route.scope), Arc::clone(&id.key));
         let record = state.store.lookup(&row).await?;
-        routes.push(json!({
-            "route": &*route.name,
-            "provider": &*route.scope,
-            "status": record.as_ref().map(|r| r.status.as_str()),
-            "attempts": record.as_ref().map(|r| r.attempts),
-            "last_path": record.as_ref().and_then(|r| r.last_path).map(|p| p.as_str()),
-        }));
+        routes.push(route_json(&route.name, &route.scope, record.as_ref()));
     }
     Ok(routes)
 }

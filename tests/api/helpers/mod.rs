@@ -311,6 +311,11 @@ impl TestApp {
     /// Runs the `hookgate` command line with `args` on this node's store, with a config
     /// naming its provider (sync mode, no signature) and target; answers its output.
     pub async fn run_cli(&self, args: &[&str]) -> std::process::Output {
+        self.run_cli_with(args, "").await
+    }
+
+    /// [`TestApp::run_cli`] with `provider` (TOML) added to the provider's entry.
+    pub async fn run_cli_with(&self, args: &[&str], provider: &str) -> std::process::Output {
         let dir = std::env::temp_dir().join(format!("hookgate-cli-{}", fastrand::u32(..)));
         std::fs::create_dir_all(&dir).expect("config dir");
         let config = dir.join("hookgate.toml");
@@ -324,7 +329,7 @@ impl TestApp {
             format!(
                 "[store]\nurl = \"{}\"\n{schema}[[providers]]\nname = \"{PROVIDER}\"\n\
                  preset = \"none\"\nkey = [{{ header = \"X-Idempotency-Key\" }}]\n\
-                 target = {{ url = \"{}\" }}\n",
+                 target = {{ url = \"{}\" }}\n{provider}\n",
                 self.db.url, self.target.url
             ),
         )

@@ -37,6 +37,15 @@ impl Routes {
         }
     }
 
+    /// Both routes as the provider's `routes` in a config file.
+    fn toml(&self) -> String {
+        format!(
+            r#"routes = [{{ name = "analytics", url = "{}" }},
+                         {{ name = "crm", url = "{}", filter = {{ json = "/type", prefix = "invoice." }} }}]"#,
+            self.analytics.url, self.crm.url
+        )
+    }
+
     /// Adds both routes to the provider.
     fn add(&self, c: &mut Config) {
         let p = &mut c.providers[0];

@@ -186,7 +186,61 @@ async fn a_routes_dead_letters_are_replayed_to_it_alone(backend: Backend) {
     }
 }
 
+/// The command line: `events show` lists the event's routes; `dead replay` of a route's
+/// scope replays that route's dead letter to its own target, alone.
+async fn the_command_line_shows_routes_and_replays_one(backend: Backend) {
+    let routes = Routes::start().await;
+    let app = admin_app(backend, |c| routes.add(c)).await;
+    routes.crm.set(Behaviour::Status(400));
+    let key = "evt_cli";
+    assert_eq!(
+        app.deliver(key, &event(key, "invoice.paid")).await.status,
+        201
+    );
+    wait_row(&app, CRM, key, "dead").await;
+    wait_row(&app, ANALYTICS, key, "done").await;
+
+    let out = app
+        .run_cli_with(&["events", "show", PROVIDER, key], &routes.toml())
+        .await;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let shown: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let statuses: Vec<_> = shown["routes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| (r["route"].as_str().unwrap().to_owned(), r["status"].clone()))
+        .collect();
+    assert_eq!(
+        statuses,
+        vec![
+            ("main".to_owned(), json!("done")),
+            ("analytics".to_owned(), json!("done")),
+            ("crm".to_owned(), json!("dead")),
+        ]
+    );
+
+    routes.crm.set(Behaviour::Accept);
+    let out = app
+        .run_cli_with(&["dead", "replay", CRM, key], &routes.toml())
+        .await;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(app.db.status(CRM, key).await.as_deref(), Some("done"));
+    assert_eq!(count(&routes.crm, key), 2);
+    assert_eq!(count(&routes.analytics, key), 1);
+    assert_eq!(count(&app.target, key), 1);
+}
+
 on_both_stores!(
+    the_command_line_shows_routes_and_replays_one,
     an_event_shows_its_routes_and_a_search_takes_one,
     a_route_is_paused_and_resumed_alone,
     a_routes_dead_letters_are_replayed_to_it_alone,
