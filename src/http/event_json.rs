@@ -77,6 +77,18 @@ pub fn attempt_json(attempt: &AttemptRecord) -> serde_json::Value {
     })
 }
 
+/// An event's row on one route of its provider (`scope` its rows' scope), as the event's
+/// `routes` list shows it: `status` null where the route did not take the event.
+pub fn route_json(route: &str, scope: &str, row: Option<&EventRecord>) -> serde_json::Value {
+    serde_json::json!({
+        "route": route,
+        "provider": scope,
+        "status": row.map(|r| r.status.as_str()),
+        "attempts": row.map(|r| r.attempts),
+        "last_path": row.and_then(|r| r.last_path).map(|p| p.as_str()),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -107,16 +119,4 @@ mod tests {
             assert!(json["created_at"].is_string(), "{secs}: {json}");
         }
     }
-}
-
-/// An event's row on one route of its provider (`scope` its rows' scope), as the event's
-/// `routes` list shows it: `status` null where the route did not take the event.
-pub fn route_json(route: &str, scope: &str, row: Option<&EventRecord>) -> serde_json::Value {
-    serde_json::json!({
-        "route": route,
-        "provider": scope,
-        "status": row.map(|r| r.status.as_str()),
-        "attempts": row.map(|r| r.attempts),
-        "last_path": row.and_then(|r| r.last_path).map(|p| p.as_str()),
-    })
 }
