@@ -6,6 +6,7 @@
 //! * `dead_letters.rs` — dead letters listed, paged, replayed once; sender-gave-up rows.
 //! * `outcome.rs` — completions and failures: terminal states, fencing, waves.
 //! * `queue.rs` — queue rows: enqueued, taken, renewed, retried, listed.
+//! * `routes.rs` — an event's other routes' rows, written with its won claim or new row.
 //! * `upkeep.rs` — retention passes, sweeps, migrations run again.
 
 use std::time::Duration;
@@ -114,4 +115,5 @@ mod claim;
 mod dead_letters;
 mod outcome;
 mod queue;
+mod routes;
 mod upkeep;

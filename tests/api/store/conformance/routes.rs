@@ -1,0 +1,180 @@
+//! An event with other routes: their rows are written in the commit that wins its claim
+//! (or writes its queue row), queued and due, each a row of its own scope; a claim that is
+//! not won, a duplicate, and an enqueue of a known key write none; rows that exist are left
+//! as they stand; parallel claims and enqueues of one event write each route's row once,
+//! in single calls and in batches.
+
+use std::sync::Arc;
+
+use futures_util::future::join_all;
+use hookgate::claim::{ClaimResult, Status};
+use hookgate::key::EventId;
+use hookgate::store::{Enqueued, QueueRow, Store};
+
+use super::{claim, existing, queued, result, won, LEASE};
+
+/// The event `key`'s rows for the routes `a` and `b` of provider `p`.
+fn others(key: &str) -> Vec<QueueRow> {
+    ["p.a", "p.b"]
+        .into_iter()
+        .map(|scope| QueueRow {
+            id: EventId::new(scope, key),
+            ..queued(key)
+        })
+        .collect()
+}
+
+async fn status(store: &dyn Store, scope: &str, key: &str) -> Option<Status> {
+    let row = store
+        .lookup(&EventId::new(scope, key))
+        .await
+        .expect("lookup");
+    row.map(|r| r.status)
+}
+
+async fn claim_routed(store: &dyn Store, key: &str) -> ClaimResult {
+    store
+        .claim_routed(&super::id(key), Some("fp"), LEASE, None, &others(key))
+        .await
+        .expect("claim")
+}
+
+async fn a_won_claim_writes_the_other_routes_rows_and_nothing_else_does(store: Arc<dyn Store>) {
+    assert!(won(&claim_routed(&*store, "r1").await).is_some());
+    for scope in ["p.a", "p.b"] {
+        assert_eq!(
+            status(&*store, scope, "r1").await,
+            Some(Status::Queued),
+            "{scope}"
+        );
+        let row = store
+            .lookup(&EventId::new(scope, "r1"))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(row.payload.as_deref(), Some(&b"{\"q\":1}"[..]));
+        assert_eq!(row.mode, "queue");
+    }
+    // Due for the scheduler, each in its own scope.
+    let due = store.due("p.a", 10).await.unwrap();
+    assert_eq!(due.len(), 1);
+
+    // A claim that is not won writes nothing: the key of `r2` is held.
+    assert!(won(&claim(&*store, "r2", LEASE).await).is_some());
+    existing(claim_routed(&*store, "r2").await);
+    assert_eq!(status(&*store, "p.a", "r2").await, None);
+
+    // A won retry of the answering route leaves the routes' rows as they stand: `p.a` done.
+    let taken = store
+        .take(&EventId::new("p.a", "r1"), LEASE)
+        .await
+        .unwrap()
+        .unwrap();
+    store
+        .complete(&taken.id, taken.attempts, &result("a"), None)
+        .await
+        .unwrap();
+    store
+        .fail(&super::id("r1"), 1, &crate::helpers::failure(None))
+        .await
+        .unwrap();
+    assert_eq!(
+        won(&claim_routed(&*store, "r1").await).map(|w| w.0),
+        Some(2)
+    );
+    assert_eq!(status(&*store, "p.a", "r1").await, Some(Status::Done));
+    assert_eq!(status(&*store, "p.b", "r1").await, Some(Status::Queued));
+
+    // A queue row written: the others too; a known key: none.
+    let inserted = store
+        .enqueue_routed(&queued("r3"), &others("r3"))
+        .await
+        .unwrap();
+    assert_eq!(inserted, Enqueued::Inserted);
+    assert_eq!(status(&*store, "p.b", "r3").await, Some(Status::Queued));
+    let again = store.enqueue_routed(&queued("r4"), &[]).await.unwrap();
+    assert_eq!(again, Enqueued::Inserted);
+    let known = store
+        .enqueue_routed(&queued("r4"), &others("r4"))
+        .await
+        .unwrap();
+    assert!(matches!(known, Enqueued::Existing(_)), "{known:?}");
+    assert_eq!(status(&*store, "p.a", "r4").await, None);
+}
+
+/// Parallel claims and enqueues of many routed events (the store's batches under load):
+/// one winner each, and every route's row written once.
+async fn parallel_routed_claims_write_each_routes_row_once(store: Arc<dyn Store>) {
+    let keys: Vec<String> = (0..24).map(|n| format!("rp{n}")).collect();
+    let claims = keys.iter().flat_map(|key| {
+        let store = &store;
+        (0..3).map(move |_| async move { (key.clone(), claim_routed(&**store, key).await) })
+    });
+    let answers = join_all(claims).await;
+    for key in &keys {
+        let winners = answers
+            .iter()
+            .filter(|(k, a)| k == key && won(a).is_some())
+            .count();
+        assert_eq!(winners, 1, "{key}");
+        for scope in ["p.a", "p.b"] {
+            assert_eq!(
+                status(&*store, scope, key).await,
+                Some(Status::Queued),
+                "{scope} {key}"
+            );
+        }
+    }
+    let enqueues = (0..24).map(|n| {
+        let store = &store;
+        async move {
+            let key = format!("rq{}", n % 8);
+            store
+                .enqueue_routed(&queued(&key), &others(&key))
+                .await
+                .unwrap()
+        }
+    });
+    let inserted = join_all(enqueues)
+        .await
+        .into_iter()
+        .filter(|e| *e == Enqueued::Inserted)
+        .count();
+    assert_eq!(inserted, 8);
+    assert_eq!(store.due("p.b", 100).await.unwrap().len(), 24 + 8);
+}
+
+conformance!(
+    a_won_claim_writes_the_other_routes_rows_and_nothing_else_does,
+    parallel_routed_claims_write_each_routes_row_once,
+);
+
+/// The other routes' rows and the claim commit together or not at all: a row Postgres
+/// refuses (a NUL in its scope) leaves no claim behind either.
+#[actix_web::test]
+async fn a_claim_whose_other_routes_rows_fail_is_not_committed() {
+    let db = crate::helpers::TestDb::on(crate::helpers::Backend::Postgres).await;
+    let store = db.store().await;
+    let bad = vec![QueueRow {
+        id: EventId::new("p.\0", "ra"),
+        ..queued("ra")
+    }];
+    let claimed = store
+        .claim_routed(&super::id("ra"), Some("fp"), LEASE, None, &bad)
+        .await;
+    assert!(claimed.is_err(), "{claimed:?}");
+    assert_eq!(
+        status(&*store, "p", "ra").await,
+        None,
+        "the claim was committed"
+    );
+    let enqueued = store.enqueue_routed(&queued("ra"), &bad).await;
+    assert!(enqueued.is_err(), "{enqueued:?}");
+    assert_eq!(
+        status(&*store, "p", "ra").await,
+        None,
+        "the row was committed"
+    );
+    // The connection went back clean: the next claim is won.
+    assert!(won(&claim_routed(&*store, "ra").await).is_some());
+}
