@@ -14,10 +14,38 @@ use crate::helpers::{Backend, TestDb};
 
 use super::ops::{FailKind, Op};
 use super::reference::{Answer, Model};
-use super::{secs, BACKOFF, KEYS, LEASE, PROVIDER, RING_RETENTION, THROTTLE, TICK};
+use super::{secs, BACKOFF, KEYS, LEASE, PROVIDER, RING_RETENTION, ROUTE, ROWS, THROTTLE, TICK};
 
+/// The row `key` of the model: a key of the provider, or (from `KEYS.len()` on) of its
+/// other route.
 fn id(key: usize) -> EventId {
-    EventId::new(PROVIDER, KEYS[key])
+    match key.checked_sub(KEYS.len()) {
+        None => EventId::new(PROVIDER, KEYS[key]),
+        Some(key) => EventId::new(ROUTE, KEYS[key]),
+    }
+}
+
+/// The model's row of a stored id (99: none of the model's).
+fn row_of(id: &EventId) -> usize {
+    let key = KEYS.iter().position(|x| **x == *id.key).unwrap_or(99);
+    if *id.provider == *ROUTE {
+        key + KEYS.len()
+    } else {
+        key
+    }
+}
+
+/// The row of the other route a routed claim or enqueue of `key` writes.
+fn route_row(key: usize, fp: Option<&str>) -> Vec<QueueRow> {
+    vec![QueueRow {
+        id: id(key + KEYS.len()),
+        fingerprint: fp.map(String::from),
+        payload: Bytes::from_static(b"{}"),
+        content_type: Some("application/json".into()),
+        headers: None,
+        keep_payload: false,
+        start: None,
+    }]
 }
 
 /// Runs `op` against the store; its answer in the model's terms.
@@ -25,10 +53,17 @@ async fn run(store: &dyn Store, model: &Model, op: &Op) -> Result<Answer, String
     let lease = secs(LEASE);
     let e = |e: hookgate::store::StoreError| e.to_string();
     Ok(match *op {
-        Op::Claim { key, fp, .. } => {
+        Op::Claim {
+            key, fp, routed, ..
+        } => {
             let fp = fp.map(String::from);
+            let others = if routed {
+                route_row(key, fp.as_deref())
+            } else {
+                Vec::new()
+            };
             match store
-                .claim(&id(key), fp.as_deref(), lease, None)
+                .claim_routed(&id(key), fp.as_deref(), lease, None, &others)
                 .await
                 .map_err(e)?
             {
@@ -38,9 +73,19 @@ async fn run(store: &dyn Store, model: &Model, op: &Op) -> Result<Answer, String
                 }
             }
         }
-        Op::Enqueue { key, fp, start } => {
+        Op::Enqueue {
+            key,
+            fp,
+            start,
+            routed,
+        } => {
             let start = start.is_some();
             let fp = fp.map(String::from);
+            let others = if routed {
+                route_row(key, fp.as_deref())
+            } else {
+                Vec::new()
+            };
             let item = QueueRow {
                 id: id(key),
                 fingerprint: fp.clone(),
@@ -50,7 +95,7 @@ async fn run(store: &dyn Store, model: &Model, op: &Op) -> Result<Answer, String
                 keep_payload: false,
                 start: start.then(|| secs(LEASE)),
             };
-            match store.enqueue(&item).await.map_err(e)? {
+            match store.enqueue_routed(&item, &others).await.map_err(e)? {
                 Enqueued::Inserted => Answer::Inserted,
                 Enqueued::Existing(row) => {
                     Answer::Existing(classify(&row, fp.as_deref()), row.attempts)
@@ -61,25 +106,20 @@ async fn run(store: &dyn Store, model: &Model, op: &Op) -> Result<Answer, String
             }
         }
         Op::Due => {
-            let keys = store.due(PROVIDER, 100).await.map_err(e)?;
-            Answer::Due(
-                keys.iter()
-                    .map(|k| KEYS.iter().position(|x| **x == *k.key).unwrap_or(99))
+            let mut keys = store.due(PROVIDER, 100).await.map_err(e)?;
+            keys.extend(store.due(ROUTE, 100).await.map_err(e)?);
+            Answer::Due(keys.iter().map(row_of).collect())
+        }
+        Op::TakeDue => {
+            let mut taken = store.take_due(PROVIDER, 100, lease, &[]).await.map_err(e)?;
+            taken.extend(store.take_due(ROUTE, 100, lease, &[]).await.map_err(e)?);
+            Answer::TakenMany(
+                taken
+                    .into_iter()
+                    .map(|t| (row_of(&t.id), (t.attempts, t.path, t.tries)))
                     .collect(),
             )
         }
-        Op::TakeDue => Answer::TakenMany(
-            store
-                .take_due(PROVIDER, 100, lease, &[])
-                .await
-                .map_err(e)?
-                .into_iter()
-                .map(|t| {
-                    let key = KEYS.iter().position(|x| **x == *t.id.key).unwrap_or(99);
-                    (key, (t.attempts, t.path, t.tries))
-                })
-                .collect(),
-        ),
         Op::Take { key, .. } => Answer::Taken(
             store
                 .take(&id(key), lease)
@@ -159,7 +199,8 @@ async fn run(store: &dyn Store, model: &Model, op: &Op) -> Result<Answer, String
 
 /// Every row as the store has it, against the model: the invariants after a step.
 async fn check_rows(store: &dyn Store, model: &Model, seen: &mut [i32]) -> Result<(), String> {
-    for (key, name) in KEYS.iter().enumerate() {
+    for key in 0..ROWS {
+        let name = id(key).to_string();
         let stored = store.lookup(&id(key)).await.map_err(|e| e.to_string())?;
         let expected = model.rows.get(&key);
         let (stored, expected) = match (stored, expected) {
@@ -247,7 +288,7 @@ pub(super) async fn run_case(backend: Backend, ops: &[Op]) -> Result<(), String>
     let db = TestDb::on(backend).await;
     let store = db.store().await;
     let mut model = Model::default();
-    let mut seen = [0; KEYS.len()];
+    let mut seen = [0; ROWS];
     for (n, op) in ops.iter().enumerate() {
         if matches!(op, Op::Turn) && backend == Backend::Postgres {
             // A retention period and a turn have passed for the ring (not for the rows):
@@ -282,7 +323,8 @@ async fn drain(db: &TestDb, store: &dyn Store, model: &mut Model) -> Result<(), 
         let step = Op::Step { by: 400 * TICK };
         model.apply(&step);
         db.advance_clock(secs(400 * TICK)).await;
-        let due = store.due(PROVIDER, 100).await.map_err(|e| e.to_string())?;
+        let mut due = store.due(PROVIDER, 100).await.map_err(|e| e.to_string())?;
+        due.extend(store.due(ROUTE, 100).await.map_err(|e| e.to_string())?);
         for key in due {
             let taken = store
                 .take(&key, secs(LEASE))
@@ -300,7 +342,8 @@ async fn drain(db: &TestDb, store: &dyn Store, model: &mut Model) -> Result<(), 
                 .map_err(|e| e.to_string())?;
         }
     }
-    for (key, name) in KEYS.iter().enumerate() {
+    for key in 0..ROWS {
+        let name = id(key).to_string();
         let Some(row) = store.lookup(&id(key)).await.map_err(|e| e.to_string())? else {
             continue;
         };

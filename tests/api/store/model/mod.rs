@@ -24,7 +24,7 @@ mod reference;
 
 use std::time::Duration;
 
-use hookgate::claim::Path;
+use hookgate::claim::{Path, Status};
 use hookgate::store::{Fenced, Retention};
 
 use crate::helpers::Backend;
@@ -44,6 +44,11 @@ const BACKOFF: i64 = 12 * TICK;
 const THROTTLE: i64 = 3 * TICK;
 const PROVIDER: &str = "m";
 const KEYS: [&str; 4] = ["k0", "k1", "k2", "k3"];
+/// The provider's other route: the model's keys from `KEYS.len()` on are the rows of
+/// `KEYS` in this scope (written by routed claims and enqueues).
+const ROUTE: &str = "m.r";
+/// Every row the model knows: each key's, and each key's in [`ROUTE`].
+const ROWS: usize = 2 * KEYS.len();
 const HOLDERS: usize = 3;
 /// Cases in the normal suite, per store.
 const CASES: u64 = 48;
@@ -171,6 +176,38 @@ fn the_model_refuses_a_write_fenced_by_an_older_attempt() {
     assert_eq!(answers[3], Answer::Fenced(Fenced::Stale));
     assert_eq!(answers[4], Answer::Fenced(Fenced::Applied));
     assert_eq!(model.rows[&0].result, Some(201));
+}
+
+/// A routed claim that is won writes the key's row in the other route, queued; one that is
+/// not won, or a duplicate, writes none; the route's row is then a row like any other.
+#[test]
+fn the_model_writes_a_routes_row_with_a_won_claim_only() {
+    let mut model = Model::default();
+    let steps = [
+        "claim k0 a h0 +r",
+        "claim k1 a h1",
+        "claim k1 a h2 +r",
+        "take k4 h2",
+        "complete h2 200",
+    ];
+    let answers: Vec<Answer> = steps
+        .iter()
+        .map(|s| model.apply(&s.parse().unwrap()))
+        .collect();
+    assert_eq!(answers[0], Answer::Won(1, Path::FirstRun));
+    assert_eq!(model.rows[&KEYS.len()].status, Status::Done);
+    assert!(matches!(answers[2], Answer::Existing(..)));
+    assert!(
+        !model.rows.contains_key(&(KEYS.len() + 1)),
+        "k1's route row"
+    );
+    assert_eq!(answers[3], Answer::Taken(Some((1, Path::FirstRun, 1))));
+    let generated: Vec<String> = generate(&mut fastrand::Rng::with_seed(7), 500)
+        .iter()
+        .map(Op::to_string)
+        .collect();
+    assert!(generated.iter().any(|s| s.ends_with("+r")));
+    assert!(generated.iter().any(|s| s.starts_with("take k4")));
 }
 
 on_both_stores!(the_store_agrees_with_the_model);

@@ -7,7 +7,7 @@ use std::str::FromStr;
 use hookgate::claim::Status;
 
 use super::reference::Model;
-use super::{HOLDERS, TICK};
+use super::{HOLDERS, KEYS, TICK};
 
 /// How an attempt fails.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -23,16 +23,21 @@ pub(super) enum FailKind {
 /// One step of a sequence.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) enum Op {
+    /// `routed`: the event has one other route, whose row (the key's row in [`ROUTE`](
+    /// super::ROUTE)) a won claim writes too.
     Claim {
         key: usize,
         fp: Option<char>,
         holder: usize,
+        routed: bool,
     },
-    /// With a holder: written already taken for its first attempt, held by it.
+    /// With a holder: written already taken for its first attempt, held by it. `routed`:
+    /// a new row writes the key's row in the other route too.
     Enqueue {
         key: usize,
         fp: Option<char>,
         start: Option<usize>,
+        routed: bool,
     },
     Due,
     /// Takes every due row at once; each goes to a holder with none, in key order (a row
@@ -80,11 +85,22 @@ pub(super) enum Op {
 impl fmt::Display for Op {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let fp = |fp: &Option<char>| fp.map_or("-".to_owned(), |c| c.to_string());
+        let routed = |routed: &bool| if *routed { " +r" } else { "" };
         match self {
-            Op::Claim { key, fp: p, holder } => write!(f, "claim k{key} {} h{holder}", fp(p)),
-            Op::Enqueue { key, fp: p, start } => match start {
-                Some(h) => write!(f, "enqueue k{key} {} h{h}", fp(p)),
-                None => write!(f, "enqueue k{key} {}", fp(p)),
+            Op::Claim {
+                key,
+                fp: p,
+                holder,
+                routed: r,
+            } => write!(f, "claim k{key} {} h{holder}{}", fp(p), routed(r)),
+            Op::Enqueue {
+                key,
+                fp: p,
+                start,
+                routed: r,
+            } => match start {
+                Some(h) => write!(f, "enqueue k{key} {} h{h}{}", fp(p), routed(r)),
+                None => write!(f, "enqueue k{key} {}{}", fp(p), routed(r)),
             },
             Op::Due => write!(f, "due"),
             Op::TakeDue => write!(f, "takedue"),
@@ -113,7 +129,11 @@ impl FromStr for Op {
     type Err = String;
 
     fn from_str(line: &str) -> Result<Self, String> {
-        let words: Vec<&str> = line.split_whitespace().collect();
+        let mut words: Vec<&str> = line.split_whitespace().collect();
+        let routed = words.last() == Some(&"+r");
+        if routed {
+            words.pop();
+        }
         let index = |w: &str, prefix: char| -> Result<usize, String> {
             w.strip_prefix(prefix)
                 .and_then(|n| n.parse().ok())
@@ -128,16 +148,19 @@ impl FromStr for Op {
                 key: index(k, 'k')?,
                 fp: fp(p),
                 holder: index(h, 'h')?,
+                routed,
             },
             ["enqueue", k, p] => Op::Enqueue {
                 key: index(k, 'k')?,
                 fp: fp(p),
                 start: None,
+                routed,
             },
             ["enqueue", k, p, h] => Op::Enqueue {
                 key: index(k, 'k')?,
                 fp: fp(p),
                 start: Some(index(h, 'h')?),
+                routed,
             },
             ["due"] => Op::Due,
             ["takedue"] => Op::TakeDue,
@@ -195,6 +218,13 @@ pub(super) fn generate(rng: &mut fastrand::Rng, steps: usize) -> Vec<Op> {
     let mut ops = Vec::with_capacity(steps);
     for _ in 0..steps {
         let key = [0, 0, 0, 0, 1, 1, 1, 2, 2, 3][rng.usize(..10)];
+        // `k0` and `k1` often have another route; steps on a row may pick its route's row.
+        let routed = key < 2 && rng.u8(..10) < 5;
+        let row = if key < 2 && rng.u8(..10) < 3 {
+            key + KEYS.len()
+        } else {
+            key
+        };
         let holder = rng.usize(..HOLDERS);
         let holding: Vec<usize> = (0..HOLDERS)
             .filter(|h| model.holders[*h].is_some())
@@ -219,15 +249,17 @@ pub(super) fn generate(rng: &mut fastrand::Rng, steps: usize) -> Vec<Op> {
                 key,
                 fp: fp(rng),
                 holder,
+                routed,
             },
             14..=23 => Op::Enqueue {
                 key,
                 fp: fp(rng),
                 start: rng.bool().then_some(holder),
+                routed,
             },
             24..=26 => Op::Due,
             27..=30 => Op::TakeDue,
-            31..=40 => Op::Take { key, holder },
+            31..=40 => Op::Take { key: row, holder },
             41..=48 => Op::Renew { holder: busy },
             49..=57 => Op::Complete {
                 holder: busy,
@@ -237,7 +269,7 @@ pub(super) fn generate(rng: &mut fastrand::Rng, steps: usize) -> Vec<Op> {
                 holder: busy,
                 kind: [FailKind::Retry, FailKind::Dead, FailKind::Throttle][rng.usize(..3)],
             },
-            67..=72 => Op::Replay { key, holder },
+            67..=72 => Op::Replay { key: row, holder },
             73..=75 => Op::Abandon {
                 horizon: [3, 6, 30, 60][rng.usize(..4)] * TICK,
             },

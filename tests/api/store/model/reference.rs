@@ -8,7 +8,7 @@ use hookgate::claim::{classify, Mode, Path, Status};
 use hookgate::store::Fenced;
 
 use super::ops::{FailKind, Op};
-use super::{BACKOFF, HOLDERS, LEASE, THROTTLE};
+use super::{BACKOFF, HOLDERS, KEYS, LEASE, THROTTLE};
 
 /// What the model knows of one row. Times are model seconds.
 #[derive(Debug, Clone, PartialEq)]
@@ -88,11 +88,51 @@ pub(super) enum Answer {
 }
 
 impl Model {
-    /// Applies `op` and says what the store must answer.
+    /// Applies `op` and says what the store must answer. A routed claim that is won, or
+    /// a routed enqueue that writes its row, writes the key's row in the other route too
+    /// (queued, due now) unless it exists.
     pub(super) fn apply(&mut self, op: &Op) -> Answer {
+        let answer = self.apply_one(op);
+        let routed = match *op {
+            Op::Claim {
+                key,
+                fp,
+                routed: true,
+                ..
+            } if matches!(answer, Answer::Won(..)) => Some((key, fp)),
+            Op::Enqueue {
+                key,
+                fp,
+                routed: true,
+                ..
+            } if answer == Answer::Inserted => Some((key, fp)),
+            _ => None,
+        };
+        if let Some((key, fp)) = routed {
+            let now = self.now;
+            self.rows.entry(key + KEYS.len()).or_insert(Row {
+                status: Status::Queued,
+                mode: Mode::Queue,
+                attempts: 0,
+                throttles: 0,
+                fingerprint: fp,
+                payload: true,
+                result: None,
+                dead_reason: None,
+                lease_end: None,
+                next_at: Some(now),
+                updated: now,
+            });
+        }
+        answer
+    }
+
+    fn apply_one(&mut self, op: &Op) -> Answer {
         let now = self.now;
         match *op {
-            Op::Claim { key, fp, holder } => match self.rows.get_mut(&key) {
+            Op::Claim {
+                key, fp, holder, ..
+            } => match self.rows.get_mut(&key) {
                 None => {
                     self.rows.insert(
                         key,
@@ -131,7 +171,7 @@ impl Model {
                     }
                 }
             },
-            Op::Enqueue { key, fp, start } => match self.rows.get(&key) {
+            Op::Enqueue { key, fp, start, .. } => match self.rows.get(&key) {
                 Some(row) if row.mode == Mode::Sync => {
                     Answer::SyncRow(sender_path(row, fp), row.attempts)
                 }
