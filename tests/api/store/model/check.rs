@@ -199,13 +199,13 @@ async fn run(store: &dyn Store, model: &Model, op: &Op) -> Result<Answer, String
 
 /// Every row as the store has it, against the model: the invariants after a step.
 async fn check_rows(store: &dyn Store, model: &Model, seen: &mut [i32]) -> Result<(), String> {
-    for key in 0..ROWS {
+    for (key, seen) in seen.iter_mut().enumerate().take(ROWS) {
         let name = id(key).to_string();
         let stored = store.lookup(&id(key)).await.map_err(|e| e.to_string())?;
         let expected = model.rows.get(&key);
         let (stored, expected) = match (stored, expected) {
             (None, None) => {
-                seen[key] = 0;
+                *seen = 0;
                 continue;
             }
             (Some(s), Some(e)) => (s, e),
@@ -262,13 +262,13 @@ async fn check_rows(store: &dyn Store, model: &Model, seen: &mut [i32]) -> Resul
         if !found.is_empty() {
             return Err(format!("{name}: {}", found.join("; ")));
         }
-        if stored.attempts < seen[key] {
+        if stored.attempts < *seen {
             return Err(format!(
                 "{name}: attempts went down, {} after {}",
-                stored.attempts, seen[key]
+                stored.attempts, *seen
             ));
         }
-        seen[key] = stored.attempts;
+        *seen = stored.attempts;
         // At most one holder of a key has a live lease: the latest attempt.
         let live = model
             .holders
