@@ -19,6 +19,11 @@ impl BinaryNode {
     /// Starts the binary serving [`PROVIDER`] in queue mode (lease 2 s, scheduler polling
     /// every 100 ms) on `db`'s schema, delivering to `target`.
     pub async fn start_queue(db: &TestDb, target: &TestTarget) -> Self {
+        Self::start_queue_with(db, target, "").await
+    }
+
+    /// [`BinaryNode::start_queue`] with `provider` (TOML) added to the provider's entry.
+    pub async fn start_queue_with(db: &TestDb, target: &TestTarget, provider: &str) -> Self {
         let port = free_port();
         let dir = std::env::temp_dir().join(format!("hookgate-node-{}-{port}", std::process::id()));
         std::fs::create_dir_all(&dir).expect("node dir");
@@ -47,6 +52,7 @@ preset = "none"
 mode = "queue"
 key = [{{ header = "X-Idempotency-Key" }}, {{ json = "/id" }}]
 target = {{ url = "{target}", timeout = "1s" }}
+{provider}
 "#,
                 url = db.url,
                 schema = db.schema,

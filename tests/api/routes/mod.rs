@@ -6,11 +6,13 @@
 //! * `changes.rs` — routes added and removed under existing rows; their config rules.
 //! * `console.rs` — the console shows an event's routes, in a real browser.
 //! * `operators.rs` — an event shows its routes; search, pauses and replays take a route.
+//! * `resilience.rs` — a node killed mid-delivery of a route, a route slower than the lease.
 
 mod changes;
 mod console;
 mod delivery;
 mod operators;
+mod resilience;
 
 use hookgate::config::{Config, TargetConfig};
 use hookgate::filter::{Condition, Filter};
