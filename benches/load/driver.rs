@@ -52,15 +52,20 @@ impl Report {
     }
 }
 
-/// Drives `scenario` against `url` (`…/webhooks/{provider}`).
+/// Drives `scenario` against `urls` (`…/webhooks/{provider}`): with several, each event
+/// (key) is sent to every one in turn, a request each. With `rate` (requests a second, over
+/// all connections) each connection paces its requests instead of sending the next as soon
+/// as the last is answered.
 pub async fn drive(
-    url: String,
+    urls: Vec<String>,
     scenario: Scenario,
     connections: usize,
     duration: Duration,
     max_requests: u64,
     window: Option<Duration>,
+    rate: Option<u64>,
 ) -> Report {
+    let every = rate.map(|r| Duration::from_secs_f64(connections as f64 / r.max(1) as f64));
     let started = Instant::now();
     let deadline = started + duration;
     let sent = Rc::new(RefCell::new(0u64));
@@ -92,7 +97,7 @@ pub async fn drive(
     });
     let mut tasks = Vec::new();
     for conn in 0..connections {
-        let url = url.clone();
+        let urls = urls.clone();
         let sent = Rc::clone(&sent);
         let answered = Rc::clone(&answered);
         let recent = window.map(|_| Rc::clone(&recent));
@@ -110,12 +115,20 @@ pub async fn drive(
                     }
                     *sent += 1;
                 }
-                let key = scenario.key(conn, i, started.elapsed());
+                if let Some(every) = every {
+                    // Request i of this connection is due at its slot, the connections'
+                    // slots spread over one interval.
+                    let offset = every.mul_f64(conn as f64 / connections as f64);
+                    let due = started + offset + every.mul_f64(i as f64);
+                    actix_rt::time::sleep_until(due.into()).await;
+                }
+                let url = &urls[(i % urls.len() as u64) as usize];
+                let key = scenario.key(conn, i / urls.len() as u64, started.elapsed());
                 i += 1;
                 let body = format!(r#"{{"id":"{key}","type":"bench.event"}}"#);
                 let t = Instant::now();
                 let result = client
-                    .post(&url)
+                    .post(url)
                     .insert_header(("Content-Type", "application/json"))
                     .insert_header(("X-Idempotency-Key", key.as_str()))
                     .send_body(body)

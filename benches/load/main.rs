@@ -19,10 +19,15 @@
 //! duplicate, on expired prefill left or young prefill removed, on a redelivery not answered
 //! from its row, and on unbounded growth; see `soak.rs`.
 //!
+//! `--scenario routes [--store postgres]`: one route, a provider with three routes, and three
+//! providers of one route each, compared (events a second, the sender's p99, Postgres CPU
+//! per delivered pair); see `routes.rs`.
+//!
 //! The fault runs (chaos, failover, crash) are `cargo bench --bench faults`; the queue
 //! comparison with graphile-worker is `cargo bench --bench comparison`.
 
 mod driver;
+mod routes;
 mod scenario;
 mod soak;
 mod soak_db;
@@ -43,9 +48,9 @@ use hookgate_kit::target::{Behaviour, Setup, Target};
 use scenario::{Scenario, DUPLICATE_KEYS};
 
 #[derive(Debug, Parser)]
-struct Args {
-    /// unique, duplicate, mixed, hot, hot_fail, slow_target, bare, soak, or all (the soak is
-    /// not part of all).
+pub(crate) struct Args {
+    /// unique, duplicate, mixed, hot, hot_fail, slow_target, bare, soak, routes, or all (the
+    /// soak and routes are not part of all).
     #[arg(long, default_value = "all")]
     scenario: String,
     /// Concurrent client connections.
@@ -80,7 +85,8 @@ struct Args {
     /// report interval (default 60s).
     #[arg(long, value_parser = humantime::parse_duration)]
     window: Option<Duration>,
-    /// New events a second in the soak (default 500; 0: as fast as the connections go).
+    /// New events a second in the soak (default 500; 0: as fast as the connections go), or
+    /// in `routes` (default: as fast as the connections go).
     #[arg(long)]
     rate: Option<u64>,
     /// The soak's delivery mode: sync (senders redeliver) or queue (hookgate redelivers).
@@ -117,7 +123,7 @@ struct Args {
 }
 
 /// How long a scenario runs unless `--duration` says otherwise.
-const DURATION: Duration = Duration::from_secs(10);
+pub(crate) const DURATION: Duration = Duration::from_secs(10);
 
 /// The allocator hookgate's binary uses (src/main.rs), so the bench measures what ships.
 #[global_allocator]
@@ -128,6 +134,13 @@ fn main() {
     if args.scenario == "soak" {
         if !soak::run(&args) {
             eprintln!("FAILED: the soak's checks (see the lines marked FAIL)");
+            std::process::exit(1);
+        }
+        return;
+    }
+    if args.scenario == "routes" {
+        if actix_rt::System::new().block_on(routes::run(&args)) > 0 {
+            eprintln!("FAILED: the targets saw duplicate deliveries");
             std::process::exit(1);
         }
         return;
@@ -217,12 +230,13 @@ async fn run(args: &Args, scenario: Scenario) -> u64 {
     let drive_url = url.clone();
     let report = actix_rt::task::spawn_blocking(move || {
         actix_rt::System::new().block_on(driver::drive(
-            drive_url,
+            vec![drive_url],
             scenario,
             connections,
             duration,
             requests,
             window,
+            None,
         ))
     })
     .await
@@ -272,7 +286,7 @@ async fn run(args: &Args, scenario: Scenario) -> u64 {
 
 /// hookgate's config for one scenario: a provider `bench` keyed by header, on a fresh
 /// Postgres schema or SQLite file. Answers the SQLite file to remove afterwards.
-fn config(args: &Args, scenario: &str, target: &str) -> (Config, Option<String>) {
+pub(crate) fn config(args: &Args, scenario: &str, target: &str) -> (Config, Option<String>) {
     let mut config = Config::from_toml(&format!(
         r#"
         [server]

@@ -103,8 +103,8 @@ struct Accepted {
     mode: Mode,
     /// No route's filter accepted it.
     filtered: bool,
-    /// The scopes of the other routes that accept it (see [`Event::others`]).
-    others: Vec<Arc<str>>,
+    /// The other routes that accept it (see [`Event::others`]).
+    others: Vec<Arc<crate::provider::Route>>,
 }
 
 /// Everything checked before a claim, in order: provider, body size, signature, key.
@@ -134,7 +134,7 @@ async fn accept(
             .is_none_or(|f| f.accepts(req.headers(), &parsed))
     });
     let answering = accepting.next();
-    let others = accepting.map(|r| Arc::clone(&r.scope)).collect();
+    let others = accepting.cloned().collect();
     // No route accepts it: recorded on the main route's row as filtered, so that its
     // redeliveries are duplicates too.
     let filtered = answering.is_none();

@@ -109,6 +109,9 @@ pub struct Shard {
     /// Claims and attempts in flight, each counted by a guard its future owns; whether
     /// [`Drain`] came (nothing more is claimed); the [`Drained`] callers.
     pub(super) busy: BusyCounts,
+    /// Other routes' rows being written taken to wait for a worker here (see `routes.rs`):
+    /// counted against the shard's room until their claims answer.
+    pub(super) waiting_others: usize,
     pub(super) log: Logger,
 }
 
@@ -136,6 +139,7 @@ impl Shard {
                 .done
                 .writer(settings.cache_capacity, settings.cache_bytes),
             busy: BusyCounts::default(),
+            waiting_others: 0,
             settings,
             log,
         }

@@ -48,10 +48,6 @@ impl Shard {
                 // and its redeliveries are duplicates; its attempt delivers nothing.
                 let path = if event.filtered { Path::Filtered } else { path };
                 self.log_claim(&event, path, Some(attempts));
-                if !event.others.is_empty() {
-                    // Its other routes' rows were written with the claim: due now.
-                    self.signals.arrived();
-                }
                 let waiters = self.in_flight.won(&event, token, attempts);
                 self.answer_waiters_of_won(&event, attempts, waiters);
                 let lease = self.settings.lease;

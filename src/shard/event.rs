@@ -7,7 +7,7 @@ use actix_web::web::Bytes;
 
 use crate::claim::Mode;
 use crate::key::EventId;
-use crate::provider::Target;
+use crate::provider::{Route, Target};
 
 /// One received, verified, keyed delivery.
 #[derive(Debug, Clone)]
@@ -29,10 +29,9 @@ pub struct Event {
     /// Its target's filter did not accept it: a won claim records it done as
     /// [`Path::Filtered`](crate::claim::Path::Filtered), and nothing is delivered.
     pub filtered: bool,
-    /// The scopes of the event's other routes that accept it: their rows are written in
-    /// the commit that wins this event's claim (or writes its queue row), and delivered by
-    /// the scheduler.
-    pub others: Vec<Arc<str>>,
+    /// The event's other routes that accept it: their rows are written in the commit that
+    /// wins this event's claim (or writes its queue row), and delivered from there.
+    pub others: Vec<Arc<Route>>,
 }
 
 impl Event {
@@ -44,8 +43,8 @@ impl Event {
         let headers = super::record::kept_headers(self);
         self.others
             .iter()
-            .map(|scope| crate::store::QueueRow {
-                id: EventId::new(Arc::clone(scope), Arc::clone(&self.id.key)),
+            .map(|route| crate::store::QueueRow {
+                id: EventId::new(Arc::clone(&route.scope), Arc::clone(&self.id.key)),
                 fingerprint: self.fingerprint.clone(),
                 payload: self.body.clone(),
                 content_type: self.content_type.clone(),

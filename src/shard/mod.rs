@@ -24,6 +24,7 @@ mod queue;
 mod record;
 mod replay;
 mod reply;
+mod routes;
 mod signals;
 mod slots;
 mod sync;

@@ -72,10 +72,14 @@ impl Shard {
         let mut item = event.to_queue_row();
         item.start = worker.map(|_| self.settings.lease);
         let sent = Instant::now();
-        let others = event.other_rows();
-        let write = async move { store.enqueue_routed(&item, &others).await };
+        let others = self.reserve_others(&event);
+        let rows = others.rows.clone();
+        let write = async move { store.enqueue_routed(&item, &rows).await };
         ctx.spawn(write.into_actor(self).map(move |result, act, ctx| {
+            let written = result.as_ref().map_or(Vec::new(), |r| r.written.clone());
+            let result = result.map(|r| r.answer);
             act.answer_enqueue(event, reply, token, worker.map(|w| (w, sent)), result, ctx);
+            act.start_others(others, &written, sent, ctx);
             drop(busy);
         }));
     }
@@ -136,10 +140,6 @@ impl Shard {
         match result {
             Ok(Enqueued::Inserted) => {
                 self.log_claim(&event, Path::Queued, None);
-                if !event.others.is_empty() {
-                    // Its other routes' rows were written with it: due now.
-                    self.signals.arrived();
-                }
                 let _ = reply.send(Answer {
                     path: Path::Queued,
                     attempts: None,

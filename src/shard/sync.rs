@@ -192,7 +192,8 @@ impl Shard {
             headers: super::record::kept_headers(&ev),
         });
         // The other routes' rows commit with a won claim, before its attempt starts.
-        let others = ev.other_rows();
+        let others = self.reserve_others(&ev);
+        let rows = others.rows.clone();
         let claim = async move {
             store
                 .claim_routed(
@@ -200,7 +201,7 @@ impl Shard {
                     ev.fingerprint.as_deref(),
                     lease,
                     keep.as_ref(),
-                    &others,
+                    &rows,
                 )
                 .await
         };
@@ -212,7 +213,9 @@ impl Shard {
             sent,
         };
         ctx.spawn(claim.into_actor(self).map(move |result, act, ctx| {
-            act.answer_claim(claiming, result, ctx);
+            let written = result.as_ref().map_or(Vec::new(), |r| r.written.clone());
+            act.answer_claim(claiming, result.map(|r| r.answer), ctx);
+            act.start_others(others, &written, sent, ctx);
             drop(busy);
         }));
     }

@@ -89,7 +89,7 @@ impl Shard {
     }
 
     /// The attempt a taken row is, its lease counted from `sent` (just before the take).
-    fn queue_attempt(&self, event: Arc<Event>, taken: &Taken, sent: Instant) -> Attempt {
+    pub(super) fn queue_attempt(&self, event: Arc<Event>, taken: &Taken, sent: Instant) -> Attempt {
         let lease = self.settings.lease;
         let horizon_left = event.target.horizon.saturating_sub(taken.age);
         Attempt::held(event, taken.attempts, taken.path, after(sent, lease)).renewed(

@@ -15,7 +15,7 @@ use crate::key::EventId;
 use super::page::PageCursor;
 use super::types::{
     Enqueued, EventRecord, EventSummary, Failure, Fenced, History, Kept, MigrationWait, QueueDepth,
-    QueueRow, Reopened, StoreFuture, Taken,
+    QueueRow, Reopened, Routed, StoreFuture, Taken,
 };
 
 /// The operations hookgate needs from a database.
@@ -67,14 +67,17 @@ pub trait Store: Send + Sync + 'static {
         lease: Duration,
         keep: Option<&'a Kept>,
     ) -> StoreFuture<'a, ClaimResult> {
-        self.claim_routed(id, fingerprint, lease, keep, &[])
+        let routed = self.claim_routed(id, fingerprint, lease, keep, &[]);
+        Box::pin(async move { routed.await.map(|r| r.answer) })
     }
 
     /// [`claim`](Self::claim) for an event with other routes: when the claim is won,
     /// `others` (the event's rows for the other routes that accept it) are written as
     /// [`enqueue`](Self::enqueue) writes a row, a key already known left as it stands, in
     /// the same commit. So every route of an event has its row before the answering
-    /// route's attempt starts, and a redelivery that finds the event done writes none.
+    /// route's attempt starts, and a redelivery that finds the event done writes none. An
+    /// other row with `start` is written taken for its first attempt (the caller runs it);
+    /// the answer says which rows this call wrote.
     fn claim_routed<'a>(
         &'a self,
         id: &'a EventId,
@@ -82,7 +85,7 @@ pub trait Store: Send + Sync + 'static {
         lease: Duration,
         keep: Option<&'a Kept>,
         others: &'a [QueueRow],
-    ) -> StoreFuture<'a, ClaimResult>;
+    ) -> StoreFuture<'a, Routed<ClaimResult>>;
 
     /// Marks attempt `attempts` done with `result`, if the row is still that attempt's,
     /// with its `history` row in the same statement.
@@ -140,7 +143,8 @@ pub trait Store: Send + Sync + 'static {
     /// key is known, in which case the row is reported as it stands. Answers only once the
     /// row is durable.
     fn enqueue<'a>(&'a self, item: &'a QueueRow) -> StoreFuture<'a, Enqueued> {
-        self.enqueue_routed(item, &[])
+        let routed = self.enqueue_routed(item, &[]);
+        Box::pin(async move { routed.await.map(|r| r.answer) })
     }
 
     /// [`enqueue`](Self::enqueue) for an event with other routes: when `item` is written
@@ -150,7 +154,7 @@ pub trait Store: Send + Sync + 'static {
         &'a self,
         item: &'a QueueRow,
         others: &'a [QueueRow],
-    ) -> StoreFuture<'a, Enqueued>;
+    ) -> StoreFuture<'a, Routed<Enqueued>>;
 
     /// Queue mode: takes a due row for one attempt holding a lease of `lease` — the claim's
     /// rule on an existing row: `queued` (path `first_run`), `failed` whose backoff has

@@ -29,5 +29,5 @@ pub use search::{SearchPage, SCAN_BUDGET};
 pub(crate) use types::{millis, storable, within};
 pub use types::{
     AttemptRecord, Enqueued, EventRecord, EventSummary, Failure, Fenced, History, Kept,
-    MigrationWait, QueueDepth, QueueRow, Reopened, StoreFuture, Taken,
+    MigrationWait, QueueDepth, QueueRow, Reopened, Routed, StoreFuture, Taken,
 };

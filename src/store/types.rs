@@ -89,6 +89,17 @@ pub struct QueueRow {
     pub start: Option<Duration>,
 }
 
+/// A routed claim's or enqueue's answer: its own, and for each of the event's other routes'
+/// rows, in order, whether this call wrote it (`false`: the call was not won, or the row
+/// existed and was left as it stands).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Routed<T> {
+    /// The claim's (or enqueue's) own answer.
+    pub answer: T,
+    /// Per other route's row: written by this call.
+    pub written: Vec<bool>,
+}
+
 /// What [`Store::enqueue`](super::Store::enqueue) did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Enqueued {

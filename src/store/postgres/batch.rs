@@ -13,11 +13,13 @@ use tokio_postgres::error::SqlState;
 
 use super::batch_sql::{CLAIM_BATCH, COMPLETE_BATCH, COMPLETE_BATCH_PLAIN, ENQUEUE_BATCH};
 use super::pool::{ClaimCall, CompleteCall, EnqueueCall, Inner};
-use super::routed::{atomic, claim_writes_others, enqueue_writes_others, write_others};
+use super::routed::{
+    atomic, claim_writes_others, enqueue_writes_others, write_others, written_of, Written,
+};
 use super::rows::{claim_result, db_error, existing, get};
 use crate::claim::ClaimResult;
 use crate::key::EventId;
-use crate::store::{millis, Enqueued, Fenced, History, Kept, QueueRow, StoreError};
+use crate::store::{millis, Enqueued, Fenced, History, Kept, QueueRow, Routed, StoreError};
 
 /// Errors after which the calls are worth retrying one by one: a deadlock or
 /// serialization failure between two nodes' batches rolled the whole statement back, or
@@ -39,7 +41,7 @@ fn key(id: &EventId) -> (Arc<str>, Arc<str>) {
 pub(crate) async fn claims(
     inner: Arc<Inner>,
     calls: Vec<ClaimCall>,
-) -> Vec<Result<ClaimResult, StoreError>> {
+) -> Vec<Result<Routed<ClaimResult>, StoreError>> {
     keyed(&inner, &calls).await
 }
 
@@ -57,33 +59,39 @@ trait Keyed: Sized + Sync {
 }
 
 impl Keyed for ClaimCall {
-    type Answer = ClaimResult;
+    type Answer = Routed<ClaimResult>;
     fn id(&self) -> &EventId {
         &self.id
     }
     fn batch(
         inner: &Inner,
         calls: &[&Self],
-    ) -> impl Future<Output = Result<Report<ClaimResult>, BatchError>> + Send {
+    ) -> impl Future<Output = Result<Report<Routed<ClaimResult>>, BatchError>> + Send {
         claim_batch(inner, calls)
     }
-    fn alone(&self, inner: &Inner) -> impl Future<Output = Result<ClaimResult, StoreError>> + Send {
+    fn alone(
+        &self,
+        inner: &Inner,
+    ) -> impl Future<Output = Result<Routed<ClaimResult>, StoreError>> + Send {
         inner.claim(self)
     }
 }
 
 impl Keyed for EnqueueCall {
-    type Answer = Enqueued;
+    type Answer = Routed<Enqueued>;
     fn id(&self) -> &EventId {
         &self.row.id
     }
     fn batch(
         inner: &Inner,
         calls: &[&Self],
-    ) -> impl Future<Output = Result<Report<Enqueued>, BatchError>> + Send {
+    ) -> impl Future<Output = Result<Report<Routed<Enqueued>>, BatchError>> + Send {
         enqueue_batch(inner, calls)
     }
-    fn alone(&self, inner: &Inner) -> impl Future<Output = Result<Enqueued, StoreError>> + Send {
+    fn alone(
+        &self,
+        inner: &Inner,
+    ) -> impl Future<Output = Result<Routed<Enqueued>, StoreError>> + Send {
         super::queue::enqueue(inner, &self.row, &self.others)
     }
 }
@@ -151,7 +159,7 @@ type Report<T> = HashMap<(Arc<str>, Arc<str>), Result<T, StoreError>>;
 async fn claim_batch(
     inner: &Inner,
     calls: &[&ClaimCall],
-) -> Result<Report<ClaimResult>, BatchError> {
+) -> Result<Report<Routed<ClaimResult>>, BatchError> {
     inner
         .run(async |client| Ok(claim_batch_on(client, calls).await))
         .await
@@ -163,7 +171,7 @@ async fn claim_batch(
 async fn claim_batch_on(
     client: &deadpool_postgres::Client,
     calls: &[&ClaimCall],
-) -> Result<Report<ClaimResult>, BatchError> {
+) -> Result<Report<Routed<ClaimResult>>, BatchError> {
     let routed = calls.iter().any(|c| !c.others.is_empty());
     atomic(client, routed, coded, async |client| {
         let reported = claim_batch_rows(client, calls).await?;
@@ -172,10 +180,46 @@ async fn claim_batch_on(
             .filter(|c| claim_writes_others(reported.get(&key(&c.id))))
             .flat_map(|c| &c.others)
             .collect();
-        write_others(client, &others).await?;
-        Ok(reported)
+        let written = write_others(client, &others).await?;
+        Ok(with_written(
+            reported,
+            calls,
+            |c| (&c.id, &c.others),
+            &written,
+        ))
     })
     .await
+}
+
+/// Each reported answer with which of its call's other rows `written` holds.
+fn with_written<T, C>(
+    reported: Report<T>,
+    calls: &[&C],
+    parts: impl Fn(&C) -> (&EventId, &[QueueRow]),
+    written: &Written,
+) -> Report<Routed<T>> {
+    let others: HashMap<_, _> = calls
+        .iter()
+        .map(|c| {
+            let (id, others) = parts(c);
+            (key(id), others)
+        })
+        .collect();
+    reported
+        .into_iter()
+        .map(|(k, answer)| {
+            let flags = others
+                .get(&k)
+                .map_or_else(Vec::new, |o| written_of(o, written));
+            (
+                k,
+                answer.map(|answer| Routed {
+                    answer,
+                    written: flags,
+                }),
+            )
+        })
+        .collect()
 }
 
 async fn claim_batch_rows(
@@ -225,7 +269,7 @@ async fn claim_batch_rows(
 pub(crate) async fn enqueues(
     inner: Arc<Inner>,
     calls: Vec<EnqueueCall>,
-) -> Vec<Result<Enqueued, StoreError>> {
+) -> Vec<Result<Routed<Enqueued>, StoreError>> {
     keyed(&inner, &calls).await
 }
 
@@ -234,7 +278,7 @@ pub(crate) async fn enqueues(
 async fn enqueue_batch(
     inner: &Inner,
     calls: &[&EnqueueCall],
-) -> Result<Report<Enqueued>, BatchError> {
+) -> Result<Report<Routed<Enqueued>>, BatchError> {
     let routed = calls.iter().any(|c| !c.others.is_empty());
     let rows: Vec<&QueueRow> = calls.iter().map(|c| &c.row).collect();
     inner
@@ -246,8 +290,13 @@ async fn enqueue_batch(
                     .filter(|c| enqueue_writes_others(reported.get(&key(&c.row.id))))
                     .flat_map(|c| &c.others)
                     .collect();
-                write_others(client, &others).await?;
-                Ok(reported)
+                let written = write_others(client, &others).await?;
+                Ok(with_written(
+                    reported,
+                    calls,
+                    |c| (&c.row.id, &c.others),
+                    &written,
+                ))
             })
             .await)
         })

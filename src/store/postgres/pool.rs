@@ -14,13 +14,13 @@ use tokio_postgres::CancelToken;
 use tokio_postgres_rustls::MakeRustlsConnect;
 
 use super::connection::end_cancelled;
-use super::routed::{atomic, write_others};
+use super::routed::{atomic, write_others, written_of, Written};
 use super::rows::{claim_result, db_error, get, is_read_only, pool_error};
 use super::sql::{CLAIM, COMPLETE, COMPLETE_PLAIN};
 use crate::claim::{ClaimResult, StoredResult};
 use crate::key::EventId;
 use crate::store::reconnect::Reconnect;
-use crate::store::{millis, Fenced, History, Kept, QueueRow, StoreError};
+use crate::store::{millis, Fenced, History, Kept, QueueRow, Routed, StoreError};
 
 /// One claim: run alone here, or in a batch (`batch.rs`).
 pub(crate) struct ClaimCall {
@@ -218,7 +218,7 @@ impl Inner {
 
     /// The single-row claim, retried while a concurrent insert hides the row from the
     /// statement's snapshot.
-    pub(crate) async fn claim(&self, call: &ClaimCall) -> Result<ClaimResult, StoreError> {
+    pub(crate) async fn claim(&self, call: &ClaimCall) -> Result<Routed<ClaimResult>, StoreError> {
         // An empty answer means a concurrent insert committed after our snapshot; the
         // next statement's snapshot sees it. Two more tries are plenty.
         for _ in 0..3 {
@@ -270,7 +270,10 @@ impl Inner {
         .await
     }
 
-    async fn claim_once(&self, call: &ClaimCall) -> Result<Option<ClaimResult>, StoreError> {
+    async fn claim_once(
+        &self,
+        call: &ClaimCall,
+    ) -> Result<Option<Routed<ClaimResult>>, StoreError> {
         let keep = call.keep.as_ref();
         let payload = keep.map(|k| &k.payload[..]);
         let content_type = keep.and_then(|k| k.content_type.as_deref());
@@ -294,11 +297,18 @@ impl Inner {
                     )
                     .await
                     .map_err(db_error)?;
-                let answer = row.map(|row| claim_result(&row)).transpose()?;
-                if matches!(answer, Some(ClaimResult::Won { .. })) {
-                    write_others(client, &others).await.map_err(|(e, _)| e)?;
-                }
-                Ok(answer)
+                let Some(answer) = row.map(|row| claim_result(&row)).transpose()? else {
+                    return Ok(None);
+                };
+                let written = if matches!(answer, ClaimResult::Won { .. }) {
+                    write_others(client, &others).await.map_err(|(e, _)| e)?
+                } else {
+                    Written::new()
+                };
+                Ok(Some(Routed {
+                    answer,
+                    written: written_of(&call.others, &written),
+                }))
             })
             .await
         })

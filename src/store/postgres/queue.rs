@@ -10,19 +10,19 @@ use super::pool::Inner;
 use super::queue_sql::{
     ABANDON, DUE, ENQUEUE, ORPHAN, ORPHAN_SYNC, QUEUE_DEPTH, RENEW, TAKE, TAKE_DUE,
 };
-use super::routed::{atomic, write_others};
+use super::routed::{atomic, write_others, written_of, Written};
 use super::rows::{db_error, existing, get, parse_path};
 use crate::key::EventId;
-use crate::store::{millis, Enqueued, Fenced, QueueDepth, QueueRow, StoreError, Taken};
+use crate::store::{millis, Enqueued, Fenced, QueueDepth, QueueRow, Routed, StoreError, Taken};
 
 /// [`Store::enqueue`](crate::store::Store::enqueue); retried while a concurrent insert hides
 /// the row from the report (see `ENQUEUE`).
 pub(crate) async fn enqueue(
     inner: &Inner,
     item: &QueueRow,
-    others: &[QueueRow],
-) -> Result<Enqueued, StoreError> {
-    let others: Vec<&QueueRow> = others.iter().collect();
+    all_others: &[QueueRow],
+) -> Result<Routed<Enqueued>, StoreError> {
+    let others: Vec<&QueueRow> = all_others.iter().collect();
     for _ in 0..3 {
         let row = inner
             .run(async |client| {
@@ -44,21 +44,26 @@ pub(crate) async fn enqueue(
                         )
                         .await
                         .map_err(db_error)?;
+                    let mut written = Written::new();
                     if let Some(row) = &row {
                         if get::<bool>(row, "inserted")? {
-                            write_others(client, &others).await.map_err(|(e, _)| e)?;
+                            written = write_others(client, &others).await.map_err(|(e, _)| e)?;
                         }
                     }
-                    Ok(row)
+                    Ok(row.map(|row| (row, written)))
                 })
                 .await
             })
             .await?;
-        if let Some(row) = row {
-            return Ok(if get::<bool>(&row, "inserted")? {
+        if let Some((row, written)) = row {
+            let answer = if get::<bool>(&row, "inserted")? {
                 Enqueued::Inserted
             } else {
                 existing(&row)?
+            };
+            return Ok(Routed {
+                answer,
+                written: written_of(all_others, &written),
             });
         }
     }

@@ -39,7 +39,7 @@ use crate::store::retain::{Retained, Retention, TableSize};
 use crate::store::search::Order;
 use crate::store::{
     millis, Enqueued, EventRecord, EventSummary, Failure, Fenced, History, Kept, MigrationWait,
-    QueueDepth, QueueRow, Reopened, Store, StoreError, StoreFuture, Taken,
+    QueueDepth, QueueRow, Reopened, Routed, Store, StoreError, StoreFuture, Taken,
 };
 
 /// Claims or completions one batch carries at most.
@@ -55,9 +55,9 @@ const BATCHES_IN_FLIGHT: usize = 1;
 /// The Postgres store.
 pub struct PgStore {
     inner: Arc<Inner>,
-    claims: Batcher<ClaimCall, ClaimResult>,
+    claims: Batcher<ClaimCall, Routed<ClaimResult>>,
     completions: Batcher<CompleteCall, Fenced>,
-    enqueues: Batcher<EnqueueCall, Enqueued>,
+    enqueues: Batcher<EnqueueCall, Routed<Enqueued>>,
     operator: PgOperator,
 }
 
@@ -212,7 +212,7 @@ impl Store for PgStore {
         lease: Duration,
         keep: Option<&'a Kept>,
         others: &'a [QueueRow],
-    ) -> StoreFuture<'a, ClaimResult> {
+    ) -> StoreFuture<'a, Routed<ClaimResult>> {
         Box::pin(self.guarded_batch(self.claims.call(ClaimCall {
             id: id.clone(),
             fingerprint: fingerprint.map(str::to_owned),
@@ -342,7 +342,7 @@ impl Store for PgStore {
         &'a self,
         item: &'a QueueRow,
         others: &'a [QueueRow],
-    ) -> StoreFuture<'a, Enqueued> {
+    ) -> StoreFuture<'a, Routed<Enqueued>> {
         Box::pin(self.guarded_batch(self.enqueues.call(EnqueueCall {
             row: item.clone(),
             others: others.to_vec(),

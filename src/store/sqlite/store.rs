@@ -41,7 +41,7 @@ use crate::store::retain::{Retained, Retention, TableSize};
 use crate::store::search::Order;
 use crate::store::{
     millis, Enqueued, EventRecord, EventSummary, Failure, Fenced, History, Kept, MigrationWait,
-    QueueDepth, QueueRow, Reopened, Store, StoreError, StoreFuture, Taken,
+    QueueDepth, QueueRow, Reopened, Routed, Store, StoreError, StoreFuture, Taken,
 };
 
 /// The embedded store.
@@ -165,7 +165,7 @@ impl Store for SqliteStore {
         lease: Duration,
         keep: Option<&'a Kept>,
         others: &'a [QueueRow],
-    ) -> StoreFuture<'a, ClaimResult> {
+    ) -> StoreFuture<'a, Routed<ClaimResult>> {
         let (provider, key) = (id.provider.clone(), id.key.clone());
         let fingerprint = fingerprint.map(str::to_owned);
         let keep = keep.cloned();
@@ -195,22 +195,26 @@ impl Store for SqliteStore {
                     .ok_or_else(|| StoreError::Corrupt(format!("last_path {path:?}").into()))?;
                 // The job runs in its own savepoint: the other routes' rows commit with
                 // the claim or not at all.
-                for other in &others {
-                    queue::enqueue(conn, other)?;
-                }
-                return Ok(ClaimResult::Won { attempts, path });
+                let written = write_others(conn, &others)?;
+                return Ok(Routed {
+                    answer: ClaimResult::Won { attempts, path },
+                    written,
+                });
             }
             let record = conn
                 .prepare_cached(&select_record("WHERE provider = ?1 AND event_key = ?2"))
                 .and_then(|mut s| s.query_row(params![&*provider, &*key], record))
                 .map_err(sql_error)??;
-            Ok(ClaimResult::Existing(RowState {
-                status: record.status,
-                attempts: record.attempts,
-                fingerprint: record.fingerprint,
-                lease_left: record.lease_left,
-                result: record.result,
-            }))
+            Ok(Routed {
+                answer: ClaimResult::Existing(RowState {
+                    status: record.status,
+                    attempts: record.attempts,
+                    fingerprint: record.fingerprint,
+                    lease_left: record.lease_left,
+                    result: record.result,
+                }),
+                written: vec![false; others.len()],
+            })
         }))
     }
 
@@ -361,17 +365,17 @@ impl Store for SqliteStore {
         &'a self,
         item: &'a QueueRow,
         others: &'a [QueueRow],
-    ) -> StoreFuture<'a, Enqueued> {
+    ) -> StoreFuture<'a, Routed<Enqueued>> {
         let item = item.clone();
         let others = others.to_vec();
         Box::pin(self.writer.call(move |conn| {
-            let enqueued = queue::enqueue(conn, &item)?;
-            if enqueued == Enqueued::Inserted {
-                for other in &others {
-                    queue::enqueue(conn, other)?;
-                }
-            }
-            Ok(enqueued)
+            let answer = queue::enqueue(conn, &item)?;
+            let written = if answer == Enqueued::Inserted {
+                write_others(conn, &others)?
+            } else {
+                vec![false; others.len()]
+            };
+            Ok(Routed { answer, written })
         }))
     }
 
@@ -466,4 +470,12 @@ impl Store for SqliteStore {
     fn queue_depth(&self) -> StoreFuture<'_, Vec<QueueDepth>> {
         Box::pin(self.reader.call(queue::queue_depth))
     }
+}
+
+/// Writes an event's other routes' rows (in the caller's savepoint); which were new.
+fn write_others(conn: &rusqlite::Connection, others: &[QueueRow]) -> Result<Vec<bool>, StoreError> {
+    others
+        .iter()
+        .map(|other| Ok(queue::enqueue(conn, other)? == Enqueued::Inserted))
+        .collect()
 }

@@ -12,7 +12,8 @@ use hookgate::claim::{ClaimResult, Status, StoredResult};
 use hookgate::key::EventId;
 use hookgate::store::{
     Enqueued, EventRecord, EventSummary, Failure, Fenced, History, Kept, MigrationWait, PageCursor,
-    QueueDepth, QueueRow, Reopened, Retained, Retention, Store, StoreFuture, TableSize, Taken,
+    QueueDepth, QueueRow, Reopened, Retained, Retention, Routed, Store, StoreFuture, TableSize,
+    Taken,
 };
 
 /// A store operation a hook sees.
@@ -113,12 +114,12 @@ impl<H: Hooks> Store for Wrapped<H> {
         lease: Duration,
         keep: Option<&'a Kept>,
         others: &'a [QueueRow],
-    ) -> StoreFuture<'a, ClaimResult> {
+    ) -> StoreFuture<'a, Routed<ClaimResult>> {
         let run = move || {
             self.inner
                 .claim_routed(id, fingerprint, lease, keep, others)
         };
-        self.hooked(Op::Claim, Some(id), None, run, |r| match r {
+        self.hooked(Op::Claim, Some(id), None, run, |r| match &r.answer {
             ClaimResult::Won { attempts, path } => {
                 (format!("won ({})", path.as_str()), true, Some(*attempts))
             }
@@ -181,7 +182,7 @@ impl<H: Hooks> Store for Wrapped<H> {
         &'a self,
         item: &'a QueueRow,
         others: &'a [QueueRow],
-    ) -> StoreFuture<'a, Enqueued> {
+    ) -> StoreFuture<'a, Routed<Enqueued>> {
         self.inner.enqueue_routed(item, others)
     }
     fn take<'a>(&'a self, id: &'a EventId, lease: Duration) -> StoreFuture<'a, Option<Taken>> {

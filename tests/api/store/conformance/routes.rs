@@ -9,7 +9,7 @@ use std::sync::Arc;
 use futures_util::future::join_all;
 use hookgate::claim::{ClaimResult, Status};
 use hookgate::key::EventId;
-use hookgate::store::{Enqueued, QueueRow, Store};
+use hookgate::store::{Enqueued, QueueRow, Routed, Store};
 
 use super::{claim, existing, queued, result, won, LEASE};
 
@@ -33,6 +33,10 @@ async fn status(store: &dyn Store, scope: &str, key: &str) -> Option<Status> {
 }
 
 async fn claim_routed(store: &dyn Store, key: &str) -> ClaimResult {
+    routed_claim(store, key).await.answer
+}
+
+async fn routed_claim(store: &dyn Store, key: &str) -> Routed<ClaimResult> {
     store
         .claim_routed(&super::id(key), Some("fp"), LEASE, None, &others(key))
         .await
@@ -40,7 +44,9 @@ async fn claim_routed(store: &dyn Store, key: &str) -> ClaimResult {
 }
 
 async fn a_won_claim_writes_the_other_routes_rows_and_nothing_else_does(store: Arc<dyn Store>) {
-    assert!(won(&claim_routed(&*store, "r1").await).is_some());
+    let first = routed_claim(&*store, "r1").await;
+    assert!(won(&first.answer).is_some());
+    assert_eq!(first.written, vec![true, true]);
     for scope in ["p.a", "p.b"] {
         assert_eq!(
             status(&*store, scope, "r1").await,
@@ -61,7 +67,9 @@ async fn a_won_claim_writes_the_other_routes_rows_and_nothing_else_does(store: A
 
     // A claim that is not won writes nothing: the key of `r2` is held.
     assert!(won(&claim(&*store, "r2", LEASE).await).is_some());
-    existing(claim_routed(&*store, "r2").await);
+    let refused = routed_claim(&*store, "r2").await;
+    assert_eq!(refused.written, vec![false, false]);
+    existing(refused.answer);
     assert_eq!(status(&*store, "p.a", "r2").await, None);
 
     // A won retry of the answering route leaves the routes' rows as they stand: `p.a` done.
@@ -78,27 +86,47 @@ async fn a_won_claim_writes_the_other_routes_rows_and_nothing_else_does(store: A
         .fail(&super::id("r1"), 1, &crate::helpers::failure(None))
         .await
         .unwrap();
-    assert_eq!(
-        won(&claim_routed(&*store, "r1").await).map(|w| w.0),
-        Some(2)
-    );
+    let retried = routed_claim(&*store, "r1").await;
+    assert_eq!(won(&retried.answer).map(|w| w.0), Some(2));
+    assert_eq!(retried.written, vec![false, false], "both rows existed");
     assert_eq!(status(&*store, "p.a", "r1").await, Some(Status::Done));
     assert_eq!(status(&*store, "p.b", "r1").await, Some(Status::Queued));
+
+    // A row with `start` is written taken for its first attempt: in progress, not due.
+    let mut started = others("r5");
+    started[0].start = Some(LEASE);
+    let claimed = store
+        .claim_routed(&super::id("r5"), Some("fp"), LEASE, None, &started)
+        .await
+        .unwrap();
+    assert_eq!(claimed.written, vec![true, true]);
+    let row = store
+        .lookup(&EventId::new("p.a", "r5"))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!((row.status, row.attempts), (Status::InProgress, 1));
+    assert!(row.lease_left > std::time::Duration::ZERO);
+    assert_eq!(status(&*store, "p.b", "r5").await, Some(Status::Queued));
+    let due = store.due("p.a", 10).await.unwrap();
+    assert!(due.iter().all(|id| &*id.key != "r5"), "{due:?}");
 
     // A queue row written: the others too; a known key: none.
     let inserted = store
         .enqueue_routed(&queued("r3"), &others("r3"))
         .await
         .unwrap();
-    assert_eq!(inserted, Enqueued::Inserted);
+    assert_eq!(inserted.answer, Enqueued::Inserted);
+    assert_eq!(inserted.written, vec![true, true]);
     assert_eq!(status(&*store, "p.b", "r3").await, Some(Status::Queued));
-    let again = store.enqueue_routed(&queued("r4"), &[]).await.unwrap();
+    let again = store.enqueue(&queued("r4")).await.unwrap();
     assert_eq!(again, Enqueued::Inserted);
     let known = store
         .enqueue_routed(&queued("r4"), &others("r4"))
         .await
         .unwrap();
-    assert!(matches!(known, Enqueued::Existing(_)), "{known:?}");
+    assert!(matches!(known.answer, Enqueued::Existing(_)), "{known:?}");
+    assert_eq!(known.written, vec![false, false]);
     assert_eq!(status(&*store, "p.a", "r4").await, None);
 }
 
@@ -138,7 +166,7 @@ async fn parallel_routed_claims_write_each_routes_row_once(store: Arc<dyn Store>
     let inserted = join_all(enqueues)
         .await
         .into_iter()
-        .filter(|e| *e == Enqueued::Inserted)
+        .filter(|e| e.answer == Enqueued::Inserted)
         .count();
     assert_eq!(inserted, 8);
     assert_eq!(store.due("p.b", 100).await.unwrap().len(), 24 + 8);

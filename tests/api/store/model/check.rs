@@ -48,6 +48,27 @@ fn route_row(key: usize, fp: Option<&str>) -> Vec<QueueRow> {
     }]
 }
 
+/// Whether the store says it wrote the route's row exactly when the model would: the
+/// claim was won (or the row written) and the route's row did not exist.
+fn route_row_written(
+    model: &Model,
+    key: usize,
+    others: &[QueueRow],
+    won: bool,
+    written: &[bool],
+) -> Result<(), String> {
+    let expected: Vec<bool> = others
+        .iter()
+        .map(|_| won && !model.rows.contains_key(&(key + KEYS.len())))
+        .collect();
+    if written != expected {
+        return Err(format!(
+            "the store says it wrote the route's row {written:?}, the model {expected:?}"
+        ));
+    }
+    Ok(())
+}
+
 /// Runs `op` against the store; its answer in the model's terms.
 async fn run(store: &dyn Store, model: &Model, op: &Op) -> Result<Answer, String> {
     let lease = secs(LEASE);
@@ -62,11 +83,13 @@ async fn run(store: &dyn Store, model: &Model, op: &Op) -> Result<Answer, String
             } else {
                 Vec::new()
             };
-            match store
+            let routed = store
                 .claim_routed(&id(key), fp.as_deref(), lease, None, &others)
                 .await
-                .map_err(e)?
-            {
+                .map_err(e)?;
+            let won = matches!(routed.answer, ClaimResult::Won { .. });
+            route_row_written(model, key, &others, won, &routed.written)?;
+            match routed.answer {
                 ClaimResult::Won { attempts, path } => Answer::Won(attempts, path),
                 ClaimResult::Existing(row) => {
                     Answer::Existing(classify(&row, fp.as_deref()), row.attempts)
@@ -95,7 +118,10 @@ async fn run(store: &dyn Store, model: &Model, op: &Op) -> Result<Answer, String
                 keep_payload: false,
                 start: start.then(|| secs(LEASE)),
             };
-            match store.enqueue_routed(&item, &others).await.map_err(e)? {
+            let routed = store.enqueue_routed(&item, &others).await.map_err(e)?;
+            let inserted = routed.answer == Enqueued::Inserted;
+            route_row_written(model, key, &others, inserted, &routed.written)?;
+            match routed.answer {
                 Enqueued::Inserted => Answer::Inserted,
                 Enqueued::Existing(row) => {
                     Answer::Existing(classify(&row, fp.as_deref()), row.attempts)
