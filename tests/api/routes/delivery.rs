@@ -181,7 +181,34 @@ async fn filters_choose_the_routes_and_the_first_answers(backend: Backend) {
     );
 }
 
+/// Two nodes on one store, parallel redeliveries of each event to both: every route gets
+/// each event once, whichever node won its claim.
+async fn two_nodes_deliver_each_route_once(backend: Backend) {
+    let routes = Routes::start().await;
+    let a = spawn_app_on(backend, |c| routes.add(c)).await;
+    let b = a.second_node(|c| routes.add(c)).await;
+    let keys: Vec<String> = (0..6).map(|n| format!("evt_2n{n}")).collect();
+    let deliveries = keys.iter().flat_map(|key| {
+        let body = event(key, "invoice.paid");
+        [&a, &b, &a, &b].map(move |node| {
+            let body = body.clone();
+            async move { node.deliver(key, &body).await }
+        })
+    });
+    let answers = join_all(deliveries).await;
+    let first = answers.iter().filter(|a| a.path == "first_run").count();
+    assert_eq!(first, keys.len(), "{answers:?}");
+    for key in &keys {
+        wait_row(&a, ANALYTICS, key, "done").await;
+        wait_row(&a, CRM, key, "done").await;
+        assert_eq!(count(&a.target, key), 1, "main, {key}");
+        assert_eq!(count(&routes.analytics, key), 1, "analytics, {key}");
+        assert_eq!(count(&routes.crm, key), 1, "crm, {key}");
+    }
+}
+
 on_both_stores!(
+    two_nodes_deliver_each_route_once,
     parallel_redeliveries_reach_each_route_once,
     a_failing_route_is_retried_alone,
     a_redelivery_retries_only_the_answering_route,
