@@ -186,21 +186,8 @@ async fn run(args: &Args, scenario: Scenario) -> u64 {
         (None, Scenario::Bare) => (bare_handler(), None, None),
         (None, _) => {
             let (config, file) = config(args, scenario.name(), &target.url);
-            let store = hookgate::store::open(&config.store)
-                .await
-                .expect("open the store");
-            store.migrate().await.expect("migrate");
-            let app = Application::build(
-                &config,
-                store,
-                Arc::new(HttpDelivery),
-                hookgate::logging::discard(),
-            )
-            .await
-            .expect("start hookgate");
-            let url = format!("http://127.0.0.1:{}/webhooks/bench", app.port());
-            let handle = app.stopper();
-            actix_rt::spawn(app.run_until_stopped());
+            let (port, handle) = start(&config).await;
+            let url = format!("http://127.0.0.1:{port}/webhooks/bench");
             (url, Some(handle), file)
         }
     };
@@ -282,6 +269,34 @@ async fn run(args: &Args, scenario: Scenario) -> u64 {
         }
     }
     tally.duplicates
+}
+
+/// hookgate in this process on `config`'s store, opened and migrated: its port and stopper.
+pub(crate) async fn start(config: &Config) -> (u16, hookgate::startup::Stopper) {
+    let store = hookgate::store::open(&config.store)
+        .await
+        .expect("open the store");
+    store.migrate().await.expect("migrate");
+    start_on(config, store).await
+}
+
+/// hookgate in this process on `store` (migrated): its port and stopper.
+pub(crate) async fn start_on(
+    config: &Config,
+    store: Arc<dyn hookgate::store::Store>,
+) -> (u16, hookgate::startup::Stopper) {
+    let app = Application::build(
+        config,
+        store,
+        Arc::new(HttpDelivery),
+        hookgate::logging::discard(),
+    )
+    .await
+    .expect("start hookgate");
+    let port = app.port();
+    let handle = app.stopper();
+    actix_rt::spawn(app.run_until_stopped());
+    (port, handle)
 }
 
 /// hookgate's config for one scenario: a provider `bench` keyed by header, on a fresh

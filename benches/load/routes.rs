@@ -15,12 +15,9 @@
 //! delivered, the Postgres cluster's CPU per pair (Postgres runs), how long the queued pairs
 //! took to drain after the load stopped, and duplicates at the targets.
 
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use hookgate::config::{Config, TargetConfig};
-use hookgate::startup::Application;
-use hookgate::worker::HttpDelivery;
 use hookgate_kit::proc_cpu::{self, TICKS_PER_SECOND};
 use hookgate_kit::target::{Behaviour, Setup, Target};
 
@@ -91,21 +88,7 @@ async fn one(args: &Args, shape: Shape) -> u64 {
         _ => hookgate::claim::Mode::Sync,
     });
     shape_config(&mut config, shape, &targets);
-    let store = hookgate::store::open(&config.store)
-        .await
-        .expect("open the store");
-    store.migrate().await.expect("migrate");
-    let app = Application::build(
-        &config,
-        store,
-        Arc::new(HttpDelivery),
-        hookgate::logging::discard(),
-    )
-    .await
-    .expect("start hookgate");
-    let port = app.port();
-    let handle = app.stopper();
-    actix_rt::spawn(app.run_until_stopped());
+    let (port, handle) = crate::start(&config).await;
     let urls: Vec<String> = config
         .providers
         .iter()

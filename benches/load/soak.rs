@@ -24,12 +24,9 @@
 //! `--node-retention 365d` gives the node a retention other than the one the checks expect,
 //! to see them fail.
 
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use hookgate::claim::Mode;
-use hookgate::startup::Application;
-use hookgate::worker::HttpDelivery;
 
 use crate::soak_db::{Counts, Db, Prefill, PREFILL_PREFIX};
 use crate::soak_ingest::{Ingest, Keys, Window};
@@ -159,17 +156,8 @@ async fn soak(args: &Args, o: Options) -> bool {
     } else {
         Prefill::default()
     };
-    let app = Application::build(
-        &config,
-        store,
-        Arc::new(HttpDelivery),
-        hookgate::logging::discard(),
-    )
-    .await
-    .expect("start hookgate");
-    let base = format!("http://127.0.0.1:{}", app.port());
-    let node = app.stopper();
-    actix_rt::spawn(app.run_until_stopped());
+    let (port, node) = crate::start_on(&config, store).await;
+    let base = format!("http://127.0.0.1:{port}");
 
     let client = awc::Client::new();
     let watch = Watch {

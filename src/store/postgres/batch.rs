@@ -175,27 +175,45 @@ async fn claim_batch_on(
     let routed = calls.iter().any(|c| !c.others.is_empty());
     atomic(client, routed, coded, async |client| {
         let reported = claim_batch_rows(client, calls).await?;
-        let others: Vec<&QueueRow> = calls
-            .iter()
-            .filter(|c| claim_writes_others(reported.get(&key(&c.id))))
-            .flat_map(|c| &c.others)
-            .collect();
-        let written = write_others(client, &others).await?;
-        Ok(with_written(
-            reported,
-            calls,
-            |c| (&c.id, &c.others),
-            &written,
-        ))
+        with_others(client, reported, calls, claim_parts, claim_writes_others).await
     })
     .await
+}
+
+/// Writes the other routes' rows of the calls whose own answer `writes` them (in the
+/// batch's transaction); each reported answer with which of its call's other rows it wrote.
+async fn with_others<T, C>(
+    client: &deadpool_postgres::Client,
+    reported: Report<T>,
+    calls: &[&C],
+    parts: fn(&C) -> (&EventId, &[QueueRow]),
+    writes: fn(Option<&Result<T, StoreError>>) -> bool,
+) -> Result<Report<Routed<T>>, BatchError> {
+    let others: Vec<&QueueRow> = calls
+        .iter()
+        .map(|c| parts(c))
+        .filter(|(id, _)| writes(reported.get(&key(id))))
+        .flat_map(|(_, others)| others)
+        .collect();
+    let written = write_others(client, &others).await?;
+    Ok(with_written(reported, calls, parts, &written))
+}
+
+/// A claim's event and other routes' rows.
+fn claim_parts(c: &ClaimCall) -> (&EventId, &[QueueRow]) {
+    (&c.id, &c.others)
+}
+
+/// An enqueue's event and other routes' rows.
+fn enqueue_parts(c: &EnqueueCall) -> (&EventId, &[QueueRow]) {
+    (&c.row.id, &c.others)
 }
 
 /// Each reported answer with which of its call's other rows `written` holds.
 fn with_written<T, C>(
     reported: Report<T>,
     calls: &[&C],
-    parts: impl Fn(&C) -> (&EventId, &[QueueRow]),
+    parts: fn(&C) -> (&EventId, &[QueueRow]),
     written: &Written,
 ) -> Report<Routed<T>> {
     let others: HashMap<_, _> = calls
@@ -285,18 +303,14 @@ async fn enqueue_batch(
         .run(async |client| {
             Ok(atomic(client, routed, coded, async |client| {
                 let reported = enqueue_batch_on(client, &rows).await?;
-                let others: Vec<&QueueRow> = calls
-                    .iter()
-                    .filter(|c| enqueue_writes_others(reported.get(&key(&c.row.id))))
-                    .flat_map(|c| &c.others)
-                    .collect();
-                let written = write_others(client, &others).await?;
-                Ok(with_written(
+                with_others(
+                    client,
                     reported,
                     calls,
-                    |c| (&c.row.id, &c.others),
-                    &written,
-                ))
+                    enqueue_parts,
+                    enqueue_writes_others,
+                )
+                .await
             })
             .await)
         })
