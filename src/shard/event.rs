@@ -35,26 +35,6 @@ pub struct Event {
 }
 
 impl Event {
-    /// The queue rows of the event's other routes (see [`Event::others`]).
-    pub(super) fn other_rows(&self) -> Vec<crate::store::QueueRow> {
-        if self.others.is_empty() {
-            return Vec::new();
-        }
-        let headers = super::record::kept_headers(self);
-        self.others
-            .iter()
-            .map(|route| crate::store::QueueRow {
-                id: EventId::new(Arc::clone(&route.scope), Arc::clone(&self.id.key)),
-                fingerprint: self.fingerprint.clone(),
-                payload: self.body.clone(),
-                content_type: self.content_type.clone(),
-                headers: headers.clone(),
-                keep_payload: self.target.keep_payload,
-                start: None,
-            })
-            .collect()
-    }
-
     /// An event known only by its key (an operator's request before its row is read).
     pub fn bare(id: EventId, target: Arc<Target>) -> Self {
         Self {

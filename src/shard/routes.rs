@@ -16,6 +16,7 @@ use super::actor::Shard;
 use super::event::Event;
 use super::slots::Pending;
 use crate::claim::Path;
+use crate::key::EventId;
 use crate::provider::Target;
 use crate::store::{QueueRow, Taken};
 
@@ -44,7 +45,7 @@ impl Shard {
     /// place among the rows waiting for one, kept for it) where the shard has room and its
     /// route is neither held nor at its limits.
     pub(super) fn reserve_others(&mut self, event: &Event) -> Others {
-        let mut rows = event.other_rows();
+        let mut rows = other_rows(event);
         let mut workers = Vec::with_capacity(rows.len());
         for (row, route) in rows.iter_mut().zip(&event.others) {
             let scope = &route.scope;
@@ -156,4 +157,25 @@ impl Shard {
             Slot::Wait => self.admission.hold(pending),
         }
     }
+}
+
+/// The queue rows of the event's other routes (see [`Event::others`]).
+fn other_rows(event: &Event) -> Vec<QueueRow> {
+    if event.others.is_empty() {
+        return Vec::new();
+    }
+    let headers = super::record::kept_headers(event);
+    event
+        .others
+        .iter()
+        .map(|route| QueueRow {
+            id: EventId::new(Arc::clone(&route.scope), Arc::clone(&event.id.key)),
+            fingerprint: event.fingerprint.clone(),
+            payload: event.body.clone(),
+            content_type: event.content_type.clone(),
+            headers: headers.clone(),
+            keep_payload: event.target.keep_payload,
+            start: None,
+        })
+        .collect()
 }

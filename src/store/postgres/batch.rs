@@ -11,12 +11,13 @@ use std::sync::Arc;
 
 use tokio_postgres::error::SqlState;
 
-use super::batch_sql::{CLAIM_BATCH, COMPLETE_BATCH, COMPLETE_BATCH_PLAIN, ENQUEUE_BATCH};
+use super::batch_sql::{CLAIM_BATCH, COMPLETE_BATCH, COMPLETE_BATCH_PLAIN};
 use super::pool::{ClaimCall, CompleteCall, EnqueueCall, Inner};
 use super::routed::{
-    atomic, claim_writes_others, enqueue_writes_others, write_others, written_of, Written,
+    atomic, claim_writes_others, coded, enqueue_batch_on, enqueue_writes_others, key, write_others,
+    written_of, BatchError, Report, Written,
 };
-use super::rows::{claim_result, db_error, existing, get};
+use super::rows::{claim_result, get};
 use crate::claim::ClaimResult;
 use crate::key::EventId;
 use crate::store::{millis, Enqueued, Fenced, History, Kept, QueueRow, Routed, StoreError};
@@ -31,10 +32,6 @@ fn retry_alone(code: Option<&SqlState>) -> bool {
         || *c == SqlState::T_R_SERIALIZATION_FAILURE
         || c.code().starts_with("22")
         || c.code().starts_with("23"))
-}
-
-fn key(id: &EventId) -> (Arc<str>, Arc<str>) {
-    (Arc::clone(&id.provider), Arc::clone(&id.key))
 }
 
 /// Runs a batch of claims; one answer per call, in order.
@@ -144,16 +141,6 @@ async fn keyed<C: Keyed>(inner: &Inner, calls: &[C]) -> Vec<Result<C::Answer, St
     }
     answers
 }
-
-type BatchError = (StoreError, Option<SqlState>);
-
-fn coded(e: tokio_postgres::Error) -> BatchError {
-    let code = e.code().cloned();
-    (db_error(e), code)
-}
-
-/// A batch statement's answers by key; a key it did not report is run alone.
-type Report<T> = HashMap<(Arc<str>, Arc<str>), Result<T, StoreError>>;
 
 /// The batched claim on one pooled connection, within the statement deadline.
 async fn claim_batch(
@@ -316,52 +303,6 @@ async fn enqueue_batch(
         })
         .await
         .unwrap_or_else(|e| Err((e, None)))
-}
-
-/// `ENQUEUE_BATCH` for `calls`: each row written, or reported as it stands.
-pub(super) async fn enqueue_batch_on(
-    client: &deadpool_postgres::Client,
-    calls: &[&QueueRow],
-) -> Result<Report<Enqueued>, BatchError> {
-    let plain = |e: StoreError| (e, None);
-    let stmt = client.prepare_cached(ENQUEUE_BATCH).await.map_err(coded)?;
-    let providers: Vec<&str> = calls.iter().map(|c| &*c.id.provider).collect();
-    let keys: Vec<&str> = calls.iter().map(|c| &*c.id.key).collect();
-    let fingerprints: Vec<Option<&str>> = calls.iter().map(|c| c.fingerprint.as_deref()).collect();
-    let payloads: Vec<&[u8]> = calls.iter().map(|c| &c.payload[..]).collect();
-    let content_types: Vec<Option<&str>> =
-        calls.iter().map(|c| c.content_type.as_deref()).collect();
-    let headers: Vec<Option<&str>> = calls.iter().map(|c| c.headers.as_deref()).collect();
-    let starts: Vec<Option<i64>> = calls.iter().map(|c| c.start.map(millis)).collect();
-    let keeps: Vec<bool> = calls.iter().map(|c| c.keep_payload).collect();
-    let rows = client
-        .query(
-            &stmt,
-            &[
-                &providers,
-                &keys,
-                &fingerprints,
-                &payloads,
-                &content_types,
-                &headers,
-                &starts,
-                &keeps,
-            ],
-        )
-        .await
-        .map_err(coded)?;
-    let mut reported = HashMap::with_capacity(rows.len());
-    for row in rows {
-        let provider: String = get(&row, "provider").map_err(plain)?;
-        let event_key: String = get(&row, "event_key").map_err(plain)?;
-        let answer = match get::<bool>(&row, "inserted") {
-            Ok(true) => Ok(Enqueued::Inserted),
-            Ok(false) => existing(&row),
-            Err(e) => Err(e),
-        };
-        reported.insert((provider.into(), event_key.into()), answer);
-    }
-    Ok(reported)
 }
 
 /// Runs a batch of completions; one answer per call, in order.
