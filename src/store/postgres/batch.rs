@@ -11,16 +11,15 @@ use std::sync::Arc;
 
 use tokio_postgres::error::SqlState;
 
-use super::batch_sql::{CLAIM_BATCH, COMPLETE_BATCH, COMPLETE_BATCH_PLAIN};
-use super::pool::{ClaimCall, CompleteCall, EnqueueCall, Inner};
+use super::batch_sql::{COMPLETE_BATCH, COMPLETE_BATCH_PLAIN};
+use super::pool::{CompleteCall, Inner};
 use super::routed::{
-    atomic, claim_writes_others, coded, enqueue_batch_on, enqueue_writes_others, key, write_others,
-    written_of, BatchError, Report, Written,
+    claim_rows, coded, enqueue_rows, key, BatchError, ClaimCall, EnqueueCall, Report,
 };
-use super::rows::{claim_result, get};
+use super::rows::get;
 use crate::claim::ClaimResult;
 use crate::key::EventId;
-use crate::store::{millis, Enqueued, Fenced, History, Kept, QueueRow, Routed, StoreError};
+use crate::store::{millis, Enqueued, Fenced, History, Routed, StoreError};
 
 /// Errors after which the calls are worth retrying one by one: a deadlock or
 /// serialization failure between two nodes' batches rolled the whole statement back, or
@@ -89,7 +88,7 @@ impl Keyed for EnqueueCall {
         &self,
         inner: &Inner,
     ) -> impl Future<Output = Result<Routed<Enqueued>, StoreError>> + Send {
-        super::queue::enqueue(inner, &self.row, &self.others)
+        super::queue::enqueue(inner, self)
     }
 }
 
@@ -142,132 +141,16 @@ async fn keyed<C: Keyed>(inner: &Inner, calls: &[C]) -> Vec<Result<C::Answer, St
     answers
 }
 
-/// The batched claim on one pooled connection, within the statement deadline.
+/// The batched claim (with the other routes' rows of the keys it won) on one pooled
+/// connection, within the statement deadline.
 async fn claim_batch(
     inner: &Inner,
     calls: &[&ClaimCall],
 ) -> Result<Report<Routed<ClaimResult>>, BatchError> {
     inner
-        .run(async |client| Ok(claim_batch_on(client, calls).await))
+        .run(async |client| Ok(claim_rows(client, calls).await))
         .await
         .unwrap_or_else(|e| Err((e, None)))
-}
-
-/// The batched claim, and (in the same transaction) the other routes' rows of the keys it
-/// won.
-async fn claim_batch_on(
-    client: &deadpool_postgres::Client,
-    calls: &[&ClaimCall],
-) -> Result<Report<Routed<ClaimResult>>, BatchError> {
-    let routed = calls.iter().any(|c| !c.others.is_empty());
-    atomic(client, routed, coded, async |client| {
-        let reported = claim_batch_rows(client, calls).await?;
-        with_others(client, reported, calls, claim_parts, claim_writes_others).await
-    })
-    .await
-}
-
-/// Writes the other routes' rows of the calls whose own answer `writes` them (in the
-/// batch's transaction); each reported answer with which of its call's other rows it wrote.
-async fn with_others<T, C>(
-    client: &deadpool_postgres::Client,
-    reported: Report<T>,
-    calls: &[&C],
-    parts: fn(&C) -> (&EventId, &[QueueRow]),
-    writes: fn(Option<&Result<T, StoreError>>) -> bool,
-) -> Result<Report<Routed<T>>, BatchError> {
-    let others: Vec<&QueueRow> = calls
-        .iter()
-        .map(|c| parts(c))
-        .filter(|(id, _)| writes(reported.get(&key(id))))
-        .flat_map(|(_, others)| others)
-        .collect();
-    let written = write_others(client, &others).await?;
-    Ok(with_written(reported, calls, parts, &written))
-}
-
-/// A claim's event and other routes' rows.
-fn claim_parts(c: &ClaimCall) -> (&EventId, &[QueueRow]) {
-    (&c.id, &c.others)
-}
-
-/// An enqueue's event and other routes' rows.
-fn enqueue_parts(c: &EnqueueCall) -> (&EventId, &[QueueRow]) {
-    (&c.row.id, &c.others)
-}
-
-/// Each reported answer with which of its call's other rows `written` holds.
-fn with_written<T, C>(
-    reported: Report<T>,
-    calls: &[&C],
-    parts: fn(&C) -> (&EventId, &[QueueRow]),
-    written: &Written,
-) -> Report<Routed<T>> {
-    let others: HashMap<_, _> = calls
-        .iter()
-        .map(|c| {
-            let (id, others) = parts(c);
-            (key(id), others)
-        })
-        .collect();
-    reported
-        .into_iter()
-        .map(|(k, answer)| {
-            let flags = others
-                .get(&k)
-                .map_or_else(Vec::new, |o| written_of(o, written));
-            (
-                k,
-                answer.map(|answer| Routed {
-                    answer,
-                    written: flags,
-                }),
-            )
-        })
-        .collect()
-}
-
-async fn claim_batch_rows(
-    client: &deadpool_postgres::Client,
-    calls: &[&ClaimCall],
-) -> Result<Report<ClaimResult>, BatchError> {
-    let plain = |e: StoreError| (e, None);
-    let stmt = client.prepare_cached(CLAIM_BATCH).await.map_err(coded)?;
-    let providers: Vec<&str> = calls.iter().map(|c| &*c.id.provider).collect();
-    let keys: Vec<&str> = calls.iter().map(|c| &*c.id.key).collect();
-    let fingerprints: Vec<Option<&str>> = calls.iter().map(|c| c.fingerprint.as_deref()).collect();
-    let leases: Vec<i64> = calls.iter().map(|c| c.lease_ms).collect();
-    let kept = |f: fn(&Kept) -> Option<&str>| -> Vec<Option<&str>> {
-        calls.iter().map(|c| c.keep.as_ref().and_then(f)).collect()
-    };
-    let payloads: Vec<Option<&[u8]>> = calls
-        .iter()
-        .map(|c| c.keep.as_ref().map(|k| &k.payload[..]))
-        .collect();
-    let content_types = kept(|k| k.content_type.as_deref());
-    let headers = kept(|k| k.headers.as_deref());
-    let rows = client
-        .query(
-            &stmt,
-            &[
-                &providers,
-                &keys,
-                &fingerprints,
-                &leases,
-                &payloads,
-                &content_types,
-                &headers,
-            ],
-        )
-        .await
-        .map_err(coded)?;
-    let mut reported = HashMap::with_capacity(rows.len());
-    for row in rows {
-        let provider: String = get(&row, "provider").map_err(plain)?;
-        let event_key: String = get(&row, "event_key").map_err(plain)?;
-        reported.insert((provider.into(), event_key.into()), claim_result(&row));
-    }
-    Ok(reported)
 }
 
 /// Runs a batch of enqueues; one answer per call, in order.
@@ -278,29 +161,14 @@ pub(crate) async fn enqueues(
     keyed(&inner, &calls).await
 }
 
-/// The batched enqueue on one pooled connection, within the statement deadline, and (in
-/// the same transaction) the other routes' rows of the keys it wrote.
+/// The batched enqueue (with the other routes' rows of the keys it wrote) on one pooled
+/// connection, within the statement deadline.
 async fn enqueue_batch(
     inner: &Inner,
     calls: &[&EnqueueCall],
 ) -> Result<Report<Routed<Enqueued>>, BatchError> {
-    let routed = calls.iter().any(|c| !c.others.is_empty());
-    let rows: Vec<&QueueRow> = calls.iter().map(|c| &c.row).collect();
     inner
-        .run(async |client| {
-            Ok(atomic(client, routed, coded, async |client| {
-                let reported = enqueue_batch_on(client, &rows).await?;
-                with_others(
-                    client,
-                    reported,
-                    calls,
-                    enqueue_parts,
-                    enqueue_writes_others,
-                )
-                .await
-            })
-            .await)
-        })
+        .run(async |client| Ok(enqueue_rows(client, calls).await))
         .await
         .unwrap_or_else(|e| Err((e, None)))
 }

@@ -5,23 +5,13 @@
 use super::queue_sql::pg_queue_values;
 use super::sql::pg_claim_conflict;
 
-/// Claims for many keys: the single-row `CLAIM` over `unnest`ed input.
-///
-/// Reads: each input key's row as the statement's snapshot sees it (`found`: the slots'
-/// key indexes probed in turn up to the slot that holds the key), never a scan. Keys whose
-/// row is neither `done` nor `dead` go on to the insert; the others, and keys whose claim
-/// did not win, are reported from `found`, without probing the table again (which would
-/// descend every slot's key index: see `CLAIM`). Won keys are filtered out of the report
-/// with `NOT IN`, a hashed lookup: `NOT EXISTS` would be an anti-join, which without hash
-/// joins (see `PgStore::connect`) costs won × reported comparisons. `found` carries the
-/// input's columns so that no step joins two sets of rows.
-/// Locks: each input key's row that is not `done` or `dead` (those are only read, as in
-/// `CLAIM`), in key order. A concurrent claimer of one of these keys waits for this
-/// statement's commit and then sees the row it left (a live lease). Keys whose row was
-/// inserted by another transaction after this statement's snapshot are missing from the
-/// report; their calls retry alone.
-pub(super) const CLAIM_BATCH: &str = concat!(
-    "
+/// The claim batch, with `$others` (a CTE, or nothing) after its own and `$report` (more
+/// rows of the answer, or nothing) after its report: see [`CLAIM_BATCH`] and
+/// [`CLAIM_ROUTED`].
+macro_rules! pg_claim_batch {
+    ($others:expr, $report:expr) => {
+        concat!(
+            "
 WITH input AS (
     SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::int8[], $5::bytea[],
                          $6::text[], $7::text[])
@@ -53,12 +43,14 @@ claimed AS (
     WHERE f.status IS NULL OR f.status NOT IN ('done', 'dead')
     ORDER BY f.provider, f.event_key
 ",
-    pg_claim_conflict!(),
-    "
+            pg_claim_conflict!(),
+            "
     RETURNING e.provider, e.event_key, true AS won, e.status, e.attempts, e.last_path,
               e.fingerprint, 0::bigint AS lease_left_ms,
               e.result_status, e.result_content_type, e.result_body
-)
+)",
+            $others,
+            "
 SELECT * FROM claimed
 UNION ALL
 SELECT f.provider, f.event_key, false, f.status, f.attempts, f.last_path, f.row_fingerprint,
@@ -67,19 +59,102 @@ SELECT f.provider, f.event_key, false, f.status, f.attempts, f.last_path, f.row_
 FROM found f
 -- Keys with a row; won keys are not reported (NOT IN: the keys are never NULL).
 WHERE f.status IS NOT NULL
-  AND (f.provider, f.event_key) NOT IN (SELECT provider, event_key FROM claimed)"
+  AND (f.provider, f.event_key) NOT IN (SELECT provider, event_key FROM claimed)",
+            $report
+        )
+    };
+}
+
+/// Claims for many keys: the single-row `CLAIM` over `unnest`ed input.
+///
+/// Reads: each input key's row as the statement's snapshot sees it (`found`: the slots'
+/// key indexes probed in turn up to the slot that holds the key), never a scan. Keys whose
+/// row is neither `done` nor `dead` go on to the insert; the others, and keys whose claim
+/// did not win, are reported from `found`, without probing the table again (which would
+/// descend every slot's key index: see `CLAIM`). Won keys are filtered out of the report
+/// with `NOT IN`, a hashed lookup: `NOT EXISTS` would be an anti-join, which without hash
+/// joins (see `PgStore::connect`) costs won × reported comparisons. `found` carries the
+/// input's columns so that no step joins two sets of rows.
+/// Locks: each input key's row that is not `done` or `dead` (those are only read, as in
+/// `CLAIM`), in key order. A concurrent claimer of one of these keys waits for this
+/// statement's commit and then sees the row it left (a live lease). Keys whose row was
+/// inserted by another transaction after this statement's snapshot are missing from the
+/// report; their calls retry alone.
+pub(super) const CLAIM_BATCH: &str = pg_claim_batch!("", "");
+
+/// The rows of an event's other routes (`$others` are the nine arrays of [`pg_others!`]'s
+/// input), written for each key that `$owners` (a CTE of the statement's own written rows:
+/// won claims, new queue rows) returned — as `ENQUEUE` writes a row: queued and due now,
+/// or taken with its start lease; a key whose row exists is left alone.
+///
+/// Its rows are inserted in key order, after the statement's own in the same command, so
+/// they commit together; they are reported as rows whose third column (`won`, `inserted`)
+/// is NULL, by [`pg_others_report!`].
+macro_rules! pg_others {
+    ($owners:literal, $others:literal) => {
+        concat!(
+            ",
+other_input AS (
+    SELECT * FROM unnest(",
+            $others,
+            ")
+        AS o(provider, event_key, owner, fingerprint, payload, content_type,
+             request_headers, start_ms, keep_payload)
+),
+others AS (
+    INSERT INTO webhook_events AS e
+        (provider, event_key, slot, status, attempts, last_path, fingerprint, mode, payload,
+         content_type, request_headers, next_attempt_at, locked_until, keep_payload)
+    SELECT o.provider, o.event_key, COALESCE(s.slot, (SELECT slot FROM current)), ",
+            pg_queue_values!("o.start_ms"),
+            ", o.fingerprint, 'queue', o.payload, o.content_type, o.request_headers,
+           now() + COALESCE(o.start_ms, 0) * interval '1 millisecond',
+           now() + o.start_ms * interval '1 millisecond', o.keep_payload
+    FROM other_input o
+    JOIN ",
+            $owners,
+            " w ON w.provider = o.owner AND w.event_key = o.event_key
+    LEFT JOIN LATERAL (
+        SELECT x.slot FROM webhook_events x
+        WHERE x.provider = o.provider AND x.event_key = o.event_key
+        LIMIT 1) s ON true
+    ORDER BY o.provider, o.event_key
+    ON CONFLICT (provider, event_key, slot) DO NOTHING
+    RETURNING e.provider, e.event_key
+)"
+        )
+    };
+}
+
+/// The rows [`pg_others!`] wrote, as rows of a batch's answer with NULL in every column
+/// but the key.
+macro_rules! pg_others_report {
+    () => {
+        "
+UNION ALL
+SELECT provider, event_key, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL FROM others"
+    };
+}
+
+/// [`CLAIM_BATCH`] for calls with other routes: the other routes' rows of the keys it won
+/// are written by the same statement (`$8`…`$16`: scope, key, the answering route's scope,
+/// fingerprint, payload, content type, headers, start lease in ms, keep payload), so an
+/// event's routes commit together with no transaction around them.
+pub(super) const CLAIM_ROUTED: &str = pg_claim_batch!(
+    pg_others!(
+        "claimed",
+        "$8::text[], $9::text[], $10::text[], $11::text[], $12::bytea[], $13::text[],
+                         $14::text[], $15::int8[], $16::bool[]"
+    ),
+    pg_others_report!()
 );
 
-/// Enqueues of many events: the single-row `ENQUEUE` over `unnest`ed input — each key
-/// inserted (queued, or taken at once when its `start_ms` is set), or reported as it
-/// stands.
-///
-/// Locks each new row's index slot, in key order; a concurrent enqueue or claim of one of
-/// these keys waits for this statement's commit. As with the claim batch, a key whose row
-/// another transaction inserted after this statement's snapshot is missing from the
-/// report; its call runs alone.
-pub(super) const ENQUEUE_BATCH: &str = concat!(
-    "
+/// The enqueue batch, with `$others` and `$report` as in [`pg_claim_batch!`]: see
+/// [`ENQUEUE_BATCH`] and [`ENQUEUE_ROUTED`].
+macro_rules! pg_enqueue_batch {
+    ($others:expr, $report:expr) => {
+        concat!(
+            "
 WITH input AS (
     SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::bytea[], $5::text[],
                          $6::text[], $7::int8[], $8::bool[])
@@ -92,8 +167,8 @@ queued AS (
         (provider, event_key, slot, status, attempts, last_path, fingerprint, mode, payload,
          content_type, request_headers, next_attempt_at, locked_until, keep_payload)
     SELECT i.provider, i.event_key, COALESCE(s.slot, (SELECT slot FROM current)), ",
-    pg_queue_values!("i.start_ms"),
-    ", i.fingerprint, 'queue', i.payload, i.content_type, i.request_headers,
+            pg_queue_values!("i.start_ms"),
+            ", i.fingerprint, 'queue', i.payload, i.content_type, i.request_headers,
            now() + COALESCE(i.start_ms, 0) * interval '1 millisecond',
            now() + i.start_ms * interval '1 millisecond', i.keep_payload
     FROM input i
@@ -106,7 +181,9 @@ queued AS (
     RETURNING e.provider, e.event_key, true AS inserted, e.status, e.attempts, e.fingerprint,
               0::bigint AS lease_left_ms, e.result_status, e.result_content_type,
               e.result_body, e.mode
-)
+)",
+            $others,
+            "
 SELECT * FROM queued
 UNION ALL
 SELECT w.provider, w.event_key, false, w.status, w.attempts, w.fingerprint,
@@ -117,7 +194,31 @@ CROSS JOIN LATERAL (
     SELECT * FROM webhook_events w
     WHERE w.provider = i.provider AND w.event_key = i.event_key
     OFFSET 0) w
-WHERE (i.provider, i.event_key) NOT IN (SELECT provider, event_key FROM queued)"
+WHERE (i.provider, i.event_key) NOT IN (SELECT provider, event_key FROM queued)",
+            $report
+        )
+    };
+}
+
+/// Enqueues of many events: the single-row `ENQUEUE` over `unnest`ed input — each key
+/// inserted (queued, or taken at once when its `start_ms` is set), or reported as it
+/// stands.
+///
+/// Locks each new row's index slot, in key order; a concurrent enqueue or claim of one of
+/// these keys waits for this statement's commit. As with the claim batch, a key whose row
+/// another transaction inserted after this statement's snapshot is missing from the
+/// report; its call runs alone.
+pub(super) const ENQUEUE_BATCH: &str = pg_enqueue_batch!("", "");
+
+/// [`ENQUEUE_BATCH`] for calls with other routes: the other routes' rows of the keys it
+/// wrote are written by the same statement (`$9`…`$17`, as `CLAIM_ROUTED`'s `$8`…`$16`).
+pub(super) const ENQUEUE_ROUTED: &str = pg_enqueue_batch!(
+    pg_others!(
+        "queued",
+        "$9::text[], $10::text[], $11::text[], $12::text[], $13::bytea[], $14::text[],
+                         $15::text[], $16::int8[], $17::bool[]"
+    ),
+    pg_others_report!()
 );
 
 /// Completions for many attempts: the single-row `COMPLETE`, fenced per row.

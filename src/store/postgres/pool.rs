@@ -14,31 +14,14 @@ use tokio_postgres::CancelToken;
 use tokio_postgres_rustls::MakeRustlsConnect;
 
 use super::connection::end_cancelled;
-use super::routed::{atomic, write_others, written_of, Written};
+use super::routed::{claim_rows, key};
+pub(crate) use super::routed::{ClaimCall, EnqueueCall};
 use super::rows::{claim_result, db_error, get, is_read_only, pool_error};
 use super::sql::{CLAIM, COMPLETE, COMPLETE_PLAIN};
 use crate::claim::{ClaimResult, StoredResult};
 use crate::key::EventId;
 use crate::store::reconnect::Reconnect;
-use crate::store::{millis, Fenced, History, Kept, QueueRow, Routed, StoreError};
-
-/// One claim: run alone here, or in a batch (`batch.rs`).
-pub(crate) struct ClaimCall {
-    pub(crate) id: EventId,
-    pub(crate) fingerprint: Option<String>,
-    pub(crate) lease_ms: i64,
-    /// The payload to write with a new row (its provider keeps payloads always).
-    pub(crate) keep: Option<Kept>,
-    /// The event's rows for its other routes, written with a won claim (`routed.rs`).
-    pub(crate) others: Vec<QueueRow>,
-}
-
-/// One enqueue: run alone (`queue.rs`) or in a batch (`batch.rs`).
-pub(crate) struct EnqueueCall {
-    pub(crate) row: QueueRow,
-    /// The event's rows for its other routes, written with a new `row` (`routed.rs`).
-    pub(crate) others: Vec<QueueRow>,
-}
+use crate::store::{millis, Fenced, History, Routed, StoreError};
 
 /// One completion: run alone here, or in a batch (`batch.rs`).
 pub(crate) struct CompleteCall {
@@ -274,43 +257,43 @@ impl Inner {
         &self,
         call: &ClaimCall,
     ) -> Result<Option<Routed<ClaimResult>>, StoreError> {
+        if !call.others.is_empty() {
+            // With its other routes' rows: the batch statement, for one call.
+            return self
+                .run(async |client| {
+                    let mut reported = claim_rows(client, &[call]).await.map_err(|(e, _)| e)?;
+                    reported.remove(&key(&call.id)).transpose()
+                })
+                .await;
+        }
         let keep = call.keep.as_ref();
         let payload = keep.map(|k| &k.payload[..]);
         let content_type = keep.and_then(|k| k.content_type.as_deref());
         let headers = keep.and_then(|k| k.headers.as_deref());
-        let others: Vec<&QueueRow> = call.others.iter().collect();
         self.run(async |client| {
-            atomic(client, !others.is_empty(), db_error, async |client| {
-                let stmt = client.prepare_cached(CLAIM).await.map_err(db_error)?;
-                let row = client
-                    .query_opt(
-                        &stmt,
-                        &[
-                            &&*call.id.provider,
-                            &&*call.id.key,
-                            &call.fingerprint,
-                            &call.lease_ms,
-                            &payload,
-                            &content_type,
-                            &headers,
-                        ],
-                    )
-                    .await
-                    .map_err(db_error)?;
-                let Some(answer) = row.map(|row| claim_result(&row)).transpose()? else {
-                    return Ok(None);
-                };
-                let written = if matches!(answer, ClaimResult::Won { .. }) {
-                    write_others(client, &others).await.map_err(|(e, _)| e)?
-                } else {
-                    Written::new()
-                };
-                Ok(Some(Routed {
-                    answer,
-                    written: written_of(&call.others, &written),
-                }))
-            })
-            .await
+            let stmt = client.prepare_cached(CLAIM).await.map_err(db_error)?;
+            let row = client
+                .query_opt(
+                    &stmt,
+                    &[
+                        &&*call.id.provider,
+                        &&*call.id.key,
+                        &call.fingerprint,
+                        &call.lease_ms,
+                        &payload,
+                        &content_type,
+                        &headers,
+                    ],
+                )
+                .await
+                .map_err(db_error)?;
+            let Some(answer) = row.map(|row| claim_result(&row)).transpose()? else {
+                return Ok(None);
+            };
+            Ok(Some(Routed {
+                answer,
+                written: Vec::new(),
+            }))
         })
         .await
     }

@@ -10,61 +10,59 @@ use super::pool::Inner;
 use super::queue_sql::{
     ABANDON, DUE, ENQUEUE, ORPHAN, ORPHAN_SYNC, QUEUE_DEPTH, RENEW, TAKE, TAKE_DUE,
 };
-use super::routed::{atomic, write_others, written_of, Written};
+use super::routed::{enqueue_rows, key, EnqueueCall};
 use super::rows::{db_error, existing, get, parse_path};
 use crate::key::EventId;
-use crate::store::{millis, Enqueued, Fenced, QueueDepth, QueueRow, Routed, StoreError, Taken};
+use crate::store::{millis, Enqueued, Fenced, QueueDepth, Routed, StoreError, Taken};
 
-/// [`Store::enqueue`](crate::store::Store::enqueue); retried while a concurrent insert hides
-/// the row from the report (see `ENQUEUE`).
+/// [`Store::enqueue`](crate::store::Store::enqueue_routed); retried while a concurrent
+/// insert hides the row from the report (see `ENQUEUE`). A call with other routes runs the
+/// batch statement, which writes their rows too, for one call.
 pub(crate) async fn enqueue(
     inner: &Inner,
-    item: &QueueRow,
-    all_others: &[QueueRow],
+    call: &EnqueueCall,
 ) -> Result<Routed<Enqueued>, StoreError> {
-    let others: Vec<&QueueRow> = all_others.iter().collect();
+    let item = &call.row;
     for _ in 0..3 {
-        let row = inner
+        let answer = inner
             .run(async |client| {
-                atomic(client, !others.is_empty(), db_error, async |client| {
-                    let stmt = client.prepare_cached(ENQUEUE).await.map_err(db_error)?;
-                    let row = client
-                        .query_opt(
-                            &stmt,
-                            &[
-                                &&*item.id.provider,
-                                &&*item.id.key,
-                                &item.fingerprint,
-                                &&*item.payload,
-                                &item.content_type,
-                                &item.headers,
-                                &item.start.map(millis),
-                                &item.keep_payload,
-                            ],
-                        )
-                        .await
-                        .map_err(db_error)?;
-                    let mut written = Written::new();
-                    if let Some(row) = &row {
-                        if get::<bool>(row, "inserted")? {
-                            written = write_others(client, &others).await.map_err(|(e, _)| e)?;
-                        }
-                    }
-                    Ok(row.map(|row| (row, written)))
-                })
-                .await
+                if !call.others.is_empty() {
+                    let mut reported = enqueue_rows(client, &[call]).await.map_err(|(e, _)| e)?;
+                    return reported.remove(&key(&item.id)).transpose();
+                }
+                let stmt = client.prepare_cached(ENQUEUE).await.map_err(db_error)?;
+                let row = client
+                    .query_opt(
+                        &stmt,
+                        &[
+                            &&*item.id.provider,
+                            &&*item.id.key,
+                            &item.fingerprint,
+                            &&*item.payload,
+                            &item.content_type,
+                            &item.headers,
+                            &item.start.map(millis),
+                            &item.keep_payload,
+                        ],
+                    )
+                    .await
+                    .map_err(db_error)?;
+                let Some(row) = row else {
+                    return Ok(None);
+                };
+                let answer = if get::<bool>(&row, "inserted")? {
+                    Enqueued::Inserted
+                } else {
+                    existing(&row)?
+                };
+                Ok(Some(Routed {
+                    answer,
+                    written: Vec::new(),
+                }))
             })
             .await?;
-        if let Some((row, written)) = row {
-            let answer = if get::<bool>(&row, "inserted")? {
-                Enqueued::Inserted
-            } else {
-                existing(&row)?
-            };
-            return Ok(Routed {
-                answer,
-                written: written_of(all_others, &written),
-            });
+        if let Some(answer) = answer {
+            return Ok(answer);
         }
     }
     Err(StoreError::Corrupt(

@@ -1,92 +1,40 @@
-//! An event with other routes: its answering route's claim (or enqueue) and the other
-//! routes' rows commit together. The statements are the single-route ones (`CLAIM`,
-//! `ENQUEUE`, and their batches), run in one transaction with an `ENQUEUE_BATCH` of the
-//! other routes' rows for the keys that were won (or written); a call with no other
-//! routes runs as it did, in autocommit, with no transaction to pay for.
-//!
-//! The `ENQUEUE_BATCH` runner lives here, with the batches' error and report types: the
-//! enqueue batch (`batch.rs`) and the alone paths (`pool.rs`, `queue.rs`) share it.
+//! Claims and enqueues of many events in one statement, each with its other routes' rows:
+//! `CLAIM_BATCH` and `ENQUEUE_BATCH`, or — when a call has other routes — `CLAIM_ROUTED`
+//! and `ENQUEUE_ROUTED`, whose rows for the other routes of each key they won (or wrote)
+//! are written by the same statement, so they commit together with no transaction. The
+//! group commit (`batch.rs`) runs them for many calls; the single-row paths (`pool.rs`,
+//! `queue.rs`) run them for one call with other routes.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use deadpool_postgres::Client;
-
-use std::collections::HashMap;
-
 use tokio_postgres::error::SqlState;
+use tokio_postgres::types::ToSql;
+use tokio_postgres::Row;
 
-use super::batch_sql::ENQUEUE_BATCH;
-use super::rows::{db_error, existing, get};
+use super::batch_sql::{CLAIM_BATCH, CLAIM_ROUTED, ENQUEUE_BATCH, ENQUEUE_ROUTED};
+use super::rows::{claim_result, db_error, existing, get};
 use crate::claim::ClaimResult;
 use crate::key::EventId;
-use crate::store::{millis, Enqueued, QueueRow, StoreError};
+use crate::store::{millis, Enqueued, Kept, QueueRow, Routed, StoreError};
 
-/// Runs `op` in a transaction on `client` when `routed`, else as it is. A failed `op` (or
-/// `BEGIN`) is rolled back before the connection goes back to its pool; `coded` turns the
-/// driver's errors of `BEGIN`/`COMMIT` into `op`'s error type.
-pub(super) async fn atomic<T, E>(
-    client: &Client,
-    routed: bool,
-    coded: fn(tokio_postgres::Error) -> E,
-    op: impl AsyncFnOnce(&Client) -> Result<T, E>,
-) -> Result<T, E> {
-    if !routed {
-        return op(client).await;
-    }
-    // `BEGIN` goes out in the same round trip as `op`'s first statement: a connection
-    // answers in order, and the request is queued when its future is first polled.
-    let (begun, done) = futures_util::join!(client.batch_execute("BEGIN"), op(client));
-    match begun.map_err(coded).and(done) {
-        Ok(value) => {
-            client.batch_execute("COMMIT").await.map_err(coded)?;
-            Ok(value)
-        }
-        Err(e) => {
-            // A connection whose rollback fails is broken, and its pool discards it.
-            let _ = client.batch_execute("ROLLBACK").await;
-            Err(e)
-        }
-    }
+/// One claim: run alone (`pool.rs`) or in a batch (`batch.rs`).
+pub(crate) struct ClaimCall {
+    pub(crate) id: EventId,
+    pub(crate) fingerprint: Option<String>,
+    pub(crate) lease_ms: i64,
+    /// The payload to write with a new row (its provider keeps payloads always).
+    pub(crate) keep: Option<Kept>,
+    /// The event's rows for its other routes, written with a won claim.
+    pub(crate) others: Vec<QueueRow>,
 }
 
-/// The keys of the other routes' rows a statement wrote.
-pub(super) type Written = HashSet<(Arc<str>, Arc<str>)>;
-
-/// Writes the other routes' rows of the calls whose own row was won or written (each as
-/// `ENQUEUE` writes one: queued and due now, or taken with its `start`, unless its key is
-/// known); answers the keys it wrote.
-pub(super) async fn write_others(
-    client: &Client,
-    others: &[&QueueRow],
-) -> Result<Written, (StoreError, Option<tokio_postgres::error::SqlState>)> {
-    if others.is_empty() {
-        return Ok(Written::new());
-    }
-    let reported = enqueue_batch_on(client, others).await?;
-    Ok(reported
-        .into_iter()
-        .filter(|(_, answer)| matches!(answer, Ok(Enqueued::Inserted)))
-        .map(|(key, _)| key)
-        .collect())
-}
-
-/// Which of `others` `written` holds, in order.
-pub(super) fn written_of(others: &[QueueRow], written: &Written) -> Vec<bool> {
-    others
-        .iter()
-        .map(|o| written.contains(&(Arc::clone(&o.id.provider), Arc::clone(&o.id.key))))
-        .collect()
-}
-
-/// Whether a claim's answer lets its other routes' rows be written: it was won.
-pub(super) fn claim_writes_others(answer: Option<&Result<ClaimResult, StoreError>>) -> bool {
-    matches!(answer, Some(Ok(ClaimResult::Won { .. })))
-}
-
-/// Whether an enqueue's answer lets its other routes' rows be written: its row is new.
-pub(super) fn enqueue_writes_others(answer: Option<&Result<Enqueued, StoreError>>) -> bool {
-    matches!(answer, Some(Ok(Enqueued::Inserted)))
+/// One enqueue: run alone (`queue.rs`) or in a batch (`batch.rs`).
+pub(crate) struct EnqueueCall {
+    pub(crate) row: QueueRow,
+    /// The event's rows for its other routes, written with a new `row`.
+    pub(crate) others: Vec<QueueRow>,
 }
 
 /// A batch's key for an event.
@@ -106,48 +54,200 @@ pub(super) fn coded(e: tokio_postgres::Error) -> BatchError {
 /// A batch statement's answers by key; a key it did not report is run alone.
 pub(super) type Report<T> = HashMap<(Arc<str>, Arc<str>), Result<T, StoreError>>;
 
-/// `ENQUEUE_BATCH` for `calls`: each row written, or reported as it stands.
-pub(super) async fn enqueue_batch_on(
-    client: &deadpool_postgres::Client,
-    calls: &[&QueueRow],
-) -> Result<Report<Enqueued>, BatchError> {
-    let plain = |e: StoreError| (e, None);
-    let stmt = client.prepare_cached(ENQUEUE_BATCH).await.map_err(coded)?;
+/// The claims of `calls` in one statement: each key won, or reported as it stands, with
+/// the other routes' rows of the keys it won.
+pub(super) async fn claim_rows(
+    client: &Client,
+    calls: &[&ClaimCall],
+) -> Result<Report<Routed<ClaimResult>>, BatchError> {
+    let others = Others::of(calls.iter().map(|c| (&c.id, &c.others[..])));
+    let sql = if others.is_empty() {
+        CLAIM_BATCH
+    } else {
+        CLAIM_ROUTED
+    };
+    let stmt = client.prepare_cached(sql).await.map_err(coded)?;
     let providers: Vec<&str> = calls.iter().map(|c| &*c.id.provider).collect();
     let keys: Vec<&str> = calls.iter().map(|c| &*c.id.key).collect();
     let fingerprints: Vec<Option<&str>> = calls.iter().map(|c| c.fingerprint.as_deref()).collect();
-    let payloads: Vec<&[u8]> = calls.iter().map(|c| &c.payload[..]).collect();
-    let content_types: Vec<Option<&str>> =
-        calls.iter().map(|c| c.content_type.as_deref()).collect();
-    let headers: Vec<Option<&str>> = calls.iter().map(|c| c.headers.as_deref()).collect();
-    let starts: Vec<Option<i64>> = calls.iter().map(|c| c.start.map(millis)).collect();
-    let keeps: Vec<bool> = calls.iter().map(|c| c.keep_payload).collect();
-    let rows = client
-        .query(
-            &stmt,
-            &[
-                &providers,
-                &keys,
-                &fingerprints,
-                &payloads,
-                &content_types,
-                &headers,
-                &starts,
-                &keeps,
-            ],
-        )
-        .await
-        .map_err(coded)?;
-    let mut reported = HashMap::with_capacity(rows.len());
+    let leases: Vec<i64> = calls.iter().map(|c| c.lease_ms).collect();
+    let kept = |f: fn(&Kept) -> Option<&str>| -> Vec<Option<&str>> {
+        calls.iter().map(|c| c.keep.as_ref().and_then(f)).collect()
+    };
+    let payloads: Vec<Option<&[u8]>> = calls
+        .iter()
+        .map(|c| c.keep.as_ref().map(|k| &k.payload[..]))
+        .collect();
+    let content_types = kept(|k| k.content_type.as_deref());
+    let headers = kept(|k| k.headers.as_deref());
+    let mut params: Vec<&(dyn ToSql + Sync)> = vec![
+        &providers,
+        &keys,
+        &fingerprints,
+        &leases,
+        &payloads,
+        &content_types,
+        &headers,
+    ];
+    params.extend(others.params());
+    let rows = client.query(&stmt, &params).await.map_err(coded)?;
+    reported(rows, "won", claim_result, calls, |c| (&c.id, &c.others))
+}
+
+/// The enqueues of `calls` in one statement: each key written (queued, or taken at once
+/// with its start lease), or reported as it stands, with the other routes' rows of the
+/// keys it wrote.
+pub(super) async fn enqueue_rows(
+    client: &Client,
+    calls: &[&EnqueueCall],
+) -> Result<Report<Routed<Enqueued>>, BatchError> {
+    let others = Others::of(calls.iter().map(|c| (&c.row.id, &c.others[..])));
+    let sql = if others.is_empty() {
+        ENQUEUE_BATCH
+    } else {
+        ENQUEUE_ROUTED
+    };
+    let stmt = client.prepare_cached(sql).await.map_err(coded)?;
+    let rows: Vec<&QueueRow> = calls.iter().map(|c| &c.row).collect();
+    let arrays = QueueArrays::of(&rows);
+    let mut params = arrays.params();
+    params.extend(others.params());
+    let rows = client.query(&stmt, &params).await.map_err(coded)?;
+    let answer = |row: &Row| match get::<bool>(row, "inserted")? {
+        true => Ok(Enqueued::Inserted),
+        false => existing(row),
+    };
+    reported(rows, "inserted", answer, calls, |c| (&c.row.id, &c.others))
+}
+
+/// A statement's rows as answers by key: a row whose `flag` column is NULL is one of the
+/// other routes' rows it wrote, and each answer carries which of its call's other rows
+/// were written.
+fn reported<T, C>(
+    rows: Vec<Row>,
+    flag: &str,
+    answer: impl Fn(&Row) -> Result<T, StoreError>,
+    calls: &[&C],
+    parts: fn(&C) -> (&EventId, &Vec<QueueRow>),
+) -> Result<Report<Routed<T>>, BatchError> {
+    let plain = |e: StoreError| (e, None);
+    let mut answers = HashMap::with_capacity(rows.len());
+    let mut written = HashSet::new();
     for row in rows {
         let provider: String = get(&row, "provider").map_err(plain)?;
         let event_key: String = get(&row, "event_key").map_err(plain)?;
-        let answer = match get::<bool>(&row, "inserted") {
-            Ok(true) => Ok(Enqueued::Inserted),
-            Ok(false) => existing(&row),
-            Err(e) => Err(e),
-        };
-        reported.insert((provider.into(), event_key.into()), answer);
+        let id = (Arc::from(provider), Arc::from(event_key));
+        if get::<Option<bool>>(&row, flag).map_err(plain)?.is_none() {
+            written.insert(id);
+        } else {
+            answers.insert(id, answer(&row));
+        }
     }
-    Ok(reported)
+    let others: HashMap<_, _> = calls
+        .iter()
+        .map(|c| {
+            let (id, others) = parts(c);
+            (key(id), others)
+        })
+        .collect();
+    Ok(answers
+        .into_iter()
+        .map(|(k, answer)| {
+            let flags = others.get(&k).map_or_else(Vec::new, |rows| {
+                rows.iter().map(|o| written.contains(&key(&o.id))).collect()
+            });
+            let answer = answer.map(|answer| Routed {
+                answer,
+                written: flags,
+            });
+            (k, answer)
+        })
+        .collect())
+}
+
+/// The arrays of `ENQUEUE_BATCH`'s `$1`…`$8`.
+struct QueueArrays<'a> {
+    providers: Vec<&'a str>,
+    keys: Vec<&'a str>,
+    fingerprints: Vec<Option<&'a str>>,
+    payloads: Vec<&'a [u8]>,
+    content_types: Vec<Option<&'a str>>,
+    headers: Vec<Option<&'a str>>,
+    starts: Vec<Option<i64>>,
+    keeps: Vec<bool>,
+}
+
+impl<'a> QueueArrays<'a> {
+    fn of(rows: &[&'a QueueRow]) -> Self {
+        Self {
+            providers: rows.iter().map(|r| &*r.id.provider).collect(),
+            keys: rows.iter().map(|r| &*r.id.key).collect(),
+            fingerprints: rows.iter().map(|r| r.fingerprint.as_deref()).collect(),
+            payloads: rows.iter().map(|r| &r.payload[..]).collect(),
+            content_types: rows.iter().map(|r| r.content_type.as_deref()).collect(),
+            headers: rows.iter().map(|r| r.headers.as_deref()).collect(),
+            starts: rows.iter().map(|r| r.start.map(millis)).collect(),
+            keeps: rows.iter().map(|r| r.keep_payload).collect(),
+        }
+    }
+
+    fn params(&self) -> Vec<&(dyn ToSql + Sync)> {
+        vec![
+            &self.providers,
+            &self.keys,
+            &self.fingerprints,
+            &self.payloads,
+            &self.content_types,
+            &self.headers,
+            &self.starts,
+            &self.keeps,
+        ]
+    }
+}
+
+/// The other routes' rows of a statement's calls: the nine arrays of `pg_others!` (the
+/// queue arrays, with the answering route's scope after the key).
+struct Others<'a> {
+    rows: QueueArrays<'a>,
+    owners: Vec<&'a str>,
+}
+
+impl<'a> Others<'a> {
+    fn of(calls: impl Iterator<Item = (&'a EventId, &'a [QueueRow])>) -> Self {
+        let mut rows = Vec::new();
+        let mut owners = Vec::new();
+        for (id, others) in calls {
+            for other in others {
+                rows.push(other);
+                owners.push(&*id.provider);
+            }
+        }
+        Self {
+            rows: QueueArrays::of(&rows),
+            owners,
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.owners.is_empty()
+    }
+
+    /// The nine parameters, or none when there are no other rows.
+    fn params(&self) -> Vec<&(dyn ToSql + Sync)> {
+        if self.is_empty() {
+            return Vec::new();
+        }
+        let r = &self.rows;
+        vec![
+            &r.providers,
+            &r.keys,
+            &self.owners,
+            &r.fingerprints,
+            &r.payloads,
+            &r.content_types,
+            &r.headers,
+            &r.starts,
+            &r.keeps,
+        ]
+    }
 }
