@@ -181,6 +181,12 @@ impl Filter {
             .find_map(|(i, c)| c.check().map(|e| format!("condition {}: {e}", i + 1)))
     }
 
+    /// The request headers its conditions read (kept with the event's row, so that a job
+    /// giving old events to a route can check them again).
+    pub fn headers(&self) -> impl Iterator<Item = &str> {
+        self.all.iter().filter_map(|c| c.header.as_deref())
+    }
+
     /// Whether the request with these headers and this body passes every condition.
     pub fn accepts(&self, headers: &HeaderMap, body: &Body<'_>) -> bool {
         self.all.iter().all(|c| c.holds(headers, body))

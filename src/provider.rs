@@ -29,7 +29,8 @@ pub struct Target {
     /// The delivery time limit.
     pub timeout: Duration,
     /// Request headers kept with a failed event besides content type and user agent (lower
-    /// case): the provider's signature, timestamp and key headers, and `keep_headers`.
+    /// case): the provider's signature, timestamp and key headers, `keep_headers`, and the
+    /// headers its routes' filters read.
     pub keep_headers: Vec<String>,
     /// The decoded `target.signing_secret`: forwarded requests are signed with it.
     pub signing_key: Option<Arc<[u8]>>,
@@ -199,6 +200,11 @@ impl Provider {
             _ => None,
         }));
         keep_headers.extend(config.keep_headers.iter().map(|h| h.to_ascii_lowercase()));
+        // And those the routes' filters read.
+        for (_, route) in config.all_routes() {
+            let read = route.filter.iter().flat_map(|f| f.headers());
+            keep_headers.extend(read.map(str::to_ascii_lowercase));
+        }
         let name: Arc<str> = config.name.as_str().into();
         let keep_payload = config.keep_payload == crate::config::provider::KeepPayload::Always;
         let routes = config

@@ -128,7 +128,11 @@ pub async fn bulk_replay(
     let mut told = false;
     let job = loop {
         if let Some(job) = operator.claim_job_by_id(id, &node, lease).await? {
-            jobs::run(&*store, &job, &node, lease, replay_one).await?;
+            // Its own job replays dead letters: it gives nothing to a route.
+            let give = |_: EventId, _: String| async {
+                ItemOutcome::Skipped("not a job to a route".into())
+            };
+            jobs::run(&*store, &job, &node, lease, replay_one, give).await?;
         }
         let job = operator.job(id).await?.context("the job is gone")?;
         if job.status != "running" {

@@ -10,9 +10,17 @@
 //! shows it); one met while the node shuts down is given back, and the job left for its
 //! lease to run out. It only looks at rows changed before it was created: a replay that
 //! fails makes its row newer, so it is never picked up twice.
+//!
+//! A job *to a route* ([`ToRoute`]) gives the events its filter matches (done ones, by
+//! default) to another route of their provider — one added since, say: each event whose
+//! payload is kept and that the route's filter accepts gets a queued row on that route, for
+//! the scheduler, unless the route has one already. It is how a route added later gets old
+//! events (nothing else gives them to it).
 
 use std::future::Future;
 use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
 
 use crate::claim::Status;
 use crate::key::EventId;
@@ -35,6 +43,8 @@ pub enum ItemOutcome {
     Dead(String),
     /// A failed queue row, now due: the scheduler delivers it.
     Retried,
+    /// Written queued on the job's route: the scheduler delivers it there.
+    Queued,
     /// Nothing to do any more (the row is no longer a dead letter, or no longer failed).
     Skipped(String),
     /// It could not run now (the store did not answer, ...).
@@ -59,6 +69,7 @@ impl ItemOutcome {
             ItemOutcome::Done => ("done", true, None),
             ItemOutcome::Dead(why) => ("dead", false, Some(why)),
             ItemOutcome::Retried => ("retried", true, None),
+            ItemOutcome::Queued => ("queued", true, None),
             ItemOutcome::Skipped(why) => ("skipped", false, Some(why)),
             ItemOutcome::Error(why) => ("error", false, Some(why)),
             ItemOutcome::Busy => ("error", false, Some("every worker was busy")),
@@ -83,26 +94,67 @@ pub fn normalize(mut filter: SearchFilter) -> Option<SearchFilter> {
     Some(filter)
 }
 
+/// A job that gives the events `filter` matches to the route `to_route` of their provider
+/// (as the job's text: a plain filter is a replay job).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ToRoute {
+    /// The events given: a provider's (or one of its routes') rows.
+    pub filter: SearchFilter,
+    /// The route they are given to (`main` for the provider's target).
+    pub to_route: String,
+}
+
+/// A job's filter as a job to a route reads it: done rows unless it names a status.
+pub fn normalize_to_route(mut filter: SearchFilter) -> SearchFilter {
+    filter.status.get_or_insert(Status::Done);
+    filter
+}
+
+/// What a job does with each event it matches.
+enum Spec {
+    /// Replays dead letters, or makes failed queue rows due.
+    Replay(SearchFilter),
+    /// Gives each event to this route.
+    ToRoute(SearchFilter, String),
+}
+
+impl Spec {
+    /// The job's text, read; `None` when it is neither.
+    fn read(text: &str) -> Option<Self> {
+        if let Ok(to) = serde_json::from_str::<ToRoute>(text) {
+            return Some(Spec::ToRoute(normalize_to_route(to.filter), to.to_route));
+        }
+        let filter = serde_json::from_str::<SearchFilter>(text).ok()?;
+        normalize(filter).map(Spec::Replay)
+    }
+}
+
 /// Runs job `job` as `node` until every matching event has been seen, the job is
-/// cancelled, or another node took it over; `replay` replays one dead letter.
-pub async fn run<F, Fut>(
+/// cancelled, or another node took it over; `replay` replays one dead letter, `give` gives
+/// one event to a route.
+pub async fn run<F, Fut, G, GFut>(
     store: &dyn Store,
     job: &ReplayJob,
     node: &str,
     lease: Duration,
     replay: F,
+    give: G,
 ) -> Result<(), StoreError>
 where
     F: Fn(EventId) -> Fut,
     Fut: Future<Output = ItemOutcome>,
+    G: Fn(EventId, String) -> GFut,
+    GFut: Future<Output = ItemOutcome>,
 {
     let operator = store.operator();
-    let Some(mut filter) = serde_json::from_str::<SearchFilter>(&job.filter)
-        .ok()
-        .and_then(normalize)
-    else {
+    let Some(spec) = Spec::read(&job.filter) else {
         operator.cancel_job(job.id).await?;
         return Ok(());
+    };
+    let (mut filter, to_route) = match spec {
+        Spec::Replay(filter) => (filter, None),
+        Spec::ToRoute(filter, route) => (filter, Some(route)),
     };
     filter.updated_before = Some(
         filter
@@ -122,18 +174,19 @@ where
             if !operator.begin_item(job.id, &row.id).await? {
                 continue;
             }
-            let outcome = match row.status {
-                Status::Dead => {
+            let outcome = match (&to_route, row.status) {
+                (Some(route), _) => Ok(give(row.id.clone(), route.clone()).await),
+                (None, Status::Dead) => {
                     replay_when_free(operator, job, node, lease, gap, &row, &replay).await
                 }
-                Status::Failed => operator.retry_now(&row.id).await.map(|retried| {
+                (None, Status::Failed) => operator.retry_now(&row.id).await.map(|retried| {
                     if retried {
                         ItemOutcome::Retried
                     } else {
                         ItemOutcome::Skipped("no longer matches".into())
                     }
                 }),
-                _ => Ok(ItemOutcome::Skipped("no longer matches".into())),
+                (None, _) => Ok(ItemOutcome::Skipped("no longer matches".into())),
             };
             // Nothing replayed: the item is given back (at best: if this fails too, the
             // event stays begun and the job skips it), for this job or a node taking it
@@ -217,5 +270,27 @@ mod tests {
             ..SearchFilter::default()
         };
         assert_eq!(normalize(done), None);
+    }
+
+    #[test]
+    fn a_jobs_text_is_a_replay_or_a_job_to_a_route() {
+        let to = ToRoute {
+            filter: SearchFilter {
+                provider: Some("stripe".into()),
+                ..SearchFilter::default()
+            },
+            to_route: "crm".into(),
+        };
+        match Spec::read(&serde_json::to_string(&to).unwrap()) {
+            Some(Spec::ToRoute(filter, route)) => {
+                assert_eq!((filter.status, route.as_str()), (Some(Status::Done), "crm"));
+            }
+            _ => panic!("a job to a route"),
+        }
+        let replay = serde_json::to_string(&to.filter).unwrap();
+        assert!(
+            matches!(Spec::read(&replay), Some(Spec::Replay(f)) if f.status == Some(Status::Dead))
+        );
+        assert!(Spec::read(r#"{"filter":{},"to_route":"crm","extra":1}"#).is_none());
     }
 }

@@ -8,8 +8,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use actix_web::http::header::{HeaderMap, HeaderName, HeaderValue};
 use slog::{warn, Logger};
 
+use crate::canonical::Body;
 use crate::claim::Path;
 use crate::key::EventId;
 use crate::metrics::Metrics;
@@ -17,7 +19,7 @@ use crate::operator_work::jobs::{self, ItemOutcome};
 use crate::provider::Target;
 use crate::shard::gate::Hold;
 use crate::shard::{Dispatcher, Reply, RetryReason};
-use crate::store::{Store, StoreError};
+use crate::store::{Enqueued, QueueRow, Store, StoreError};
 
 /// A node's part in operators' work.
 pub struct OperatorWork {
@@ -107,9 +109,14 @@ impl OperatorWork {
         else {
             return Ok(false);
         };
-        jobs::run(&*self.store, &job, &node, self.job_lease, |id| {
-            self.replay(id)
-        })
+        jobs::run(
+            &*self.store,
+            &job,
+            &node,
+            self.job_lease,
+            |id| self.replay(id),
+            |id, route| self.give(id, route),
+        )
         .await?;
         Ok(true)
     }
@@ -154,6 +161,54 @@ impl OperatorWork {
         }
     }
 
+    /// Gives one event (a row of another route of its provider) to the route `route`: a
+    /// queued row there, for the scheduler — if the route has none, the event's payload is
+    /// kept and the route's filter accepts it (its body, and the headers kept with it).
+    async fn give(&self, id: EventId, route: String) -> ItemOutcome {
+        let provider = crate::key::provider_of(&id.provider);
+        let scope: Arc<str> = if route == crate::key::MAIN_ROUTE {
+            provider.into()
+        } else {
+            format!("{provider}.{route}").into()
+        };
+        let Some(target) = self.targets.get(&scope) else {
+            return ItemOutcome::Skipped(format!("no route {route} is configured here"));
+        };
+        let record = match self.store.operator().event(&id).await {
+            Ok(Some(record)) => record,
+            Ok(None) => return ItemOutcome::Skipped("no longer stored".into()),
+            Err(e) => return ItemOutcome::Error(e.to_string()),
+        };
+        let Some(payload) = record.payload else {
+            return ItemOutcome::Skipped("its payload was not kept".into());
+        };
+        if let Some(filter) = &target.filter {
+            let headers = header_map(record.request_headers.as_deref());
+            if !filter.accepts(&headers, &Body::new(&payload)) {
+                return ItemOutcome::Skipped(format!(
+                    "the filter of route {route} does not take it"
+                ));
+            }
+        }
+        let row = QueueRow {
+            id: EventId::new(scope, Arc::clone(&id.key)),
+            fingerprint: record.fingerprint,
+            payload: payload.into(),
+            content_type: record.content_type,
+            headers: record.request_headers,
+            keep_payload: target.keep_payload,
+            start: None,
+        };
+        match self.store.enqueue(&row).await {
+            Ok(Enqueued::Inserted) => {
+                self.dispatcher.signals().arrived();
+                ItemOutcome::Queued
+            }
+            Ok(_) => ItemOutcome::Skipped(format!("route {route} has it already")),
+            Err(e) => ItemOutcome::Error(e.to_string()),
+        }
+    }
+
     /// Passes begun and not ended: one reading the pauses, and at most one running a job.
     pub fn passes_in_flight(&self) -> usize {
         self.in_flight.load(Ordering::SeqCst)
@@ -188,4 +243,24 @@ impl OperatorWork {
         self.in_flight.fetch_sub(1, Ordering::SeqCst);
         ended
     }
+}
+
+/// The request headers kept with a row (a JSON object's text), as a request's.
+fn header_map(kept: Option<&str>) -> HeaderMap {
+    let mut map = HeaderMap::new();
+    let object = kept
+        .and_then(|text| {
+            serde_json::from_str::<serde_json::Map<String, serde_json::Value>>(text).ok()
+        })
+        .unwrap_or_default();
+    for (name, value) in object {
+        let (Ok(name), Some(Ok(value))) = (
+            HeaderName::from_bytes(name.as_bytes()),
+            value.as_str().map(HeaderValue::from_str),
+        ) else {
+            continue;
+        };
+        map.insert(name, value);
+    }
+    map
 }

@@ -94,7 +94,8 @@ pub struct ReplayItem {
     pub provider: String,
     /// Its key.
     pub key: String,
-    /// `running`, `done`, `dead`, `retried`, `skipped` or `error`.
+    /// `running`, `done`, `dead`, `retried`, `queued` (a job to a route), `skipped` or
+    /// `error`.
     pub outcome: String,
     /// A word on it.
     pub detail: Option<String>,

@@ -305,6 +305,9 @@ struct JobRequest {
     filter: SearchFilter,
     /// Narrows the filter's provider to one of its routes.
     route: Option<String>,
+    /// Gives the matching events (done ones unless the filter names a status) to this
+    /// route of their provider instead of replaying them: a job to a route.
+    to_route: Option<String>,
     rate: Option<f64>,
 }
 
@@ -338,13 +341,49 @@ fn replay_filter(filter: SearchFilter) -> Result<SearchFilter, ApiError> {
     ))
 }
 
+/// A job request's filter and the job's text: a replay's filter, or a job to a route (its
+/// route one of the filter's provider's, not the one the filter reads), or a 400.
+fn job_spec(request: JobRequest, state: &AppState) -> Result<(SearchFilter, String), ApiError> {
+    let Some(to_route) = request.to_route else {
+        let filter = replay_filter(request.filter)?;
+        let text = serde_json::to_string(&filter).map_err(|_| ApiError::BadRequest("filter"))?;
+        return Ok((filter, text));
+    };
+    let from = request
+        .filter
+        .provider
+        .as_deref()
+        .ok_or(ApiError::BadRequest(
+            "to_route: needs the filter's provider",
+        ))?;
+    let provider = crate::key::provider_of(from);
+    let scope = scope_of(provider, Some(&to_route));
+    if !state.routes.contains_key(scope.as_str()) {
+        return Err(ApiError::BadRequest(
+            "to_route: not a route of the filter's provider",
+        ));
+    }
+    if scope == from {
+        return Err(ApiError::BadRequest(
+            "to_route: the filter already reads that route's rows",
+        ));
+    }
+    let filter = jobs::normalize_to_route(request.filter);
+    let job = jobs::ToRoute {
+        filter: filter.clone(),
+        to_route,
+    };
+    let text = serde_json::to_string(&job).map_err(|_| ApiError::BadRequest("filter"))?;
+    Ok((filter, text))
+}
+
 async fn plan(
     req: HttpRequest,
     payload: web::Payload,
     state: web::Data<AppState>,
 ) -> Result<HttpResponse, ApiError> {
     authorize(&req, &state)?;
-    let filter = replay_filter(JobRequest::read(&req, payload, &state).await?.filter)?;
+    let (filter, _) = job_spec(JobRequest::read(&req, payload, &state).await?, &state)?;
     let count = state.store.operator().count(&filter).await?;
     Ok(HttpResponse::Ok().json(json!({ "count": count, "filter": filter })))
 }
@@ -355,9 +394,9 @@ async fn start_job(
     state: web::Data<AppState>,
 ) -> Result<HttpResponse, ApiError> {
     authorize(&req, &state)?;
-    let JobRequest { filter, rate, .. } = JobRequest::read(&req, payload, &state).await?;
-    let filter = replay_filter(filter)?;
-    let rate = rate.unwrap_or(DEFAULT_RATE);
+    let request = JobRequest::read(&req, payload, &state).await?;
+    let rate = request.rate.unwrap_or(DEFAULT_RATE);
+    let (filter, text) = job_spec(request, &state)?;
     if !(rate.is_finite() && rate > 0.0 && rate <= 10_000.0) {
         return Err(ApiError::BadRequest(
             "rate: replays a second, above 0, at most 10000",
@@ -365,7 +404,6 @@ async fn start_job(
     }
     let operator = state.store.operator();
     let total = operator.count(&filter).await?;
-    let text = serde_json::to_string(&filter).map_err(|_| ApiError::BadRequest("filter"))?;
     let id = operator.create_job(&text, total, rate).await?;
     let job = operator
         .job(id)

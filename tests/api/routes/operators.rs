@@ -1,13 +1,18 @@
 //! Operators and routes: an event shows its row on every route; search, pause and resume,
 //! one replay and a bulk replay each take a route and touch only it; a replay of one
-//! route's dead letter racing the scheduler delivers it once.
+//! route's dead letter racing the scheduler delivers it once; a job gives old events to a
+//! route added later.
+
+use std::time::Duration;
 
 use futures_util::future::join_all;
+use hookgate::config::KeepPayload;
+use hookgate::secret::Secret;
 use serde_json::json;
 
 use super::{count, event, wait_row, Routes, ANALYTICS, CRM};
 use crate::helpers::{Backend, Behaviour, PROVIDER};
-use crate::operators::common::{admin_app, auth, get_json, post_json};
+use crate::operators::common::{admin_app, auth, get_json, post_json, TOKEN};
 
 /// The event's answer lists its routes, each with its own row (or none: a filter did not
 /// take it); the search narrowed to a route finds that route's rows only; stats list
@@ -239,7 +244,108 @@ async fn the_command_line_shows_routes_and_replays_one(backend: Backend) {
     assert_eq!(count(&app.target, key), 1);
 }
 
+/// A route added after events were done gets them only from an operator's job to that
+/// route: each event its filter takes once (the job run by two nodes at once, the scheduler
+/// delivering beside it), none it does not take, nothing to the other routes; a second job
+/// finds the route has them; a job to a route that is not one is refused.
+async fn a_job_gives_old_events_to_a_route_added_later(backend: Backend) {
+    let routes = Routes::start().await;
+    let keep = |c: &mut hookgate::config::Config| {
+        c.providers[0].keep_payload = KeepPayload::Always;
+        c.admin.token = Some(Secret::new(TOKEN));
+        // The nodes' own passes leave the job to the test's.
+        c.queue.poll_interval = Duration::from_secs(3600);
+    };
+    let app = admin_app(backend, keep).await;
+    let old = [
+        ("evt_g1", "invoice.paid"),
+        ("evt_g2", "customer.created"),
+        ("evt_g3", "invoice.payment_failed"),
+    ];
+    for (key, kind) in old {
+        assert_eq!(app.deliver(key, &event(key, kind)).await.status, 201);
+        app.wait_status(key, "done").await;
+    }
+    let routed = app
+        .second_node(|c| {
+            keep(c);
+            routes.add(c);
+        })
+        .await;
+    let other = app
+        .second_node(|c| {
+            keep(c);
+            routes.add(c);
+        })
+        .await;
+    let request = json!({ "filter": { "provider": PROVIDER }, "to_route": "crm", "rate": 1000 });
+    let (_, plan) = post_json(&routed, "/admin/api/replays/plan", request.clone()).await;
+    assert_eq!(plan["count"], 3, "{plan}");
+    let (status, job) = post_json(&routed, "/admin/api/replays", request.clone()).await;
+    assert_eq!(status, 201, "{job}");
+    // Both nodes' passes at once (a node's pass at its start may hold the job instead).
+    let (a, b, _) = futures_util::join!(
+        routed.operator_work.run_once(),
+        other.operator_work.run_once(),
+        join_all((0..4).map(|_| routed.scheduler.run_once())),
+    );
+    assert!(!(a.unwrap() && b.unwrap()), "one node ran the job");
+    let id = job["id"].as_i64().unwrap();
+    let path = format!("/admin/api/replays/{id}");
+    crate::helpers::eventually("the job to end", || async {
+        get_json(&routed, &path).await["status"] == "done"
+    })
+    .await;
+    let job = get_json(&routed, &path).await;
+    assert_eq!(job["replayed"], 2, "{job}");
+    let outcome = |key: &str| {
+        let items = job["items"].as_array().unwrap();
+        let item = items.iter().find(|i| i["key"] == key).unwrap();
+        item["outcome"].as_str().unwrap().to_owned()
+    };
+    assert_eq!(outcome("evt_g1"), "queued");
+    assert_eq!(outcome("evt_g2"), "skipped");
+    assert_eq!(outcome("evt_g3"), "queued");
+    wait_row(&routed, CRM, "evt_g1", "done").await;
+    wait_row(&routed, CRM, "evt_g3", "done").await;
+    join_all((0..4).map(|_| routed.scheduler.run_once())).await;
+    assert_eq!(count(&routes.crm, "evt_g1"), 1);
+    assert_eq!(count(&routes.crm, "evt_g3"), 1);
+    assert_eq!(count(&routes.crm, "evt_g2"), 0);
+    assert_eq!(
+        routes.analytics.total(),
+        0,
+        "the job gave nothing to analytics"
+    );
+    assert_eq!(app.db.status(CRM, "evt_g2").await, None);
+    for (key, _) in old {
+        assert_eq!(app.target.count(&crate::helpers::TestApp::idem(key)), 1);
+    }
+
+    // Again: the route has them; nothing is delivered twice.
+    let (status, again) = post_json(&routed, "/admin/api/replays", request).await;
+    assert_eq!(status, 201, "{again}");
+    assert!(routed.operator_work.run_once().await.unwrap());
+    let again = get_json(&routed, &format!("/admin/api/replays/{}", again["id"])).await;
+    assert_eq!(again["replayed"], 0, "{again}");
+    routed.scheduler.run_once().await.unwrap();
+    assert_eq!(count(&routes.crm, "evt_g1"), 1);
+
+    // Refused, with nothing written: no such route, no provider, the filter's own route.
+    for bad in [
+        json!({ "filter": { "provider": PROVIDER }, "to_route": "nope" }),
+        json!({ "filter": {}, "to_route": "crm" }),
+        json!({ "filter": { "provider": PROVIDER }, "to_route": "main" }),
+    ] {
+        let (status, answer) = post_json(&routed, "/admin/api/replays", bad.clone()).await;
+        assert_eq!(status, 400, "{bad}: {answer}");
+    }
+    let jobs = get_json(&routed, "/admin/api/replays").await;
+    assert_eq!(jobs["jobs"].as_array().unwrap().len(), 2);
+}
+
 on_both_stores!(
+    a_job_gives_old_events_to_a_route_added_later,
     the_command_line_shows_routes_and_replays_one,
     an_event_shows_its_routes_and_a_search_takes_one,
     a_route_is_paused_and_resumed_alone,
