@@ -23,6 +23,7 @@ use tokio::sync::Mutex;
 
 use crate::metrics::Metrics;
 use crate::provider::Target;
+use crate::shard::gate::NextRoom;
 use crate::shard::{release_taken, Dispatcher, Start};
 use crate::store::{Store, StoreError};
 
@@ -95,9 +96,10 @@ impl Scheduler {
             let gate = self.dispatcher.gate();
             // The provider's room is reserved before the take: an event arriving while the
             // statement runs finds it spoken for, and waits in the queue.
-            let room = gate.reserve(provider, self.dispatcher.room());
+            let most = self.dispatcher.room();
+            let room = gate.reserve(provider, most);
             if room == 0 {
-                pass.full = true;
+                pass.held_back(most == 0, gate.next_room(provider));
                 continue;
             }
             let limit = u32::try_from(room).unwrap_or(u32::MAX);
@@ -117,7 +119,11 @@ impl Scheduler {
                 }
             };
             gate.unreserve(provider, room - taken.len());
-            pass.full |= taken.len() >= room;
+            if taken.len() >= room {
+                // Held back by the workers, or by the provider's own gate (its rate, its
+                // pause, its deliveries at once).
+                pass.held_back(room >= most, gate.next_room(provider));
+            }
             pass.taken += taken.len();
             // Paused while the statement ran (the target asked, or an operator): the rows
             // go back, due again at once, and start once the pause ends.
@@ -182,7 +188,8 @@ impl Scheduler {
             match pass {
                 Ok(pass) => {
                     backoff = self.poll;
-                    self.dispatcher.signals().wait(pass.full, self.poll).await;
+                    let poll = pass.wake.map_or(self.poll, |wake| wake.min(self.poll));
+                    self.dispatcher.signals().wait(pass.full, poll).await;
                 }
                 Err(e) => {
                     warn!(self.log, "queue.poll_failed"; "error" => %e,
@@ -200,7 +207,27 @@ impl Scheduler {
 pub struct Pass {
     /// Rows taken and handed to shards.
     pub taken: usize,
-    /// Whether a provider had more due rows than room (idle workers, or its gate): the
-    /// next pass should run as soon as a worker frees up.
+    /// Whether a provider may have had more due rows than room that a freed worker gives
+    /// (idle workers, or its `max_in_flight`): the next pass runs as soon as a worker frees
+    /// up.
     pub full: bool,
+    /// The soonest a provider held back by its rate (or its target's pause) has room
+    /// again: the next pass runs then, not at every freed worker — which, with other
+    /// providers busy, would run passes back to back for nothing.
+    pub wake: Option<Duration>,
+}
+
+impl Pass {
+    /// A provider had no more room this pass: the node's workers were all taken
+    /// (`workers`), or its gate says when it has room again.
+    fn held_back(&mut self, workers: bool, next: NextRoom) {
+        match next {
+            _ if workers => self.full = true,
+            NextRoom::Freed => self.full = true,
+            NextRoom::After(after) => {
+                self.wake = Some(self.wake.map_or(after, |wake| wake.min(after)));
+            }
+            NextRoom::Resumed => {}
+        }
+    }
 }

@@ -51,6 +51,17 @@ impl Bucket {
     }
 }
 
+/// When a provider whose gate has no room may have some again, as far as the gate knows.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum NextRoom {
+    /// When one of its deliveries ends (its `max_in_flight`), or the gate does not know it.
+    Freed,
+    /// After this long: its rate's next token, or the end of the pause its target asked for.
+    After(Duration),
+    /// When an operator resumes it (the resume wakes the scheduler).
+    Resumed,
+}
+
 /// The gates of one node's queue-mode providers.
 #[derive(Debug, Clone, Default)]
 pub struct Gate {
@@ -141,6 +152,33 @@ impl Gate {
         buckets
             .get(provider)
             .is_some_and(|b| b.held || b.paused_until.is_some_and(|t| Instant::now() < t))
+    }
+
+    /// When `provider`, with no room now, may have some again.
+    pub fn next_room(&self, provider: &str) -> NextRoom {
+        let mut buckets = self.buckets.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(bucket) = buckets.get_mut(provider) else {
+            return NextRoom::Freed;
+        };
+        if bucket.held {
+            return NextRoom::Resumed;
+        }
+        let now = Instant::now();
+        if let Some(left) = bucket
+            .paused_until
+            .and_then(|t| t.checked_duration_since(now))
+        {
+            if !left.is_zero() {
+                return NextRoom::After(left);
+            }
+        }
+        bucket.refill(now);
+        match bucket.rate {
+            Some(rate) if bucket.tokens < 1.0 => {
+                NextRoom::After(Duration::from_secs_f64((1.0 - bucket.tokens) / rate))
+            }
+            _ => NextRoom::Freed,
+        }
     }
 
     /// Gives back the in-flight slot of a delivery that ended (or never started).
@@ -257,6 +295,24 @@ mod tests {
             assert!(g.try_acquire("p"));
         }
         assert!(!g.try_acquire("p"), "the bucket is empty");
+    }
+
+    #[test]
+    fn a_gate_without_room_says_when_it_has_some() {
+        let g = gate(Some(2.0), Some(5));
+        assert_eq!(g.reserve("p", 10), 2);
+        match g.next_room("p") {
+            NextRoom::After(d) => assert!(d > Duration::ZERO && d <= Duration::from_millis(500)),
+            other => panic!("the next token, not {other:?}"),
+        }
+        let capped = gate(None, Some(1));
+        assert_eq!(capped.reserve("p", 10), 1);
+        assert_eq!(capped.next_room("p"), NextRoom::Freed);
+        capped.hold("p", true);
+        assert_eq!(capped.next_room("p"), NextRoom::Resumed);
+        let paused = gate(None, None);
+        paused.pause("p", Duration::from_secs(30));
+        assert!(matches!(paused.next_room("p"), NextRoom::After(d) if d > Duration::from_secs(29)));
     }
 
     #[test]

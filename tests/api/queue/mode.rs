@@ -210,6 +210,40 @@ async fn the_provider_limit_holds_deliveries_back_until_a_slot_frees(backend: Ba
     assert_eq!(app.target.total(), 3);
 }
 
+/// A provider at its `max_rate` is passed again at its next token, not at every freed
+/// worker: a pass that finds its bucket empty says when its room comes back, and does not
+/// ask for a pass per freed worker (with other providers busy, that ran passes back to
+/// back, each taking nothing).
+async fn a_provider_at_its_rate_is_passed_again_at_its_next_token(backend: Backend) {
+    let app = spawn_app_on(backend, |c| {
+        queue_mode(c);
+        c.providers[0].target.max_rate = Some(1.0);
+    })
+    .await;
+    app.scheduler.by_hand().await;
+    for i in 0..3 {
+        assert_eq!(app.deliver(&format!("evt_r{i}"), "{}").await.status, 202);
+    }
+    // The bucket's one token went to the first event (at once, or by a pass).
+    eventually("a first delivery", || async {
+        app.scheduler.run_once().await.unwrap();
+        app.target.total() >= 1
+    })
+    .await;
+    let pass = app.scheduler.run_once().await.unwrap();
+    assert!(!pass.full, "waits for its token, not a worker: {pass:?}");
+    assert!(
+        pass.wake.is_some_and(|w| w <= Duration::from_secs(1)),
+        "runs again at its next token: {pass:?}"
+    );
+    eventually("all three, a token each", || async {
+        app.scheduler.run_once().await.unwrap();
+        app.db.count_status("done").await == 3
+    })
+    .await;
+    assert_eq!(app.target.total(), 3);
+}
+
 async fn a_stale_failed_sync_row_becomes_a_sender_gave_up_dead_letter(backend: Backend) {
     let app = spawn_app_on(backend, |_| {}).await;
     app.target.set(Behaviour::Status(500));
@@ -392,6 +426,7 @@ on_both_stores!(
     an_always_failing_event_is_a_dead_letter_after_max_attempts,
     the_lease_is_renewed_while_a_long_delivery_runs,
     the_provider_limit_holds_deliveries_back_until_a_slot_frees,
+    a_provider_at_its_rate_is_passed_again_at_its_next_token,
     a_stale_failed_sync_row_becomes_a_sender_gave_up_dead_letter,
     a_flood_of_one_key_is_never_acknowledged_before_its_row_is_durable,
 );
