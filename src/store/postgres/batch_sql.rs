@@ -111,13 +111,16 @@ others AS (
            now() + COALESCE(o.start_ms, 0) * interval '1 millisecond',
            now() + o.start_ms * interval '1 millisecond', o.keep_payload
     FROM other_input o
-    JOIN ",
-            $owners,
-            " w ON w.provider = o.owner AND w.event_key = o.event_key
     LEFT JOIN LATERAL (
         SELECT x.slot FROM webhook_events x
         WHERE x.provider = o.provider AND x.event_key = o.event_key
         LIMIT 1) s ON true
+    -- The owner's key is one the statement wrote: a hashed lookup (`NOT … NOT IN` stays a
+    -- hashed subplan, where `IN` would become a join of two sets of rows, a nested loop
+    -- without hash and merge joins; the keys are never NULL).
+    WHERE NOT ((o.owner, o.event_key) NOT IN (SELECT provider, event_key FROM ",
+            $owners,
+            "))
     ORDER BY o.provider, o.event_key
     ON CONFLICT (provider, event_key, slot) DO NOTHING
     RETURNING e.provider, e.event_key

@@ -91,7 +91,10 @@ pub(super) async fn claim_rows(
     ];
     params.extend(others.params());
     let rows = client.query(&stmt, &params).await.map_err(coded)?;
-    reported(rows, "won", claim_result, calls, |c| (&c.id, &c.others))
+    let won = |answer: &ClaimResult| matches!(answer, ClaimResult::Won { .. });
+    reported(rows, "won", claim_result, won, calls, |c| {
+        (&c.id, &c.others)
+    })
 }
 
 /// The enqueues of `calls` in one statement: each key written (queued, or taken at once
@@ -117,16 +120,20 @@ pub(super) async fn enqueue_rows(
         true => Ok(Enqueued::Inserted),
         false => existing(row),
     };
-    reported(rows, "inserted", answer, calls, |c| (&c.row.id, &c.others))
+    let inserted = |answer: &Enqueued| *answer == Enqueued::Inserted;
+    reported(rows, "inserted", answer, inserted, calls, |c| {
+        (&c.row.id, &c.others)
+    })
 }
 
 /// A statement's rows as answers by key: a row whose `flag` column is NULL is one of the
 /// other routes' rows it wrote, and each answer carries which of its call's other rows
-/// were written.
+/// were written (each row for one call only, one whose own row the statement `wrote`).
 fn reported<T, C>(
     rows: Vec<Row>,
     flag: &str,
     answer: impl Fn(&Row) -> Result<T, StoreError>,
+    wrote: fn(&T) -> bool,
     calls: &[&C],
     parts: fn(&C) -> (&EventId, &Vec<QueueRow>),
 ) -> Result<Report<Routed<T>>, BatchError> {
@@ -143,26 +150,27 @@ fn reported<T, C>(
             answers.insert(id, answer(&row));
         }
     }
-    let others: HashMap<_, _> = calls
-        .iter()
-        .map(|c| {
-            let (id, others) = parts(c);
-            (key(id), others)
-        })
-        .collect();
-    Ok(answers
-        .into_iter()
-        .map(|(k, answer)| {
-            let flags = others.get(&k).map_or_else(Vec::new, |rows| {
-                rows.iter().map(|o| written.contains(&key(&o.id))).collect()
-            });
-            let answer = answer.map(|answer| Routed {
-                answer,
-                written: flags,
-            });
-            (k, answer)
-        })
-        .collect())
+    // Each row written goes to one call, the first that carries it: two calls of one event
+    // answered on two routes (their payloads took different routes) may carry the same
+    // other row, which the statement wrote once and only one of them may start.
+    let mut routed = HashMap::with_capacity(answers.len());
+    for call in calls {
+        let (id, others) = parts(call);
+        let k = key(id);
+        let Some(answer) = answers.remove(&k) else {
+            continue;
+        };
+        let answer = answer.map(|answer| {
+            let owns = wrote(&answer);
+            let written = others
+                .iter()
+                .map(|o| owns && written.remove(&key(&o.id)))
+                .collect();
+            Routed { answer, written }
+        });
+        routed.insert(k, answer);
+    }
+    Ok(routed)
 }
 
 /// The arrays of `ENQUEUE_BATCH`'s `$1`…`$8`.

@@ -1,5 +1,5 @@
-//! The hot statements' plans (claims, completions, failures, renewals and the scheduler's
-//! batched take) do not depend on when the table was last analyzed: prepared
+//! The hot statements' plans (claims — with other routes' rows too — completions, failures,
+//! renewals and the scheduler's batched take) do not depend on when the table was last analyzed: prepared
 //! while `webhook_events` was empty and never analyzed, they still find rows by the primary
 //! key once it holds 100 000 rows — half of them `in_progress` — never by a sequential scan
 //! nor by walking an index (the status index holds every `in_progress` row). Counted as
@@ -15,7 +15,7 @@ use hookgate::claim::{ClaimResult, Status, StoredResult};
 use hookgate::config::StoreConfig;
 use hookgate::key::EventId;
 use hookgate::store::operator::SearchFilter;
-use hookgate::store::Store;
+use hookgate::store::{QueueRow, Store};
 
 use crate::helpers::{eventually, failure, TestDb};
 
@@ -35,7 +35,23 @@ async fn claim_and_complete(store: &Arc<dyn Store>, keys: std::ops::Range<u32>, 
         let (store, done) = (Arc::clone(store), done.clone());
         async move {
             let id = EventId::new("p", format!("hot{i}"));
-            let claimed = store.claim(&id, Some("fp"), lease, None).await;
+            // Every fourth event has another route: the routed claim statement.
+            let others: Vec<QueueRow> = (i % 4 == 3)
+                .then(|| QueueRow {
+                    id: EventId::new("p.r", format!("hot{i}")),
+                    fingerprint: Some("fp".into()),
+                    payload: "{}".into(),
+                    content_type: None,
+                    headers: None,
+                    keep_payload: false,
+                    start: None,
+                })
+                .into_iter()
+                .collect();
+            let claimed = store
+                .claim_routed(&id, Some("fp"), lease, None, &others)
+                .await
+                .map(|routed| routed.answer);
             if let Ok(ClaimResult::Won { attempts, .. }) = claimed {
                 match i % 3 {
                     0 => {

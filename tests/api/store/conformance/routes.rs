@@ -172,9 +172,40 @@ async fn parallel_routed_claims_write_each_routes_row_once(store: Arc<dyn Store>
     assert_eq!(store.due("p.b", 100).await.unwrap().len(), 24 + 8);
 }
 
+/// One event answered on two routes at once (its deliveries' payloads took different
+/// routes), both carrying the row of a third: that row is written once and said written to
+/// one claim only — the one whose shard starts it — whether or not the two calls share a
+/// statement.
+async fn an_other_row_two_claims_carry_is_written_for_one(store: Arc<dyn Store>) {
+    for n in 0..16 {
+        let key = format!("rs{n}");
+        let b = vec![QueueRow {
+            id: EventId::new("p.b", key.as_str()),
+            ..queued(&key)
+        }];
+        let (main_id, a_id) = (super::id(&key), EventId::new("p.a", key.as_str()));
+        let (main, a) = futures_util::join!(
+            store.claim_routed(&main_id, Some("fp"), LEASE, None, &b),
+            store.claim_routed(&a_id, Some("fp"), LEASE, None, &b),
+        );
+        let (main, a) = (main.unwrap(), a.unwrap());
+        assert!(
+            won(&main.answer).is_some() && won(&a.answer).is_some(),
+            "{key}"
+        );
+        let told = [&main, &a]
+            .iter()
+            .filter(|r| r.written == vec![true])
+            .count();
+        assert_eq!(told, 1, "{key}: {:?} {:?}", main.written, a.written);
+        assert_eq!(status(&*store, "p.b", &key).await, Some(Status::Queued));
+    }
+}
+
 conformance!(
     a_won_claim_writes_the_other_routes_rows_and_nothing_else_does,
     parallel_routed_claims_write_each_routes_row_once,
+    an_other_row_two_claims_carry_is_written_for_one,
 );
 
 /// The other routes' rows and the claim commit together or not at all: a row Postgres
