@@ -18,6 +18,9 @@ use crate::signature::hmac::HmacSpec;
 use crate::signature::standard::decode_secret;
 use crate::signature::{Scheme, Verifier};
 
+/// Headers that carry credentials: never kept, even when a route's filter reads them.
+const CREDENTIALS: &[&str] = &["authorization", "proxy-authorization", "cookie"];
+
 /// The window most senders document for their signed timestamps.
 const DEFAULT_TOLERANCE: Duration = Duration::from_secs(300);
 
@@ -200,10 +203,14 @@ impl Provider {
             _ => None,
         }));
         keep_headers.extend(config.keep_headers.iter().map(|h| h.to_ascii_lowercase()));
-        // And those the routes' filters read.
+        // And those the routes' filters read (so that a job giving old events to a route
+        // can check them again), unless they carry credentials: those are never stored.
         for (_, route) in config.all_routes() {
             let read = route.filter.iter().flat_map(|f| f.headers());
-            keep_headers.extend(read.map(str::to_ascii_lowercase));
+            keep_headers.extend(
+                read.map(str::to_ascii_lowercase)
+                    .filter(|h| !CREDENTIALS.contains(&h.as_str())),
+            );
         }
         let name: Arc<str> = config.name.as_str().into();
         let keep_payload = config.keep_payload == crate::config::provider::KeepPayload::Always;

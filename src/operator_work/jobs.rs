@@ -15,7 +15,8 @@
 //! default) to another route of their provider — one added since, say: each event whose
 //! payload is kept and that the route's filter accepts gets a queued row on that route, for
 //! the scheduler, unless the route has one already. It is how a route added later gets old
-//! events (nothing else gives them to it).
+//! events (nothing else gives them to it). A store that does not answer is waited for, as
+//! for a replay; a node that does not have the route gives the job back.
 
 use std::future::Future;
 use std::time::Duration;
@@ -60,6 +61,10 @@ pub enum ItemOutcome {
     /// Not begun, nothing changed: the node is shutting down. The job stops here; it (and
     /// this event) is taken up again after its lease, by this node or another.
     Stopping,
+    /// Not begun, nothing changed: this node cannot run it (a job to a route it does not
+    /// have, in a rolling change of the config). The job stops here, as for `Stopping`,
+    /// for a node that has the route to take up after its lease.
+    Elsewhere(String),
 }
 
 impl ItemOutcome {
@@ -75,6 +80,7 @@ impl ItemOutcome {
             ItemOutcome::Busy => ("error", false, Some("every worker was busy")),
             ItemOutcome::Paused(why) | ItemOutcome::Unavailable(why) => ("error", false, Some(why)),
             ItemOutcome::Stopping => ("error", false, Some("the node was shutting down")),
+            ItemOutcome::Elsewhere(why) => ("error", false, Some(why)),
         }
     }
 }
@@ -175,9 +181,13 @@ where
                 continue;
             }
             let outcome = match (&to_route, row.status) {
-                (Some(route), _) => Ok(give(row.id.clone(), route.clone()).await),
+                (Some(route), _) => {
+                    let give = || give(row.id.clone(), route.clone());
+                    when_free(operator, job, node, lease, gap, &row, give).await
+                }
                 (None, Status::Dead) => {
-                    replay_when_free(operator, job, node, lease, gap, &row, &replay).await
+                    let replay = || replay(row.id.clone());
+                    when_free(operator, job, node, lease, gap, &row, replay).await
                 }
                 (None, Status::Failed) => operator.retry_now(&row.id).await.map(|retried| {
                     if retried {
@@ -192,7 +202,7 @@ where
             // event stays begun and the job skips it), for this job or a node taking it
             // over to begin again.
             let outcome = match outcome {
-                Ok(ItemOutcome::Stopping) | Err(_) => {
+                Ok(ItemOutcome::Stopping | ItemOutcome::Elsewhere(_)) | Err(_) => {
                     let _ = operator.forget_item(job.id, &row.id).await;
                     return outcome.map(|_| ());
                 }
@@ -210,27 +220,28 @@ where
     operator.finish_job(job.id, node).await
 }
 
-/// Replays `row` (a dead letter) once it can start: while every worker of its shard is
-/// busy, its provider is paused or the store does not answer, it waits and tries again,
-/// renewing the job's lease — a pause noted on the item for the job's progress to show,
-/// until it ends; [`ItemOutcome::Stopping`] when the job is no longer this node's.
-async fn replay_when_free<F, Fut>(
+/// Runs `attempt` on `row` (a dead letter's replay, or an event given to a route) once it
+/// can start: while every worker of its shard is busy, its provider is paused or the store
+/// does not answer, it waits and tries again, renewing the job's lease — a pause noted on
+/// the item for the job's progress to show, until it ends; [`ItemOutcome::Stopping`] when
+/// the job is no longer this node's.
+async fn when_free<F, Fut>(
     operator: &dyn OperatorStore,
     job: &ReplayJob,
     node: &str,
     lease: Duration,
     gap: Duration,
     row: &EventSummary,
-    replay: &F,
+    attempt: F,
 ) -> Result<ItemOutcome, StoreError>
 where
-    F: Fn(EventId) -> Fut,
+    F: Fn() -> Fut,
     Fut: Future<Output = ItemOutcome>,
 {
     let mut pause = gap.max(FIRST_WAIT);
     let mut noted: Option<String> = None;
     loop {
-        let outcome = replay(row.id.clone()).await;
+        let outcome = attempt().await;
         let note = match &outcome {
             ItemOutcome::Paused(why) => Some(format!("waiting: {why}")),
             _ => None,

@@ -13,6 +13,7 @@ use slog::{warn, Logger};
 
 use crate::canonical::Body;
 use crate::claim::Path;
+use crate::filter::Filter;
 use crate::key::EventId;
 use crate::metrics::Metrics;
 use crate::operator_work::jobs::{self, ItemOutcome};
@@ -74,12 +75,20 @@ impl OperatorWork {
     pub async fn refresh_pauses(&self) -> Result<Vec<String>, StoreError> {
         let _one_at_a_time = self.pausing.lock().await;
         let paused = self.store.operator().paused().await?;
+        let gate = self.dispatcher.gate();
+        let mut lifted = false;
         for provider in self.targets.keys() {
             let held = paused
                 .iter()
                 .any(|p| **p == **provider || **p == *crate::provider::provider_of(provider));
-            self.dispatcher.gate().hold(provider, held);
+            lifted |= gate.held(provider) && !held;
+            gate.hold(provider, held);
             self.metrics.paused(provider, held);
+        }
+        if lifted {
+            // Resumed on another node: this node's scheduler passes now, not at its poll
+            // (a pass leaves a held scope to the resume).
+            self.dispatcher.signals().arrived();
         }
         Ok(paused)
     }
@@ -163,7 +172,9 @@ impl OperatorWork {
 
     /// Gives one event (a row of another route of its provider) to the route `route`: a
     /// queued row there, for the scheduler — if the route has none, the event's payload is
-    /// kept and the route's filter accepts it (its body, and the headers kept with it).
+    /// kept and the route's filter accepts it (its body, and the headers kept with it). A
+    /// store that does not answer is tried again (`Unavailable`); a node without the route
+    /// gives the job back (`Elsewhere`).
     async fn give(&self, id: EventId, route: String) -> ItemOutcome {
         let provider = crate::key::provider_of(&id.provider);
         let scope: Arc<str> = if route == crate::key::MAIN_ROUTE {
@@ -172,22 +183,19 @@ impl OperatorWork {
             format!("{provider}.{route}").into()
         };
         let Some(target) = self.targets.get(&scope) else {
-            return ItemOutcome::Skipped(format!("no route {route} is configured here"));
+            return ItemOutcome::Elsewhere(format!("no route {route} is configured on this node"));
         };
         let record = match self.store.operator().event(&id).await {
             Ok(Some(record)) => record,
             Ok(None) => return ItemOutcome::Skipped("no longer stored".into()),
-            Err(e) => return ItemOutcome::Error(e.to_string()),
+            Err(e) => return ItemOutcome::Unavailable(e.to_string()),
         };
         let Some(payload) = record.payload else {
             return ItemOutcome::Skipped("its payload was not kept".into());
         };
         if let Some(filter) = &target.filter {
-            let headers = header_map(record.request_headers.as_deref());
-            if !filter.accepts(&headers, &Body::new(&payload)) {
-                return ItemOutcome::Skipped(format!(
-                    "the filter of route {route} does not take it"
-                ));
+            if let Err(why) = takes(filter, record.request_headers.as_deref(), &payload) {
+                return ItemOutcome::Skipped(format!("route {route}: {why}"));
             }
         }
         let row = QueueRow {
@@ -205,7 +213,7 @@ impl OperatorWork {
                 ItemOutcome::Queued
             }
             Ok(_) => ItemOutcome::Skipped(format!("route {route} has it already")),
-            Err(e) => ItemOutcome::Error(e.to_string()),
+            Err(e) => ItemOutcome::Unavailable(e.to_string()),
         }
     }
 
@@ -245,6 +253,24 @@ impl OperatorWork {
     }
 }
 
+/// Whether `filter` takes a stored event: its payload, and the request headers kept with
+/// it. A header the filter reads that was not kept (an event stored before its provider
+/// kept the headers its routes' filters read) decides nothing: the event is not taken,
+/// and the error says why.
+fn takes(filter: &Filter, kept: Option<&str>, payload: &[u8]) -> Result<(), String> {
+    let headers = header_map(kept);
+    if let Some(missing) = filter.headers().find(|h| !headers.contains_key(*h)) {
+        return Err(format!(
+            "its filter reads {missing}, which was not kept with the event"
+        ));
+    }
+    if filter.accepts(&headers, &Body::new(payload)) {
+        Ok(())
+    } else {
+        Err("its filter does not take it".into())
+    }
+}
+
 /// The request headers kept with a row (a JSON object's text), as a request's.
 fn header_map(kept: Option<&str>) -> HeaderMap {
     let mut map = HeaderMap::new();
@@ -263,4 +289,35 @@ fn header_map(kept: Option<&str>) -> HeaderMap {
         map.insert(name, value);
     }
     map
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::filter::Condition;
+
+    fn on_header(name: &str, value: &str) -> Filter {
+        Filter {
+            all: vec![Condition {
+                header: Some(name.into()),
+                equals: Some(crate::filter::Scalar::Str(value.into())),
+                ..Condition::default()
+            }],
+        }
+    }
+
+    #[test]
+    fn a_stored_event_is_taken_by_its_kept_headers_and_never_by_a_header_not_kept() {
+        let filter = on_header("X-GitHub-Event", "push");
+        let kept = Some(r#"{"x-github-event":"push","content-type":"application/json"}"#);
+        assert_eq!(takes(&filter, kept, b"{}"), Ok(()));
+        let other = Some(r#"{"x-github-event":"issues"}"#);
+        assert_eq!(
+            takes(&filter, other, b"{}"),
+            Err("its filter does not take it".into())
+        );
+        let not_kept = takes(&filter, Some(r#"{"content-type":"text/plain"}"#), b"{}");
+        assert!(not_kept.unwrap_err().contains("not kept"));
+        assert!(takes(&filter, None, b"{}").is_err());
+    }
 }
