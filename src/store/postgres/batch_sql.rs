@@ -5,6 +5,56 @@
 use super::queue_sql::pg_queue_values;
 use super::sql::pg_claim_conflict;
 
+/// A queue row's insert from the rows of `$from` (aliased `$a`, with the columns of
+/// `ENQUEUE_BATCH`'s input), as `ENQUEUE` writes one: into the slot that holds the key, or
+/// the current slot; up to the rows' own `WHERE`/`ORDER BY`, `ON CONFLICT` and `RETURNING`.
+macro_rules! pg_queue_insert {
+    ($from:literal, $a:literal) => {
+        concat!(
+            "
+    INSERT INTO webhook_events AS e
+        (provider, event_key, slot, status, attempts, last_path, fingerprint, mode, payload,
+         content_type, request_headers, next_attempt_at, locked_until, keep_payload)
+    SELECT ",
+            $a,
+            ".provider, ",
+            $a,
+            ".event_key, COALESCE(s.slot, (SELECT slot FROM current)), ",
+            pg_queue_values!(concat!($a, ".start_ms")),
+            ", ",
+            $a,
+            ".fingerprint, 'queue', ",
+            $a,
+            ".payload, ",
+            $a,
+            ".content_type, ",
+            $a,
+            ".request_headers,
+           now() + COALESCE(",
+            $a,
+            ".start_ms, 0) * interval '1 millisecond',
+           now() + ",
+            $a,
+            ".start_ms * interval '1 millisecond', ",
+            $a,
+            ".keep_payload
+    FROM ",
+            $from,
+            " ",
+            $a,
+            "
+    LEFT JOIN LATERAL (
+        SELECT w.slot FROM webhook_events w
+        WHERE w.provider = ",
+            $a,
+            ".provider AND w.event_key = ",
+            $a,
+            ".event_key
+        LIMIT 1) s ON true"
+        )
+    };
+}
+
 /// The claim batch, with `$others` (a CTE, or nothing) after its own and `$report` (more
 /// rows of the answer, or nothing) after its report: see [`CLAIM_BATCH`] and
 /// [`CLAIM_ROUTED`].
@@ -101,20 +151,9 @@ other_input AS (
         AS o(provider, event_key, owner, fingerprint, payload, content_type,
              request_headers, start_ms, keep_payload)
 ),
-others AS (
-    INSERT INTO webhook_events AS e
-        (provider, event_key, slot, status, attempts, last_path, fingerprint, mode, payload,
-         content_type, request_headers, next_attempt_at, locked_until, keep_payload)
-    SELECT o.provider, o.event_key, COALESCE(s.slot, (SELECT slot FROM current)), ",
-            pg_queue_values!("o.start_ms"),
-            ", o.fingerprint, 'queue', o.payload, o.content_type, o.request_headers,
-           now() + COALESCE(o.start_ms, 0) * interval '1 millisecond',
-           now() + o.start_ms * interval '1 millisecond', o.keep_payload
-    FROM other_input o
-    LEFT JOIN LATERAL (
-        SELECT x.slot FROM webhook_events x
-        WHERE x.provider = o.provider AND x.event_key = o.event_key
-        LIMIT 1) s ON true
+others AS (",
+            pg_queue_insert!("other_input", "o"),
+            "
     -- The owner's key is one the statement wrote: a hashed lookup (`NOT … NOT IN` stays a
     -- hashed subplan, where `IN` would become a join of two sets of rows, a nested loop
     -- without hash and merge joins; the keys are never NULL).
@@ -165,20 +204,9 @@ WITH input AS (
              start_ms, keep_payload)
 ),
 current AS (SELECT slot FROM hookgate_slots WHERE state = 'current'),
-queued AS (
-    INSERT INTO webhook_events AS e
-        (provider, event_key, slot, status, attempts, last_path, fingerprint, mode, payload,
-         content_type, request_headers, next_attempt_at, locked_until, keep_payload)
-    SELECT i.provider, i.event_key, COALESCE(s.slot, (SELECT slot FROM current)), ",
-            pg_queue_values!("i.start_ms"),
-            ", i.fingerprint, 'queue', i.payload, i.content_type, i.request_headers,
-           now() + COALESCE(i.start_ms, 0) * interval '1 millisecond',
-           now() + i.start_ms * interval '1 millisecond', i.keep_payload
-    FROM input i
-    LEFT JOIN LATERAL (
-        SELECT w.slot FROM webhook_events w
-        WHERE w.provider = i.provider AND w.event_key = i.event_key
-        LIMIT 1) s ON true
+queued AS (",
+            pg_queue_insert!("input", "i"),
+            "
     ORDER BY i.provider, i.event_key
     ON CONFLICT (provider, event_key, slot) DO NOTHING
     RETURNING e.provider, e.event_key, true AS inserted, e.status, e.attempts, e.fingerprint,

@@ -7,7 +7,7 @@ use super::sql::pg_slot_of;
 /// content type, headers, start lease in ms): `queued` and due now, or — with a start lease
 /// — already taken for its first attempt, holding that lease (and due again at its end).
 macro_rules! pg_queue_values {
-    ($start:literal) => {
+    ($start:expr) => {
         concat!(
             "CASE WHEN ",
             $start,
