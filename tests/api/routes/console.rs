@@ -1,12 +1,12 @@
 //! The console shows an event's routes, in a real browser: the event page lists each route
 //! with its own row (or that it did not take the event), a route's link opens that route's
-//! row, and the overview has a card per route.
+//! row, the overview has a card per route, and a job to a route names its route.
 
 use std::path::Path;
 
 use crate::helpers::webdriver::{self, Browser};
 use crate::helpers::{Backend, Behaviour};
-use crate::operators::common::{admin_app, TOKEN};
+use crate::operators::common::{admin_app, post_json, TOKEN};
 
 use super::{event, wait_row, Routes, ANALYTICS, CRM};
 
@@ -57,4 +57,11 @@ async fn the_console_shows_an_events_routes() {
     browser.wait_text("#event-row", "analytics").await;
     browser.wait_text("#event-row", "dead").await;
     browser.wait_count("#replay:not([disabled])", 1).await;
+
+    // A job to a route is listed with the route its events go to.
+    let request = serde_json::json!({ "filter": { "provider": "stripe" }, "to_route": "crm" });
+    let (status, job) = post_json(&app, "/admin/api/replays", request).await;
+    assert_eq!(status, 201, "{job}");
+    browser.goto(&format!("{console}#/dead")).await;
+    browser.wait_text("#jobs", "to route crm: provider=stripe").await;
 }

@@ -783,7 +783,8 @@ function jobList(jobs) {
       : el('p', { class: 'empty' }, 'No jobs yet.'));
 }
 
-/** A job's filter (JSON text) as `name=value` pairs, without the empty ones. */
+/** A job's filter (JSON text) as `name=value` pairs, without the empty ones; a job to a
+ *  route (`{filter, to_route}`) says which route its events go to. */
 function filterText(text) {
   let filter;
   try {
@@ -792,6 +793,9 @@ function filterText(text) {
     return text;
   }
   if (!filter || typeof filter !== 'object') return text;
+  if (typeof filter.to_route === 'string' && filter.filter && typeof filter.filter === 'object') {
+    return `to route ${filter.to_route}: ${filterText(JSON.stringify(filter.filter))}`;
+  }
   return Object.entries(filter)
     .filter(([, v]) => v !== null && v !== '')
     .map(([k, v]) => `${k}=${TIME_FILTERS.includes(k) ? whenUnix(v) : v}`)
