@@ -63,5 +63,7 @@ async fn the_console_shows_an_events_routes() {
     let (status, job) = post_json(&app, "/admin/api/replays", request).await;
     assert_eq!(status, 201, "{job}");
     browser.goto(&format!("{console}#/dead")).await;
-    browser.wait_text("#jobs", "to route crm: provider=stripe").await;
+    browser
+        .wait_text("#jobs", "to route crm: provider=stripe")
+        .await;
 }
