@@ -24,6 +24,7 @@
 //! | presets resolved into a provider's runtime | [`provider`] |
 //! | Prometheus metrics, one registry per node; JSON logs and every event name | [`metrics`], [`logging`], [`logging::EVENTS`] |
 //! | TLS clients: system roots or a CA file, libpq's levels | [`tls`] |
+//! | W3C trace context, spans, the OTLP/HTTP exporter | [`trace`] |
 //! | the store interface; atomic claim, fenced complete/fail | [`store::api`] |
 //! | Postgres (group commit) and the embedded SQLite store | [`store::postgres`], [`store::sqlite`] |
 //! | shard actors: memory answers, admission, claims | [`shard`] |
@@ -60,4 +61,5 @@ pub mod signature;
 pub mod startup;
 pub mod store;
 pub mod tls;
+pub mod trace;
 pub mod worker;

@@ -94,8 +94,20 @@ impl Application {
             .with_context(|| format!("binding {}", config.server.listen))?;
         let port = listener.local_addr()?.port();
         let shards = config.server.shard_count();
-        let settings = shard_settings(config, shards);
         let metrics = Arc::new(Metrics::new());
+        let tracer = match config.tracing.endpoint {
+            Some(_) => Some(
+                crate::trace::start(
+                    &config.tracing,
+                    &crate::node::name(),
+                    metrics.trace_counters(),
+                    log.clone(),
+                )
+                .map_err(anyhow::Error::msg)?,
+            ),
+            None => None,
+        };
+        let settings = shard_settings(config, shards, tracer.clone());
         let primed: Vec<&str> = providers
             .values()
             .flat_map(|p| p.routes.iter().map(|r| &*r.scope))
@@ -185,6 +197,7 @@ impl Application {
             operator_work: Arc::clone(&operator_work),
             readiness: Default::default(),
             stats: crate::http::StatsCache::new(config.admin.stats_max_age),
+            tracer,
         });
         let server = http_server(config, listener, state)?;
         info!(log, "hookgate.listening"; "port" => port, "shards" => shards);
@@ -274,8 +287,13 @@ impl Application {
 }
 
 /// What every shard of a node is configured with (`shards` of them share the cache).
-fn shard_settings(config: &Config, shards: usize) -> ShardSettings {
+fn shard_settings(
+    config: &Config,
+    shards: usize,
+    tracer: Option<Arc<crate::trace::Tracer>>,
+) -> ShardSettings {
     ShardSettings {
+        tracer,
         lease: config.lease.duration,
         retry: config.retry.policy(),
         cache_capacity: config.cache.capacity.div_ceil(shards),

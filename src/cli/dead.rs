@@ -199,6 +199,7 @@ pub async fn replay(config: &Config, id: EventId) -> anyhow::Result<String> {
             mode: reopened.mode,
             filtered: false,
             others: Vec::new(),
+            trace: None,
         }),
         reopened.attempts,
         sent,

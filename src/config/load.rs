@@ -107,6 +107,12 @@ impl Config {
     /// variable that is unset or empty is an error naming it.
     pub fn resolve_secrets(&mut self) -> Result<(), ConfigError> {
         self.resolve_admin_token()?;
+        self.tracing.headers = self
+            .tracing
+            .headers_env
+            .iter()
+            .map(|(name, var)| Ok((name.clone(), secret_from_env(var)?)))
+            .collect::<Result<_, ConfigError>>()?;
         for provider in &mut self.providers {
             provider.resolve_secrets()?;
         }
@@ -203,6 +209,44 @@ mod tests {
                 assert!(shown, "[{section}] {key} is not documented in {path}");
             }
         }
+    }
+
+    #[test]
+    fn tracing_settings_written_wrong_are_refused_by_name() {
+        let with = |tracing: &str| {
+            Config::from_toml(&format!(
+                "[tracing]\n{tracing}\n[[providers]]\nname = \"p\"\npreset = \"none\"\n\
+                 key = [{{ json = \"/id\" }}]\ntarget = {{ url = \"http://127.0.0.1:9/\" }}\n"
+            ))
+        };
+        let refused = with(
+            r#"endpoint = "ftp://collector/v1/traces"
+               sampling_ratio = 1.5
+               batch_size = 0
+               flush_interval = "1ms"
+               headers_env = { "bad header" = "X" }"#,
+        )
+        .expect_err("refused")
+        .to_string();
+        for name in [
+            "tracing.endpoint is an http:// or https:// URL",
+            "0 <= tracing.sampling_ratio <= 1",
+            "1 <= tracing.batch_size <= tracing.queue_size",
+            "tracing.flush_interval and tracing.timeout >= 10ms",
+            "tracing.headers_env names valid header names",
+        ] {
+            assert!(refused.contains(name), "{name} not in {refused}");
+        }
+        // Off (no endpoint): its other settings are not checked.
+        let off = with("sampling_ratio = 7.0");
+        assert!(off.is_ok(), "{off:?}");
+        let mut missing = with(
+            r#"endpoint = "http://127.0.0.1:4318/v1/traces"
+               headers_env = { "x-api-key" = "HOOKGATE_TEST_UNSET_TRACING_KEY" }"#,
+        )
+        .expect("valid");
+        let error = missing.resolve_secrets().expect_err("unset").to_string();
+        assert!(error.contains("HOOKGATE_TEST_UNSET_TRACING_KEY"), "{error}");
     }
 
     #[test]

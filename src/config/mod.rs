@@ -25,7 +25,7 @@ pub use provider::{
 };
 pub use settings::{
     cpus, AdminConfig, CacheConfig, Config, LeaseConfig, LogConfig, LogFormat, QueueConfig,
-    RetentionConfig, RetryConfig, ServerConfig, ShutdownConfig, DEFAULT_PATH,
+    RetentionConfig, RetryConfig, ServerConfig, ShutdownConfig, TracingConfig, DEFAULT_PATH,
 };
 pub use store::{redact_url_password, StoreConfig};
 pub use validate::{Rule, RuleStatus};

@@ -35,6 +35,8 @@ pub struct Config {
     pub admin: AdminConfig,
     /// The queue-mode scheduler.
     pub queue: QueueConfig,
+    /// OpenTelemetry traces (off unless an endpoint is set).
+    pub tracing: TracingConfig,
     /// The senders hookgate accepts, one `POST /webhooks/{name}` each.
     pub providers: Vec<ProviderConfig>,
 }
@@ -214,6 +216,58 @@ impl Default for QueueConfig {
         Self {
             poll_interval: Duration::from_secs(1),
             max_target_pause: Duration::from_secs(60),
+        }
+    }
+}
+
+/// `[tracing]`: spans exported over OTLP/HTTP (protobuf). Off while `endpoint` is unset;
+/// then no request allocates anything for traces.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TracingConfig {
+    /// The collector's traces URL, e.g. `http://localhost:4318/v1/traces` (used as
+    /// written, like `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`). Unset: tracing is off.
+    pub endpoint: Option<String>,
+    /// Headers sent with every export, each read from the environment variable named:
+    /// `{ "x-honeycomb-team" = "HONEYCOMB_API_KEY" }`. Unset or empty variables stop the
+    /// node at start, naming them.
+    pub headers_env: std::collections::BTreeMap<String, String>,
+    /// The values read from `headers_env` (never from the file).
+    #[serde(skip)]
+    pub headers: Vec<(String, Secret)>,
+    /// A PEM file of the CA to trust for an `https://` endpoint; unset: the system's.
+    pub ca_file: Option<std::path::PathBuf>,
+    /// Share of the traces that start here which are recorded (0.0–1.0). A request whose
+    /// `traceparent` says sampled (or not) keeps its sender's decision.
+    pub sampling_ratio: f64,
+    /// `service.name` of the exported spans.
+    pub service_name: String,
+    /// Most spans in one export request.
+    pub batch_size: usize,
+    /// Spans waiting for the exporter; past it, spans are dropped and counted
+    /// (`hookgate_trace_spans_total{outcome="dropped"}`), never waited for.
+    pub queue_size: usize,
+    /// Longest a finished span waits for a batch to fill before it is sent.
+    #[serde(with = "humantime_serde")]
+    pub flush_interval: Duration,
+    /// Time limit of one export request.
+    #[serde(with = "humantime_serde")]
+    pub timeout: Duration,
+}
+
+impl Default for TracingConfig {
+    fn default() -> Self {
+        Self {
+            endpoint: None,
+            headers_env: Default::default(),
+            headers: Vec::new(),
+            ca_file: None,
+            sampling_ratio: 1.0,
+            service_name: "hookgate".into(),
+            batch_size: 512,
+            queue_size: 8192,
+            flush_interval: Duration::from_secs(1),
+            timeout: Duration::from_secs(10),
         }
     }
 }

@@ -28,7 +28,59 @@ pub(super) fn rules(config: &Config) -> Vec<Rule> {
     rules.extend(retry_rules(config));
     rules.extend(retention_rules(config));
     rules.extend(provider_rules(config));
+    rules.extend(tracing_rules(config));
     rules
+}
+
+/// `[tracing]`, checked only when an endpoint turns it on.
+fn tracing_rules(config: &Config) -> Vec<Rule> {
+    let t = &config.tracing;
+    let Some(endpoint) = &t.endpoint else {
+        return Vec::new();
+    };
+    let url_ok = endpoint
+        .parse::<actix_web::http::Uri>()
+        .is_ok_and(|u| matches!(u.scheme_str(), Some("http" | "https")) && u.host().is_some());
+    let bad_names: Vec<&str> = t
+        .headers_env
+        .keys()
+        .filter(|n| actix_web::http::header::HeaderName::from_bytes(n.as_bytes()).is_err())
+        .map(String::as_str)
+        .collect();
+    vec![
+        rule(
+            "tracing.endpoint is an http:// or https:// URL",
+            url_ok,
+            format!("endpoint = {endpoint:?}"),
+        ),
+        rule(
+            "0 <= tracing.sampling_ratio <= 1",
+            (0.0..=1.0).contains(&t.sampling_ratio),
+            format!("sampling_ratio = {}", t.sampling_ratio),
+        ),
+        rule(
+            "1 <= tracing.batch_size <= tracing.queue_size <= 1000000",
+            t.batch_size >= 1 && t.batch_size <= t.queue_size && t.queue_size <= 1_000_000,
+            format!(
+                "batch_size = {}, queue_size = {}",
+                t.batch_size, t.queue_size
+            ),
+        ),
+        rule(
+            "tracing.flush_interval and tracing.timeout >= 10ms",
+            t.flush_interval >= Duration::from_millis(10) && t.timeout >= Duration::from_millis(10),
+            format!(
+                "flush_interval = {}, timeout = {}",
+                show(t.flush_interval),
+                show(t.timeout)
+            ),
+        ),
+        rule(
+            "tracing.headers_env names valid header names",
+            bad_names.is_empty(),
+            format!("invalid: {bad_names:?}"),
+        ),
+    ]
 }
 
 /// Sizes, limits, deadlines and what a shutdown can take.

@@ -10,9 +10,9 @@
 //! No decision about an event is made here: the cache and the shard make them.
 
 use std::sync::Arc;
-use std::time::SystemTime;
+use std::time::{Instant, SystemTime};
 
-use actix_web::http::header::{self, HeaderValue};
+use actix_web::http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use actix_web::http::StatusCode;
 use actix_web::web::{self, Bytes};
 use actix_web::{HttpRequest, HttpResponse, HttpResponseBuilder};
@@ -26,7 +26,8 @@ use crate::canonical::Body;
 use crate::claim::{Mode, Path};
 use crate::key::EventId;
 use crate::provider::Target;
-use crate::shard::{Answer, Event, Reply};
+use crate::shard::{Answer, Event, Reply, Traced};
+use crate::trace::{Kind, Span, SpanId, TraceContext, Tracer, WallClock};
 
 /// The handler.
 pub async fn ingest(
@@ -36,8 +37,99 @@ pub async fn ingest(
     state: web::Data<AppState>,
 ) -> Result<HttpResponse, ApiError> {
     let provider = provider.into_inner();
-    match accept(&req, &provider, payload, &state).await {
+    let Some(tracer) = &state.tracer else {
+        return handle(&req, &provider, payload, &state, None, &mut None).await;
+    };
+    // Tracing on: the request's span continues the sender's trace (or starts one), and
+    // the event's attempts are its children.
+    let started = Instant::now();
+    let header = |name: &str| req.headers().get(name).and_then(|v| v.to_str().ok());
+    let (context, parent) = tracer.request(header("traceparent"), header("tracestate"));
+    let traced = Traced::new(tracer, context);
+    let mut key = None;
+    let answer = handle(&req, &provider, payload, &state, Some(&traced), &mut key).await;
+    if traced.parent.sampled {
+        let known = state.providers.contains_key(&provider);
+        let clock = WallClock::now();
+        let start = clock.ns(started);
+        let span = request_span(&traced.parent, parent, start, known.then_some(&*provider));
+        request_ended(
+            span,
+            &answer,
+            key.as_ref(),
+            tracer,
+            clock.ns(Instant::now()),
+        );
+    }
+    answer
+}
+
+/// The span of a sender's request, started at `start`: named by its route, never by the
+/// provider segment the caller wrote (only a configured name is an attribute).
+fn request_span(
+    context: &TraceContext,
+    parent: Option<SpanId>,
+    start: u64,
+    provider: Option<&str>,
+) -> Span {
+    let name = "POST /webhooks/{provider}";
+    let mut span = Span::start(name, Kind::Server, context, parent, start);
+    span.set("http.request.method", "POST");
+    span.set("http.route", "/webhooks/{provider}");
+    span.set("hookgate.provider", provider.unwrap_or("unknown"));
+    span
+}
+
+/// Ends a request's span with what it was answered: status, path, key or the refusal.
+fn request_ended(
+    mut span: Span,
+    answer: &Result<HttpResponse, ApiError>,
+    key: Option<&EventId>,
+    tracer: &Tracer,
+    end: u64,
+) {
+    if let Some(id) = key {
+        span.set("hookgate.event_key", &id.key);
+        span.set("hookgate.scope", &id.provider);
+    }
+    let status = match answer {
+        Ok(response) => {
+            if let Some(path) = response
+                .headers()
+                .get("hookgate-path")
+                .and_then(|v| v.to_str().ok())
+            {
+                span.set("hookgate.path", path);
+            }
+            response.status()
+        }
+        Err(e) => {
+            span.set("hookgate.rejected", e.code());
+            actix_web::ResponseError::status_code(e)
+        }
+    };
+    span.set("http.response.status_code", i64::from(status.as_u16()));
+    if status.is_server_error() {
+        span.fail(status.to_string());
+    }
+    span.end(tracer, end);
+}
+
+/// The request's work: checked, keyed, answered from the cache or handed to its shard.
+/// `key` learns the event's key once it is known (for the request's span).
+async fn handle(
+    req: &HttpRequest,
+    provider: &str,
+    payload: web::Payload,
+    state: &AppState,
+    traced: Option<&Arc<Traced>>,
+    key: &mut Option<EventId>,
+) -> Result<HttpResponse, ApiError> {
+    match accept(req, provider, payload, state).await {
         Ok(accepted) => {
+            if traced.is_some() {
+                *key = Some(accepted.id.clone());
+            }
             let dispatcher = &state.dispatcher;
             let fingerprint = accepted.fingerprint.as_deref();
             if let Some(answer) = dispatcher.cached(&accepted.id, fingerprint, accepted.mode) {
@@ -61,10 +153,11 @@ pub async fn ingest(
                     .map(str::to_owned),
                 body: accepted.body,
                 target: accepted.target,
-                headers: req.headers().clone(),
+                headers: kept_trace(req.headers().clone(), traced),
                 mode: accepted.mode,
                 filtered: accepted.filtered,
                 others: accepted.others,
+                trace: traced.cloned(),
             };
             Ok(render(match event.mode {
                 Mode::Sync => dispatcher.dispatch(event).await,
@@ -75,11 +168,11 @@ pub async fn ingest(
             // Only configured names reach a label or a log line; anything else is
             // `unknown`: the segment is the unauthenticated caller's own text (it could
             // forge lines, or be 100 KB long). A bounded, escaped excerpt goes to debug.
-            let label = if state.providers.contains_key(&provider) {
-                provider.as_str()
+            let label = if state.providers.contains_key(provider) {
+                provider
             } else {
                 slog::debug!(state.log, "webhook.unknown_provider";
-                    "excerpt" => excerpt(&provider));
+                    "excerpt" => excerpt(provider));
                 "unknown"
             };
             state.metrics.rejected(label, e.code());
@@ -88,6 +181,24 @@ pub async fn ingest(
             Err(e)
         }
     }
+}
+
+/// The request's headers with its `traceparent` (and `tracestate`) replaced by the context
+/// of hookgate's span for it: kept with the row, they are what its later attempts continue.
+fn kept_trace(mut headers: HeaderMap, traced: Option<&Arc<Traced>>) -> HeaderMap {
+    if let Some(traced) = traced {
+        let context = &traced.parent;
+        if let Ok(value) = HeaderValue::from_str(&context.traceparent()) {
+            headers.insert(HeaderName::from_static("traceparent"), value);
+        }
+        headers.remove("tracestate");
+        if let Some(state) = context.state.as_deref() {
+            if let Ok(value) = HeaderValue::from_str(state) {
+                headers.insert(HeaderName::from_static("tracestate"), value);
+            }
+        }
+    }
+    headers
 }
 
 /// A request that passed every check, before it becomes an [`Event`].

@@ -48,4 +48,6 @@ pub struct AppState {
     /// The rows per provider and status `/admin/api/stats` answers from, kept for
     /// `admin.stats_max_age`.
     pub stats: StatsCache<Vec<StatusCount>>,
+    /// The node's tracer; `None` while tracing is off.
+    pub tracer: Option<Arc<crate::trace::Tracer>>,
 }

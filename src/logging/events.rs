@@ -35,6 +35,14 @@ pub const EVENTS: &[(&str, &str)] = &[
         "queue mode: a renewal found another attempt owns the row",
     ),
     (
+        "tracing.started",
+        "tracing is on: spans are exported to this endpoint",
+    ),
+    (
+        "tracing.export_failed",
+        "an export of spans failed (the collector refused or did not answer); they are counted",
+    ),
+    (
         "webhook.hung_up",
         "queue mode: the lease could not be confirmed; the attempt hung up",
     ),

@@ -10,4 +10,4 @@
 mod record;
 mod registry;
 
-pub use registry::Metrics;
+pub use registry::{Metrics, TraceCounters};

@@ -120,6 +120,23 @@ pub struct Metrics {
     pub(super) target_pause: Family<ProviderLabels, Gauge<f64, std::sync::atomic::AtomicU64>>,
     pub(super) retention_backlog: Gauge<f64, std::sync::atomic::AtomicU64>,
     pub(super) table_bytes: Family<TableLabels, Gauge>,
+    pub(super) spans: TraceCounters,
+}
+
+/// The exporter's counts of spans, by what became of them: `hookgate_trace_spans_total`.
+#[derive(Debug, Clone)]
+pub struct TraceCounters {
+    /// Sent to the collector, which took them.
+    pub exported: Counter,
+    /// Dropped because the exporter's queue was full.
+    pub dropped: Counter,
+    /// Sent in an export the collector refused or that failed.
+    pub failed: Counter,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(super) struct SpanLabels {
+    pub(super) outcome: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -290,7 +307,22 @@ impl Metrics {
             "Queue rows taken for an attempt, by provider",
             queue_taken.clone(),
         );
+        let span_family = Family::<SpanLabels, Counter>::default();
+        // Each counter has two owners: the family renders it, the exporter counts on it.
+        let span = |outcome| span_family.get_or_create_owned(&SpanLabels { outcome });
+        let spans = TraceCounters {
+            exported: span("exported"),
+            dropped: span("dropped"),
+            failed: span("failed"),
+        };
+        registry.register(
+            "trace_spans",
+            "Spans of this node's traces, by what became of them: exported, dropped (the \
+             exporter's queue was full) or failed (the collector refused or did not answer)",
+            span_family,
+        );
         Self {
+            spans,
             recent: dashmap::DashMap::new(),
             registry,
             attempts,
@@ -368,6 +400,11 @@ impl Metrics {
                 .get_or_create(&ProviderLabels::of(provider))
                 .inc_by(0);
         }
+    }
+
+    /// The counters the trace exporter counts its spans on.
+    pub fn trace_counters(&self) -> TraceCounters {
+        self.spans.clone()
     }
 
     /// The Prometheus text exposition.

@@ -66,6 +66,9 @@ pub struct ShardSettings {
     pub paused_retry_after: u64,
     /// Longest a target's `Retry-After` holds its whole provider (`queue.max_target_pause`).
     pub max_target_pause: Duration,
+    /// The node's tracer (`None`: tracing is off): rows taken from the queue continue the
+    /// trace their row keeps.
+    pub tracer: Option<Arc<crate::trace::Tracer>>,
 }
 
 /// What the shards of a node share: the store, their settings, the metrics, the done

@@ -19,15 +19,17 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use slog::{warn, Logger};
+use slog::{o, warn, Logger};
 
 use super::event::Event;
 use super::record::write_verdict_retrying;
+use super::reply::outcome_label;
 use crate::claim::{Mode, Path};
 use crate::deadline::{after, from_now};
 use crate::outcome::{judge, DeliveryOutcome, Redeliverer, Verdict};
 use crate::retry::RetryPolicy;
 use crate::store::{Fenced, History, Store, StoreError};
+use crate::trace::{new_span_id, Kind, Span, SpanId, TraceContext, WallClock};
 use crate::worker::DeliveryRequest;
 
 /// Pause between tries of a renewal that failed, after the first try again at once.
@@ -72,6 +74,30 @@ pub struct Attempt {
     /// Queue mode: how much longer the event may wait for its delivery (its provider's
     /// horizon less its age); a throttle past it makes it a dead letter.
     pub horizon_left: Duration,
+    /// Its spans, when its event's trace is sampled.
+    spans: Option<AttemptSpans>,
+}
+
+/// The ids and instants of an attempt's spans: the attempt, and its claim, delivery and
+/// outcome write as children. Ids are drawn when the claim is won, so the delivery's
+/// `traceparent` names its span before it ends.
+#[derive(Debug, Clone)]
+struct AttemptSpans {
+    /// The attempt's own span.
+    attempt: TraceContext,
+    /// The delivery's span, the target's request's parent.
+    delivery: SpanId,
+    /// Just before the claim (or the take) was sent.
+    sent: Instant,
+    /// When the claim was won.
+    claimed: Instant,
+}
+
+/// When an attempt's steps ended, for its spans.
+struct Timeline {
+    started: Instant,
+    answered: Instant,
+    ended: Instant,
 }
 
 /// What the target said, kept for the attempt's history.
@@ -116,17 +142,47 @@ pub struct Recorded {
 }
 
 impl Attempt {
-    /// A won claim whose lease, taken at `lease_ends`, outlasts its delivery (sync mode).
-    pub fn held(event: Arc<Event>, attempts: i32, path: Path, lease_ends: Instant) -> Self {
+    /// A won claim, sent at `sent`, whose `lease` outlasts its delivery (sync mode).
+    pub fn held(
+        event: Arc<Event>,
+        attempts: i32,
+        path: Path,
+        sent: Instant,
+        lease: Duration,
+    ) -> Self {
+        let spans = event
+            .trace
+            .as_ref()
+            .filter(|t| t.parent.sampled)
+            .map(|t| AttemptSpans {
+                attempt: t.parent.child(),
+                delivery: new_span_id(),
+                sent,
+                claimed: Instant::now(),
+            });
         Self {
             event,
             attempts,
             tries: attempts,
             path,
-            lease_ends,
+            lease_ends: crate::deadline::after(sent, lease),
             renew: None,
             horizon_left: Duration::MAX,
+            spans,
         }
+    }
+
+    /// `log` with this attempt's `trace_id` and `span_id` when its trace is sampled (the
+    /// trace's own ids when it is not): every line of the attempt joins its trace.
+    pub fn log(&self, log: &Logger) -> Logger {
+        let context = match (&self.spans, &self.event.trace) {
+            (Some(spans), _) => &spans.attempt,
+            (None, Some(traced)) => &traced.parent,
+            (None, None) => return log.clone(),
+        };
+        log.new(o!(
+            "trace_id" => hex::encode(context.trace_id),
+            "span_id" => hex::encode(context.span_id)))
     }
 
     /// This attempt with its `lease` renewed while it runs (queue mode), as try number
@@ -153,7 +209,23 @@ impl Attempt {
             attempt: self.attempts,
             signing_key: event.target.signing_key.clone(),
             tls: event.target.tls.clone(),
+            trace: self.traceparent(),
         }
+    }
+
+    /// The `traceparent` (and `tracestate`) the target is sent: its parent is this
+    /// attempt's delivery span, or — a trace not sampled — the context the event carries,
+    /// so the application keeps the trace and its decision.
+    fn traceparent(&self) -> Option<(String, Option<Arc<str>>)> {
+        let traced = self.event.trace.as_ref()?;
+        let context = match &self.spans {
+            Some(spans) => TraceContext {
+                span_id: spans.delivery,
+                ..spans.attempt.clone()
+            },
+            None => traced.parent.clone(),
+        };
+        Some((context.traceparent(), context.state))
     }
 
     /// The last moment the delivery may start: early enough to end (at its timeout) inside
@@ -200,6 +272,7 @@ impl Attempt {
         let Some(lease) = self.renew else {
             let outcome = outcome.await;
             let seen = Seen::of(&outcome);
+            let status = seen.status;
             let verdict = judge(outcome, self.tries, retry, self.redeliverer());
             let answered = Instant::now();
             let deadline = Some(self.lease_ends);
@@ -214,6 +287,12 @@ impl Attempt {
                 log,
             )
             .await;
+            let timeline = Timeline {
+                started,
+                answered,
+                ended: Instant::now(),
+            };
+            self.trace(&timeline, status, &verdict, written.as_ref());
             return Recorded {
                 writing: written.as_ref().map(|_| answered.elapsed()),
                 verdict,
@@ -241,16 +320,25 @@ impl Attempt {
         };
         let Some(outcome) = outcome else {
             drop(delivery);
+            let verdict = Verdict::Unknown {
+                error: "hung up on the target: the lease could not be confirmed".into(),
+            };
+            let now = Instant::now();
+            let timeline = Timeline {
+                started,
+                answered: now,
+                ended: now,
+            };
+            self.trace(&timeline, None, &verdict, None);
             return Recorded {
-                verdict: Verdict::Unknown {
-                    error: "hung up on the target: the lease could not be confirmed".into(),
-                },
+                verdict,
                 written: None,
                 took: started.elapsed(),
                 writing: None,
             };
         };
         let seen = Seen::of(&outcome);
+        let status = seen.status;
         let verdict = judge(outcome, self.tries, retry, self.redeliverer());
         let answered = Instant::now();
         let history = self.history(&verdict, seen, started.elapsed());
@@ -276,12 +364,113 @@ impl Attempt {
                 _ = keeper => write.await,
             }
         };
+        let timeline = Timeline {
+            started,
+            answered,
+            ended: Instant::now(),
+        };
+        self.trace(&timeline, status, &verdict, written.as_ref());
         Recorded {
             writing: written.as_ref().map(|_| answered.elapsed()),
             verdict,
             written,
             took: started.elapsed(),
         }
+    }
+
+    /// Records the attempt's spans (a sampled trace): the attempt, with its claim, its
+    /// delivery (the target's status) and its outcome write (what the fenced write did).
+    fn trace(
+        &self,
+        t: &Timeline,
+        status: Option<u16>,
+        verdict: &Verdict,
+        written: Option<&Result<Fenced, StoreError>>,
+    ) {
+        let (Some(spans), Some(traced)) = (&self.spans, &self.event.trace) else {
+            return;
+        };
+        let tracer = &traced.tracer;
+        let clock = WallClock::now();
+        let at = |i: Instant| clock.ns(i);
+        let own = Some(spans.attempt.span_id);
+        let child = |name, kind, id| {
+            let context = TraceContext {
+                span_id: id,
+                ..spans.attempt.clone()
+            };
+            move |at| Span::start(name, kind, &context, own, at)
+        };
+        let claim = child("claim", Kind::Internal, new_span_id())(at(spans.sent));
+        claim.end(tracer, at(spans.claimed));
+
+        let mut delivery = child("deliver", Kind::Client, spans.delivery)(at(t.started));
+        delivery.set("http.request.method", "POST");
+        if let Some(host) = host_of(&self.event.target.url) {
+            delivery.set("server.address", host.as_str());
+        }
+        if let Some(status) = status {
+            delivery.set("http.response.status_code", i64::from(status));
+        }
+        let error = verdict_error(verdict);
+        if let Some(error) = &error {
+            if !matches!(verdict, Verdict::Done(_)) {
+                delivery.fail(error.clone());
+            }
+        }
+        delivery.end(tracer, at(t.answered));
+
+        if let Some(written) = written {
+            let mut record = child("record", Kind::Internal, new_span_id())(at(t.answered));
+            record.set(
+                "hookgate.written",
+                match written {
+                    Ok(Fenced::Applied) => "applied",
+                    Ok(Fenced::Stale) => "stale",
+                    Err(_) => "failed",
+                },
+            );
+            if let Err(e) = written {
+                record.fail(e.to_string());
+            }
+            record.end(tracer, at(t.ended));
+        }
+
+        let mut attempt = Span::start(
+            "attempt",
+            Kind::Internal,
+            &spans.attempt,
+            (!traced.root).then_some(traced.parent.span_id),
+            at(spans.sent),
+        );
+        let scope = &self.event.id.provider;
+        let provider = scope.split_once('.').map_or(&**scope, |(p, _)| p);
+        attempt.set("hookgate.provider", provider);
+        attempt.set("hookgate.scope", scope);
+        attempt.set("hookgate.event_key", &self.event.id.key);
+        attempt.set("hookgate.attempt", i64::from(self.attempts));
+        attempt.set("hookgate.try", i64::from(self.tries));
+        attempt.set("hookgate.path", self.path.as_str());
+        attempt.set("hookgate.mode", self.event.mode.as_str());
+        let outcome = match self.path {
+            Path::Filtered => "filtered",
+            _ => outcome_label(verdict),
+        };
+        attempt.set("hookgate.outcome", outcome);
+        if let Some(status) = status {
+            attempt.set("http.response.status_code", i64::from(status));
+        }
+        if let Verdict::Retry { retry_after, .. } | Verdict::Throttled { retry_after, .. } = verdict
+        {
+            attempt.set(
+                "hookgate.retry_delay_s",
+                i64::try_from(*retry_after).unwrap_or(i64::MAX),
+            );
+        }
+        if let Some(error) = error {
+            attempt.fail(error);
+        }
+        attempt.end(tracer, at(t.ended));
     }
 
     /// The history row of an attempt given back unstarted with `verdict`.
@@ -382,6 +571,24 @@ impl Attempt {
             }
         }
     }
+}
+
+/// The error a verdict carries (none for a delivered or filtered event).
+fn verdict_error(verdict: &Verdict) -> Option<String> {
+    match verdict {
+        Verdict::Done(_) => None,
+        Verdict::Retry { error, .. }
+        | Verdict::Dead { error, .. }
+        | Verdict::Throttled { error, .. }
+        | Verdict::Release { error }
+        | Verdict::Unknown { error } => Some(error.clone()),
+    }
+}
+
+/// The host of a target URL (never its path or query, which may hold a token).
+fn host_of(url: &str) -> Option<String> {
+    let uri: actix_web::http::Uri = url.parse().ok()?;
+    uri.host().map(str::to_owned)
 }
 
 /// Whole seconds, rounded up, at least 1 (for `Retry-After`).

@@ -22,7 +22,6 @@ use super::cache::CachedDone;
 use super::event::Event;
 use super::slots::{Claiming, Running};
 use crate::claim::{classify, ClaimResult, Path, RowState};
-use crate::deadline::after;
 use crate::outcome::{DeliveryOutcome, Verdict};
 use crate::store::StoreError;
 use crate::worker::Deliver;
@@ -47,11 +46,11 @@ impl Shard {
                 // A filtered event wins its claim like any other, so it is recorded once
                 // and its redeliveries are duplicates; its attempt delivers nothing.
                 let path = if event.filtered { Path::Filtered } else { path };
-                self.log_claim(&event, path, Some(attempts));
+                let lease = self.settings.lease;
+                let mut attempt = Attempt::held(Arc::clone(&event), attempts, path, sent, lease);
+                self.log_won(&attempt);
                 let waiters = self.in_flight.won(&event, token, attempts);
                 self.answer_waiters_of_won(&event, attempts, waiters);
-                let lease = self.settings.lease;
-                let mut attempt = Attempt::held(event, attempts, path, after(sent, lease));
                 if attempt.event.target.timeout >= lease {
                     // Only a queue-mode provider's target may take that long (a sync row
                     // redelivered after its provider moved to queue mode): the attempt
@@ -133,9 +132,14 @@ impl Shard {
         let busy = self.busy.running();
         let store = Arc::clone(&self.store);
         let settings = Arc::clone(&self.settings);
-        let log = self.log.clone();
+        let log = running.attempt.log(&self.log);
         let attempt = running.attempt.clone();
-        let work = async move { attempt.run(outcome, &*store, &settings.retry, &log).await };
+        let attempt_log = log.clone();
+        let work = async move {
+            attempt
+                .run(outcome, &*store, &settings.retry, &attempt_log)
+                .await
+        };
         ctx.spawn(work.into_actor(self).map(move |recorded, act, ctx| {
             let attempt = running.attempt;
             let provider = &attempt.event.id.provider;
@@ -149,7 +153,7 @@ impl Shard {
             }
             act.in_flight.forget(&attempt.event.id, running.token);
             act.free_worker(running.worker, ctx);
-            let answer = attempt.answer(recorded, act.settings.lease, &act.metrics, &act.log);
+            let answer = attempt.answer(recorded, act.settings.lease, &act.metrics, &log);
             if let Reply::Result(result) = &answer.reply {
                 act.done.insert(
                     attempt.event.id.clone(),
@@ -265,11 +269,31 @@ impl Shard {
         self.signals.freed();
     }
 
-    /// Labels one request with its path: the `webhook.claim` line and the metric.
+    /// Labels one request with its path: the `webhook.claim` line and the metric. With
+    /// tracing on, the line carries the ids of the span it belongs to (the request's).
     pub(super) fn log_claim(&self, event: &Event, path: Path, attempts: Option<i32>) {
+        match &event.trace {
+            None => self.claim_line(&self.log, event, path, attempts),
+            Some(traced) => {
+                let log = self.log.new(slog::o!(
+                    "trace_id" => hex::encode(traced.parent.trace_id),
+                    "span_id" => hex::encode(traced.parent.span_id)));
+                self.claim_line(&log, event, path, attempts);
+            }
+        }
+    }
+
+    /// The `webhook.claim` line of a won claim (or a taken row): with tracing on, it
+    /// carries its attempt's span.
+    pub(super) fn log_won(&self, attempt: &Attempt) {
+        let log = attempt.log(&self.log);
+        self.claim_line(&log, &attempt.event, attempt.path, Some(attempt.attempts));
+    }
+
+    fn claim_line(&self, log: &slog::Logger, event: &Event, path: Path, attempts: Option<i32>) {
         let id = &event.id;
         self.metrics.attempt(&id.provider, path);
-        info!(self.log, "webhook.claim";
+        info!(log, "webhook.claim";
             "provider" => &*id.provider, "event_key" => &*id.key, "path" => path.as_str(),
             "attempts" => attempts, "mode" => event.mode.as_str());
     }

@@ -8,6 +8,7 @@ use actix_web::web::Bytes;
 use crate::claim::Mode;
 use crate::key::EventId;
 use crate::provider::{Route, Target};
+use crate::trace::{TraceContext, Tracer};
 
 /// One received, verified, keyed delivery.
 #[derive(Debug, Clone)]
@@ -32,6 +33,56 @@ pub struct Event {
     /// The event's other routes that accept it: their rows are written in the commit that
     /// wins this event's claim (or writes its queue row), and delivered from there.
     pub others: Vec<Arc<Route>>,
+    /// The trace its attempts join (tracing on); `None` costs nothing.
+    pub trace: Option<Arc<Traced>>,
+}
+
+/// How an event's attempts join its trace.
+#[derive(Debug)]
+pub struct Traced {
+    /// The node's tracer.
+    pub tracer: Arc<Tracer>,
+    /// The span its attempts are children of: the request carrying it (sync mode), or the
+    /// request that accepted it, read back from its row's kept `traceparent` (queue mode).
+    pub parent: TraceContext,
+    /// The trace starts at the attempt (`parent` names no span: an operator's replay, a
+    /// row kept without a trace context).
+    pub root: bool,
+}
+
+impl Traced {
+    /// `parent`, for `tracer`.
+    pub fn new(tracer: &Arc<Tracer>, parent: TraceContext) -> Arc<Self> {
+        Arc::new(Self {
+            tracer: Arc::clone(tracer),
+            parent,
+            root: false,
+        })
+    }
+
+    /// A new trace, sampled by the ratio, whose root is the attempt.
+    pub fn root(tracer: &Arc<Tracer>) -> Arc<Self> {
+        Arc::new(Self {
+            tracer: Arc::clone(tracer),
+            parent: tracer.root(),
+            root: true,
+        })
+    }
+
+    /// The trace context kept in a row's headers (a JSON object holding `traceparent`, and
+    /// `tracestate` if any); a new trace, sampled by the ratio, when there is none.
+    pub fn from_kept(tracer: &Arc<Tracer>, headers: Option<&str>) -> Arc<Self> {
+        let kept = headers
+            .and_then(|h| serde_json::from_str::<serde_json::Value>(h).ok())
+            .and_then(|h| {
+                let parent = h.get("traceparent")?.as_str()?;
+                TraceContext::parse(parent, h.get("tracestate").and_then(|s| s.as_str()))
+            });
+        match kept {
+            Some(parent) => Self::new(tracer, parent),
+            None => Self::root(tracer),
+        }
+    }
 }
 
 impl Event {
@@ -47,6 +98,7 @@ impl Event {
             mode: Mode::Sync,
             filtered: false,
             others: Vec::new(),
+            trace: None,
         }
     }
 }

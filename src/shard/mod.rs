@@ -36,7 +36,7 @@ pub use answer::{
 };
 pub use attempt::{Attempt, Recorded};
 pub use dispatcher::Dispatcher;
-pub use event::Event;
+pub use event::{Event, Traced};
 pub use gate::Gate;
 pub use in_flight::{KeyHold, NodeKeys};
 pub use messages::{Drain, Drained, Enqueue, Ingest, Replay, Start};

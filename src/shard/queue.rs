@@ -19,7 +19,6 @@ use super::attempt::Attempt;
 use super::event::Event;
 use super::slots::Pending;
 use crate::claim::{Mode, Path, RowState};
-use crate::deadline::after;
 use crate::store::{Enqueued, StoreError};
 
 impl Shard {
@@ -155,14 +154,14 @@ impl Shard {
                     Some((worker, sent)) => {
                         self.metrics.queue_taken(&event.id.provider);
                         let held = self.held_why(&event.id.provider);
-                        if held.is_none() {
-                            self.log_claim(&event, Path::FirstRun, Some(1));
-                        }
                         let event = Arc::new(event.as_queued());
                         let lease = self.settings.lease;
                         let horizon = event.target.horizon;
-                        let attempt = Attempt::held(event, 1, Path::FirstRun, after(sent, lease))
+                        let attempt = Attempt::held(event, 1, Path::FirstRun, sent, lease)
                             .renewed(lease, 1, horizon);
+                        if held.is_none() {
+                            self.log_won(&attempt);
+                        }
                         match held {
                             // Paused while the row was written: given back unstarted.
                             Some(why) => {
@@ -305,6 +304,7 @@ impl Event {
             mode: Mode::Queue,
             filtered: false,
             others: Vec::new(),
+            trace: None,
         }
     }
 }

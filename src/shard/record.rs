@@ -142,16 +142,27 @@ pub(crate) fn failure(event: &Event, error: &str, dead: Option<DeadReason>) -> F
 /// read its story. Anything else is kept only when named (`keep` below).
 const ALWAYS_KEPT: &[&str] = &["content-type", "user-agent"];
 
+/// The trace context headers, kept while tracing is on: the event's later attempts
+/// continue the trace they name (hookgate's span for the request that carried it).
+const TRACE_HEADERS: &[&str] = &["traceparent", "tracestate"];
+
 /// `event`'s request headers worth keeping, as a JSON object (`None` if none).
 pub(super) fn kept_headers(event: &Event) -> Option<String> {
-    headers_json(&event.headers, &event.target.keep_headers)
+    headers_json(
+        &event.headers,
+        &event.target.keep_headers,
+        event.trace.is_some(),
+    )
 }
 
-/// The request headers worth keeping with a dead letter, as a JSON object (`None` if none).
-fn headers_json(headers: &HeaderMap, keep: &[String]) -> Option<String> {
+/// The request headers worth keeping with a dead letter, as a JSON object (`None` if none);
+/// with `traced`, the trace context headers too.
+fn headers_json(headers: &HeaderMap, keep: &[String], traced: bool) -> Option<String> {
     let kept: serde_json::Map<String, serde_json::Value> = headers
         .iter()
-        .filter(|(name, _)| is_kept(name.as_str(), keep))
+        .filter(|(name, _)| {
+            is_kept(name.as_str(), keep) || (traced && TRACE_HEADERS.contains(&name.as_str()))
+        })
         .filter_map(|(name, value)| Some((name.to_string(), value.to_str().ok()?.into())))
         .collect();
     (!kept.is_empty()).then(|| serde_json::Value::Object(kept).to_string())

@@ -11,12 +11,11 @@ use tokio::sync::oneshot;
 use super::actor::Shard;
 use super::answer::{Answer, Reply, RetryReason};
 use super::attempt::{ceil_secs, Attempt};
-use super::event::Event;
+use super::event::{Event, Traced};
 use super::gate::Hold;
 use super::messages::Replay;
 use super::slots::Running;
 use crate::claim::Path;
-use crate::deadline::after;
 use crate::key::EventId;
 use crate::provider::Target;
 use crate::store::{Reopened, StoreError};
@@ -113,6 +112,8 @@ impl Shard {
                     mode: row.mode,
                     filtered: false,
                     others: Vec::new(),
+                    // An operator's replay starts a trace of its own.
+                    trace: self.settings.tracer.as_ref().map(Traced::root),
                 });
                 let waiters = self.in_flight.won(&event, r.token, row.attempts);
                 self.log_claim(&event, Path::Replay, Some(row.attempts));
@@ -152,7 +153,7 @@ impl Shard {
 /// is now in queue mode — so it may outlast the lease, and no scheduler or sender's claim
 /// takes the row meanwhile.
 pub fn replay_attempt(event: Arc<Event>, attempts: i32, sent: Instant, lease: Duration) -> Attempt {
-    Attempt::held(event, attempts, Path::Replay, after(sent, lease)).renewed(
+    Attempt::held(event, attempts, Path::Replay, sent, lease).renewed(
         lease,
         attempts,
         Duration::MAX,

@@ -141,7 +141,7 @@ impl Attempt {
 }
 
 /// The `outcome` label of `hookgate_deliveries_total` for a verdict.
-fn outcome_label(verdict: &Verdict) -> &'static str {
+pub(super) fn outcome_label(verdict: &Verdict) -> &'static str {
     match verdict {
         Verdict::Done(_) => "delivered",
         Verdict::Retry { .. } => "failed",

@@ -134,15 +134,12 @@ impl Shard {
             payload: row.payload.clone(),
             content_type: row.content_type.clone(),
             fingerprint: row.fingerprint.clone(),
+            trace_headers: row.headers.clone(),
         };
-        let event = Arc::new(Event::bare(row.id, target).with_row(
-            row.payload,
-            row.content_type,
-            row.fingerprint,
-        ));
+        let event = self.taken_event(&taken, target);
         self.metrics.queue_taken(&event.id.provider);
         let attempt = self.queue_attempt(Arc::clone(&event), &taken, sent);
-        self.log_claim(&event, Path::FirstRun, Some(1));
+        self.log_won(&attempt);
         // A row this claim wrote is new: no attempt of its key runs anywhere.
         let token = self.in_flight.begin(&event, Some(1));
         let pending = Pending {

@@ -13,12 +13,12 @@ use tokio::sync::oneshot;
 
 use super::actor::Shard;
 use super::attempt::Attempt;
-use super::event::Event;
+use super::event::{Event, Traced};
 use super::messages::Start;
 use super::record::write_verdict_retrying;
 use super::slots::{Pending, Running};
-use crate::deadline::after;
 use crate::outcome::Verdict;
+use crate::provider::Target;
 use crate::store::{History, Store, Taken};
 
 impl Shard {
@@ -34,11 +34,7 @@ impl Shard {
         } = msg;
         // The scheduler reserved one of the provider's gate slots for the row.
         let gated = true;
-        let event = Arc::new(Event::bare(taken.id.clone(), target).with_row(
-            taken.payload.clone(),
-            taken.content_type.clone(),
-            taken.fingerprint.clone(),
-        ));
+        let event = self.taken_event(&taken, target);
         self.metrics.queue_taken(&event.id.provider);
         let attempt = self.queue_attempt(Arc::clone(&event), &taken, sent);
         if self.in_flight.contains(&event.id) {
@@ -61,7 +57,7 @@ impl Shard {
             self.release(attempt, None, gated, &why, ctx);
             return;
         }
-        self.log_claim(&event, taken.path, Some(taken.attempts));
+        self.log_won(&attempt);
         let token = self.in_flight.begin(&event, Some(taken.attempts));
         // The entry holds the key from here on.
         drop(hold);
@@ -81,6 +77,20 @@ impl Shard {
         }
     }
 
+    /// The event a taken row holds; with tracing on, its attempts continue the trace its
+    /// row keeps (or start one).
+    pub(super) fn taken_event(&self, taken: &Taken, target: Arc<Target>) -> Arc<Event> {
+        let mut event = Event::bare(taken.id.clone(), target).with_row(
+            taken.payload.clone(),
+            taken.content_type.clone(),
+            taken.fingerprint.clone(),
+        );
+        if let Some(tracer) = &self.settings.tracer {
+            event.trace = Some(Traced::from_kept(tracer, taken.trace_headers.as_deref()));
+        }
+        Arc::new(event)
+    }
+
     /// Why `provider`'s deliveries may not start now, if they may not: an operator's pause,
     /// or the one its target asked for. A row taken for it is given back unstarted.
     pub(super) fn held_why(&self, provider: &str) -> Option<String> {
@@ -92,7 +102,7 @@ impl Shard {
     pub(super) fn queue_attempt(&self, event: Arc<Event>, taken: &Taken, sent: Instant) -> Attempt {
         let lease = self.settings.lease;
         let horizon_left = event.target.horizon.saturating_sub(taken.age);
-        Attempt::held(event, taken.attempts, taken.path, after(sent, lease)).renewed(
+        Attempt::held(event, taken.attempts, taken.path, sent, lease).renewed(
             lease,
             taken.tries,
             horizon_left,

@@ -133,6 +133,9 @@ pub struct Taken {
     pub content_type: Option<String>,
     /// The payload's fingerprint.
     pub fingerprint: Option<String>,
+    /// The kept request headers (a JSON object) when they hold the `traceparent` of the
+    /// request that accepted the event: its attempts continue that trace.
+    pub trace_headers: Option<String>,
 }
 
 /// One provider's queue, for metrics.

@@ -44,6 +44,9 @@ pub struct DeliveryRequest {
     /// For an `https://` target: how its certificate is checked (system roots or the
     /// provider's `target.ca_file`, host name included).
     pub tls: Option<Arc<rustls::ClientConfig>>,
+    /// With tracing on: the `traceparent` sent (its parent is the attempt's delivery
+    /// span) and the `tracestate` carried along.
+    pub trace: Option<(String, Option<Arc<str>>)>,
 }
 
 /// The delivery seam.
@@ -105,6 +108,12 @@ impl Delivery for HttpDelivery {
                 .timeout(request.timeout)
                 .insert_header(("Idempotency-Key", request.idempotency_key.as_str()))
                 .insert_header(("Hookgate-Attempt", request.attempt.to_string()));
+            if let Some((traceparent, tracestate)) = &request.trace {
+                outgoing = outgoing.insert_header(("traceparent", traceparent.as_str()));
+                if let Some(state) = tracestate {
+                    outgoing = outgoing.insert_header(("tracestate", &**state));
+                }
+            }
             if let Some(ct) = &request.content_type {
                 outgoing = outgoing.insert_header(("Content-Type", ct.as_str()));
             }

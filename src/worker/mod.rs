@@ -149,6 +149,7 @@ mod tests {
             attempt: 1,
             signing_key: None,
             tls: None,
+            trace: None,
         }
     }
 

@@ -100,6 +100,7 @@ fn taken(id: EventId, row: &tokio_postgres::Row) -> Result<Taken, StoreError> {
         payload: Bytes::from(get::<Option<Vec<u8>>>(row, "payload")?.unwrap_or_default()),
         content_type: get(row, "content_type")?,
         fingerprint: get(row, "fingerprint")?,
+        trace_headers: get(row, "trace_headers")?,
     })
 }
 

@@ -78,7 +78,9 @@ FROM (SELECT provider, event_key, slot FROM webhook_events
 WHERE e.provider = d.provider AND e.event_key = d.event_key AND e.slot = d.slot
 RETURNING e.attempts, e.attempts - e.throttles AS tries, e.last_path, e.payload,
           e.content_type, e.fingerprint,
-          GREATEST(0, extract(epoch FROM now() - e.created_at) * 1000)::bigint AS age_ms";
+          GREATEST(0, extract(epoch FROM now() - e.created_at) * 1000)::bigint AS age_ms,
+          CASE WHEN strpos(e.request_headers, '\"traceparent\"') > 0 THEN e.request_headers END
+              AS trace_headers";
 
 /// Take due: up to `$2` of one provider's due rows, longest due first, each taken as
 /// [`TAKE`] takes one — one statement and one commit for the lot.
@@ -107,7 +109,9 @@ FROM (SELECT provider, event_key, slot FROM webhook_events
 WHERE e.provider = d.provider AND e.event_key = d.event_key AND e.slot = d.slot
 RETURNING e.event_key, e.attempts, e.attempts - e.throttles AS tries, e.last_path, e.payload,
           e.content_type, e.fingerprint,
-          GREATEST(0, extract(epoch FROM now() - e.created_at) * 1000)::bigint AS age_ms";
+          GREATEST(0, extract(epoch FROM now() - e.created_at) * 1000)::bigint AS age_ms,
+          CASE WHEN strpos(e.request_headers, '\"traceparent\"') > 0 THEN e.request_headers END
+              AS trace_headers";
 
 /// Due: keys of one provider the scheduler may take, longest due first (the partial
 /// `webhook_events_due` index). A row with a live lease is never offered, whatever its

@@ -44,7 +44,8 @@ WHERE provider = ?1 AND event_key = ?2 AND mode = 'queue'
   AND (status IN ('queued', 'failed')
        OR (status = 'in_progress' AND locked_until <= unixepoch('subsec')))
 RETURNING attempts, attempts - throttles, last_path, payload, content_type, fingerprint,
-          CAST(MAX(0, unixepoch('subsec') - created_at) * 1000 AS INTEGER)";
+          CAST(MAX(0, unixepoch('subsec') - created_at) * 1000 AS INTEGER),
+          CASE WHEN instr(request_headers, '\"traceparent\"') > 0 THEN request_headers END";
 
 /// Take due: up to `?2` of one provider's due rows, longest due first, as [`TAKE`] takes
 /// one (read from the due index alone).
@@ -65,7 +66,8 @@ WHERE rowid IN (
       AND event_key NOT IN (SELECT value FROM json_each(?4))
     ORDER BY next_attempt_at LIMIT ?2)
 RETURNING event_key, attempts, attempts - throttles, last_path, payload, content_type,
-          fingerprint, CAST(MAX(0, unixepoch('subsec') - created_at) * 1000 AS INTEGER)";
+          fingerprint, CAST(MAX(0, unixepoch('subsec') - created_at) * 1000 AS INTEGER),
+          CASE WHEN instr(request_headers, '\"traceparent\"') > 0 THEN request_headers END";
 
 /// Due keys of one provider, longest due first (the partial `webhook_events_due` index);
 /// never a row with a live lease.
@@ -243,7 +245,7 @@ pub(crate) fn take_due(
 }
 
 /// The columns of a taken row from `first` on: attempts, tries, last path, payload, content
-/// type, fingerprint, age in ms.
+/// type, fingerprint, age in ms, kept headers holding a trace context.
 type TakenColumns = (
     i32,
     i32,
@@ -252,6 +254,7 @@ type TakenColumns = (
     Option<String>,
     Option<String>,
     i64,
+    Option<String>,
 );
 
 fn taken_columns(r: &rusqlite::Row<'_>, first: usize) -> rusqlite::Result<TakenColumns> {
@@ -263,11 +266,13 @@ fn taken_columns(r: &rusqlite::Row<'_>, first: usize) -> rusqlite::Result<TakenC
         r.get(first + 4)?,
         r.get(first + 5)?,
         r.get(first + 6)?,
+        r.get(first + 7)?,
     ))
 }
 
 fn taken(id: EventId, columns: TakenColumns) -> Result<Taken, StoreError> {
-    let (attempts, tries, path, payload, content_type, fingerprint, age_ms) = columns;
+    let (attempts, tries, path, payload, content_type, fingerprint, age_ms, trace_headers) =
+        columns;
     Ok(Taken {
         id,
         attempts,
@@ -278,6 +283,7 @@ fn taken(id: EventId, columns: TakenColumns) -> Result<Taken, StoreError> {
         payload: Bytes::from(payload.unwrap_or_default()),
         content_type,
         fingerprint,
+        trace_headers,
     })
 }
 

@@ -1,13 +1,14 @@
 //! Test harness: a real database per test ([`db`]), the hookgate binary as a child
 //! process ([`binary`]), a primary + standby pair to fail over ([`ha`]), one wrapper that puts faults into a real
 //! store ([`wrapped`], with the seeded [`chaos`] and the targeted [`faults`]),
-//! captured JSON logs ([`log`]), setups several files share ([`setups`]), a target answering `103 Early Hints` ([`early_hints`]),
+//! captured JSON logs ([`log`]), an OTLP/HTTP collector ([`collector`]), setups several files share ([`setups`]), a target answering `103 Early Hints` ([`early_hints`]),
 //! and `spawn_app`, which starts a whole hookgate node on port 0. The counting target,
 //! the store proxy and `eventually` are the kit's (`hookgate_kit`), shared with the
 //! benches, and re-exported here.
 
 mod binary;
 mod chaos;
+mod collector;
 mod db;
 mod early_hints;
 mod faults;
@@ -30,6 +31,7 @@ use hookgate::worker::{Delivery, DeliveryRequest, HttpDelivery};
 
 pub use binary::BinaryNode;
 pub use chaos::{AttemptNote, Call, ChaosStore, Journal, Outage, Span, Weather};
+pub use collector::{attr, Answering, Collector};
 pub use db::{failure, Backend, TestDb};
 pub use early_hints::early_hints_target;
 pub use faults::{FaultyStore, WritesHeld};

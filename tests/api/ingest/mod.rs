@@ -1,7 +1,7 @@
 //! What a sender meets: every path answered and labelled, bad input refused with nothing
 //! claimed, each provider's signatures, duplicates answered from their rows, one key
 //! delivered once under parallel deliveries, keys read as written, headers kept without
-//! credentials, events a target's filter does not take.
+//! credentials, events a target's filter does not take, traces.
 //!
 //! * `bad_input.rs` — bad requests refused with their codes, nothing claimed.
 //! * `concurrency.rs` — one key delivered once under parallel deliveries, on one node or two.
@@ -11,6 +11,7 @@
 //! * `keys.rs` — an event's key as the sender wrote it.
 //! * `paths.rs` — every path a delivery can take, answered and labelled.
 //! * `providers.rs` — each provider preset's signatures, rotation, fingerprints.
+//! * `traces.rs` — OpenTelemetry traces from the sender through each attempt to the target.
 
 mod bad_input;
 mod concurrency;
@@ -20,3 +21,4 @@ mod kept_headers;
 mod keys;
 mod paths;
 mod providers;
+mod traces;

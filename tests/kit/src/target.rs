@@ -135,6 +135,8 @@ struct State {
     deliveries: AtomicU64,
     times: Mutex<Times>,
     last: Option<Mutex<HashMap<String, Seen>>>,
+    /// Each key's `traceparent`s, in the order received (tests only: with `last`).
+    traceparents: Mutex<HashMap<String, Vec<String>>>,
     spans: Mutex<HashMap<String, Vec<Span>>>,
     behaviour: Mutex<Behaviour>,
     release: watch::Sender<bool>,
@@ -178,6 +180,7 @@ impl Target {
             deliveries: AtomicU64::new(0),
             times: Mutex::default(),
             last: setup.last.then(Mutex::default),
+            traceparents: Mutex::default(),
             spans: Mutex::default(),
             behaviour: Mutex::new(behaviour),
             release,
@@ -232,6 +235,13 @@ impl Target {
             .lock(idempotency_key)
             .get(idempotency_key)
             .map_or(0, |k| k.deliveries as usize)
+    }
+
+    /// The `traceparent` of each delivery of `idempotency_key`, in the order received
+    /// (kept only by a test's target).
+    pub fn traceparents(&self, idempotency_key: &str) -> Vec<String> {
+        let all = self.state.traceparents.lock().unwrap();
+        all.get(idempotency_key).cloned().unwrap_or_default()
     }
 
     /// The last delivery of `idempotency_key`, as the target received it (a default one
@@ -396,6 +406,10 @@ async fn receive(req: HttpRequest, body: web::Bytes, state: web::Data<State>) ->
     );
     record(&state, &key, attempt.as_deref(), ok, now);
     if let Some(last) = &state.last {
+        if let Some(traceparent) = header("traceparent") {
+            let mut all = state.traceparents.lock().unwrap();
+            all.entry(key.clone()).or_default().push(traceparent);
+        }
         last.lock().unwrap().insert(
             key.clone(),
             Seen {

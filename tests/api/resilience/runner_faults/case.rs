@@ -8,7 +8,6 @@ use std::time::{Duration, Instant};
 
 use actix_web::web::Bytes;
 use hookgate::claim::{ClaimResult, Mode};
-use hookgate::deadline::after;
 use hookgate::key::EventId;
 use hookgate::outcome::Verdict;
 use hookgate::provider::Target;
@@ -139,6 +138,7 @@ impl Case {
             mode,
             filtered: false,
             others: Vec::new(),
+            trace: None,
         }
     }
 
@@ -186,13 +186,8 @@ impl Case {
     async fn run_taken(&self, r: &mut Runner, taken: Taken, sent: Instant) {
         let event = self.event(taken.id, taken.payload, taken.content_type, Mode::Queue);
         let horizon_left = event.target.horizon.saturating_sub(taken.age);
-        let attempt = Attempt::held(
-            Arc::new(event),
-            taken.attempts,
-            taken.path,
-            after(sent, LEASE),
-        )
-        .renewed(LEASE, taken.tries, horizon_left);
+        let attempt = Attempt::held(Arc::new(event), taken.attempts, taken.path, sent, LEASE)
+            .renewed(LEASE, taken.tries, horizon_left);
         self.run(r, attempt, true).await;
     }
 
@@ -206,7 +201,7 @@ impl Case {
         };
         let body = Bytes::from(format!(r#"{{"id":"{key}"}}"#));
         let event = self.event(id, body, Some("application/json".into()), Mode::Sync);
-        let attempt = Attempt::held(Arc::new(event), attempts, path, after(sent, LEASE));
+        let attempt = Attempt::held(Arc::new(event), attempts, path, sent, LEASE);
         self.run(r, attempt, true).await;
     }
 

@@ -1,0 +1,261 @@
+//! Spans as hookgate records them, and the node's [`Tracer`]: the handle every request and
+//! attempt records through. A finished span is handed to the exporter's bounded queue with
+//! `try_send`; a full queue drops it and counts it, never blocking a request and never
+//! growing memory. With tracing off a node has no tracer, and nothing here runs.
+
+use std::sync::Arc;
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use prometheus_client::metrics::counter::Counter;
+use tokio::sync::mpsc;
+
+use super::context::{Sampler, SpanId, TraceContext, TraceId};
+
+/// What a span is to the trace (OTLP's span kinds hookgate uses).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// A step inside hookgate (an attempt, a claim, an outcome write).
+    Internal,
+    /// A request hookgate answered (a sender's POST).
+    Server,
+    /// A request hookgate made (the delivery to the target).
+    Client,
+}
+
+/// An attribute's value.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Value {
+    /// Text.
+    Str(Arc<str>),
+    /// A whole number.
+    Int(i64),
+}
+
+impl From<&str> for Value {
+    fn from(s: &str) -> Self {
+        Value::Str(Arc::from(s))
+    }
+}
+
+impl From<&Arc<str>> for Value {
+    fn from(s: &Arc<str>) -> Self {
+        Value::Str(Arc::clone(s))
+    }
+}
+
+impl From<i64> for Value {
+    fn from(n: i64) -> Self {
+        Value::Int(n)
+    }
+}
+
+/// One finished span, as exported.
+#[derive(Debug, Clone)]
+pub struct SpanRecord {
+    /// Its trace.
+    pub trace_id: TraceId,
+    /// Its id.
+    pub span_id: SpanId,
+    /// Its parent's id (`None`: a root).
+    pub parent: Option<SpanId>,
+    /// Its name.
+    pub name: &'static str,
+    /// Its kind.
+    pub kind: Kind,
+    /// Start, nanoseconds since the Unix epoch.
+    pub start_ns: u64,
+    /// End, nanoseconds since the Unix epoch.
+    pub end_ns: u64,
+    /// Its attributes (OpenTelemetry's names where one exists, `hookgate.*` otherwise).
+    pub attributes: Vec<(&'static str, Value)>,
+    /// An error's message: the span's status is then `ERROR`.
+    pub error: Option<String>,
+    /// The `tracestate` its context carried.
+    pub state: Option<Arc<str>>,
+}
+
+/// This process's monotonic clock read against the wall clock once: instants (now or in
+/// the past) placed on the wall clock consistently, so a child never starts before its
+/// parent because the two were converted a few nanoseconds apart.
+#[derive(Debug, Clone, Copy)]
+pub struct WallClock {
+    instant: Instant,
+    wall_ns: u64,
+}
+
+impl WallClock {
+    /// Reads both clocks now.
+    pub fn now() -> Self {
+        let wall = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or_default();
+        Self {
+            instant: Instant::now(),
+            wall_ns: u64::try_from(wall.as_nanos()).unwrap_or(u64::MAX),
+        }
+    }
+
+    /// Nanoseconds since the Unix epoch at `at`.
+    pub fn ns(&self, at: Instant) -> u64 {
+        let ns = |d: std::time::Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
+        match at.checked_duration_since(self.instant) {
+            Some(later) => self.wall_ns.saturating_add(ns(later)),
+            None => self
+                .wall_ns
+                .saturating_sub(ns(self.instant.duration_since(at))),
+        }
+    }
+}
+
+/// The node's tracer: how traces start here, and the exporter's queue.
+#[derive(Debug)]
+pub struct Tracer {
+    sampler: Sampler,
+    queue: mpsc::Sender<SpanRecord>,
+    dropped: Counter,
+}
+
+impl Tracer {
+    /// A tracer sampling `ratio` of the traces started here, its spans sent to `queue`,
+    /// counting those a full queue dropped on `dropped`.
+    pub fn new(ratio: f64, queue: mpsc::Sender<SpanRecord>, dropped: Counter) -> Self {
+        Self {
+            sampler: Sampler::new(ratio),
+            queue,
+            dropped,
+        }
+    }
+
+    /// The context of a request's span: a child of the sender's `traceparent` (its
+    /// sampling decision kept), or the root of a new trace sampled by the ratio. Returns
+    /// the context and the sender's span id, the new span's parent.
+    pub fn request(
+        &self,
+        traceparent: Option<&str>,
+        tracestate: Option<&str>,
+    ) -> (TraceContext, Option<SpanId>) {
+        match traceparent.and_then(|t| TraceContext::parse(t, tracestate)) {
+            Some(parent) => (parent.child(), Some(parent.span_id)),
+            None => (self.root(), None),
+        }
+    }
+
+    /// The root context of a new trace, sampled by the ratio.
+    pub fn root(&self) -> TraceContext {
+        let mut root = TraceContext::root(true);
+        root.sampled = self.sampler.samples(&root.trace_id);
+        root
+    }
+
+    /// Hands a finished span to the exporter; counts it dropped when the queue is full (or
+    /// the exporter is gone).
+    pub fn record(&self, span: SpanRecord) {
+        if self.queue.try_send(span).is_err() {
+            self.dropped.inc();
+        }
+    }
+
+    /// Spans dropped so far (the queue was full).
+    pub fn dropped(&self) -> u64 {
+        self.dropped.get()
+    }
+}
+
+/// A sampled span being timed: started now, recorded by [`Span::end`].
+#[derive(Debug)]
+pub struct Span {
+    record: SpanRecord,
+}
+
+impl Span {
+    /// A span named `name` at `context` (its own ids), child of `parent`, started at `at`
+    /// (nanoseconds since the Unix epoch, see [`WallClock`]).
+    pub fn start(
+        name: &'static str,
+        kind: Kind,
+        context: &TraceContext,
+        parent: Option<SpanId>,
+        at: u64,
+    ) -> Self {
+        Self {
+            record: SpanRecord {
+                trace_id: context.trace_id,
+                span_id: context.span_id,
+                parent,
+                name,
+                kind,
+                start_ns: at,
+                end_ns: 0,
+                attributes: Vec::new(),
+                error: None,
+                state: context.state.clone(),
+            },
+        }
+    }
+
+    /// Sets an attribute.
+    pub fn set(&mut self, key: &'static str, value: impl Into<Value>) {
+        self.record.attributes.push((key, value.into()));
+    }
+
+    /// Marks the span failed with `message`.
+    pub fn fail(&mut self, message: impl Into<String>) {
+        self.record.error = Some(message.into());
+    }
+
+    /// Ends the span at `at` (as [`Span::start`]) and hands it to `tracer`.
+    pub fn end(mut self, tracer: &Tracer, at: u64) {
+        self.record.end_ns = at.max(self.record.start_ns);
+        tracer.record(self.record);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_full_queue_drops_and_counts_never_blocks() {
+        let (tx, mut rx) = mpsc::channel(2);
+        let tracer = Tracer::new(1.0, tx, Counter::default());
+        let (ctx, parent) = tracer.request(None, None);
+        assert!(ctx.sampled && parent.is_none());
+        for _ in 0..5 {
+            Span::start("attempt", Kind::Internal, &ctx, None, 1).end(&tracer, 2);
+        }
+        assert_eq!(tracer.dropped(), 3);
+        assert_eq!(rx.recv().await.unwrap().name, "attempt");
+    }
+
+    #[test]
+    fn a_senders_context_is_continued_with_its_decision() {
+        let (tx, _rx) = mpsc::channel(1);
+        let tracer = Tracer::new(0.0, tx, Counter::default());
+        let sent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+        let (ctx, parent) = tracer.request(Some(sent), Some("k=v"));
+        assert!(
+            ctx.sampled,
+            "a sampled parent stays sampled whatever the ratio"
+        );
+        assert_eq!(
+            hex::encode(ctx.trace_id),
+            "4bf92f3577b34da6a3ce929d0e0e4736"
+        );
+        assert_eq!(parent.map(hex::encode).as_deref(), Some("00f067aa0ba902b7"));
+        assert_eq!(ctx.state.as_deref(), Some("k=v"));
+        let (root, _) = tracer.request(Some("garbage"), None);
+        assert!(!root.sampled, "a new trace follows the ratio (0 here)");
+    }
+
+    #[test]
+    fn past_instants_are_placed_on_the_wall_clock() {
+        let now = Instant::now();
+        let earlier = now
+            .checked_sub(std::time::Duration::from_millis(500))
+            .unwrap();
+        let clock = WallClock::now();
+        assert_eq!(clock.ns(now) - clock.ns(earlier), 500_000_000);
+        let later = now + std::time::Duration::from_millis(1);
+        assert_eq!(clock.ns(later) - clock.ns(now), 1_000_000);
+    }
+}

@@ -1,0 +1,360 @@
+//! Traces an OpenTelemetry backend can read: the sender's W3C trace continued through the
+//! request, each attempt and its claim, delivery and outcome write, and on to the
+//! application; a queued event's every attempt in the trace of the request that accepted
+//! it; log lines carrying their span's ids; an exporter that hangs or is refused costing
+//! requests nothing. The collector decodes the real OTLP/HTTP protobuf.
+
+use std::time::Duration;
+
+use hookgate::config::Config;
+use opentelemetry_proto::tonic::trace::v1::{span::SpanKind, Span};
+
+use crate::helpers::{
+    attr, eventually, queue_mode, spawn_app_on, spawn_app_with, Answering, Backend, Behaviour,
+    Collector, TestApp, PROVIDER,
+};
+
+const SENDER_TRACE: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
+const SENDER_SPAN: &str = "00f067aa0ba902b7";
+
+fn traced(collector: &Collector) -> impl FnOnce(&mut Config) + '_ {
+    move |c| {
+        c.tracing.endpoint = Some(collector.url.clone());
+        c.tracing.flush_interval = Duration::from_millis(20);
+    }
+}
+
+fn sender_traceparent() -> String {
+    format!("00-{SENDER_TRACE}-{SENDER_SPAN}-01")
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The spans named `name` of `key`'s trace(s), in start order.
+fn named<'a>(spans: &'a [Span], name: &str, key: &str) -> Vec<&'a Span> {
+    let mut found: Vec<&Span> = spans
+        .iter()
+        .filter(|s| s.name == name && attr(s, "hookgate.event_key").as_deref() == Some(key))
+        .collect();
+    found.sort_by_key(|s| s.start_time_unix_nano);
+    found
+}
+
+/// The children of `parent`, by name.
+fn child<'a>(spans: &'a [Span], parent: &Span, name: &str) -> &'a Span {
+    let children: Vec<&Span> = spans
+        .iter()
+        .filter(|s| s.parent_span_id == parent.span_id && s.name == name)
+        .collect();
+    assert_eq!(
+        children.len(),
+        1,
+        "one {name} under {}: {spans:#?}",
+        parent.name
+    );
+    children[0]
+}
+
+/// `traceparent` as the target received it: (trace id, parent span id, flags).
+fn parts(traceparent: &str) -> (String, String, String) {
+    let p: Vec<&str> = traceparent.split('-').collect();
+    assert_eq!(p.len(), 4, "{traceparent}");
+    (p[1].to_owned(), p[2].to_owned(), p[3].to_owned())
+}
+
+/// A sender's sampled trace is continued: the request's span is its child, the attempt
+/// the request's, the claim, delivery and outcome write the attempt's; the application
+/// receives a `traceparent` whose parent is the delivery's span; the attempt's log lines
+/// carry its ids.
+#[actix_web::test]
+async fn a_first_run_is_one_trace_from_the_sender_to_the_application() {
+    let collector = Collector::start(Answering::Accept).await;
+    let app = spawn_app_with(traced(&collector)).await;
+    let answer = app
+        .post(
+            &format!("/webhooks/{PROVIDER}"),
+            &[
+                ("X-Idempotency-Key", "evt_t1"),
+                ("traceparent", &sender_traceparent()),
+                ("tracestate", "vendor=opaque"),
+            ],
+            "{}".into(),
+        )
+        .await;
+    assert_eq!((answer.status, answer.path.as_str()), (201, "first_run"));
+    let spans = collector.wait_for("attempt", "evt_t1", 1).await;
+    let request = eventually_request(&collector, "evt_t1").await;
+    let spans = if spans.contains(&request) {
+        spans
+    } else {
+        collector.spans()
+    };
+
+    assert_eq!(hex(&request.trace_id), SENDER_TRACE);
+    assert_eq!(hex(&request.parent_span_id), SENDER_SPAN);
+    assert_eq!(request.kind, SpanKind::Server as i32);
+    assert_eq!(request.trace_state, "vendor=opaque");
+    assert_eq!(
+        attr(&request, "hookgate.path").as_deref(),
+        Some("first_run")
+    );
+    assert_eq!(
+        attr(&request, "http.response.status_code").as_deref(),
+        Some("201")
+    );
+    assert_eq!(
+        attr(&request, "hookgate.provider").as_deref(),
+        Some(PROVIDER)
+    );
+
+    let attempt = named(&spans, "attempt", "evt_t1")[0];
+    assert_eq!(attempt.trace_id, request.trace_id);
+    assert_eq!(attempt.parent_span_id, request.span_id);
+    for (key, value) in [
+        ("hookgate.provider", PROVIDER),
+        ("hookgate.path", "first_run"),
+        ("hookgate.attempt", "1"),
+        ("hookgate.outcome", "delivered"),
+        ("http.response.status_code", "201"),
+        ("hookgate.mode", "sync"),
+    ] {
+        assert_eq!(
+            attr(attempt, key).as_deref(),
+            Some(value),
+            "{key}: {attempt:#?}"
+        );
+    }
+    let claim = child(&spans, attempt, "claim");
+    let deliver = child(&spans, attempt, "deliver");
+    let record = child(&spans, attempt, "record");
+    assert_eq!(deliver.kind, SpanKind::Client as i32);
+    assert_eq!(attr(record, "hookgate.written").as_deref(), Some("applied"));
+    assert!(claim.end_time_unix_nano <= deliver.start_time_unix_nano);
+    assert!(deliver.end_time_unix_nano <= record.end_time_unix_nano);
+    assert!(attempt.start_time_unix_nano <= claim.start_time_unix_nano);
+
+    // The application's own spans join the trace under the delivery.
+    let received = app.target.traceparents(&TestApp::idem("evt_t1"));
+    assert_eq!(received.len(), 1);
+    let (trace, parent, flags) = parts(&received[0]);
+    assert_eq!((trace.as_str(), flags.as_str()), (SENDER_TRACE, "01"));
+    assert_eq!(parent, hex(&deliver.span_id));
+
+    // Its log lines carry the attempt's ids; no payload reaches a span.
+    for msg in ["webhook.claim", "webhook.done"] {
+        let lines = app.log.events(msg, "evt_t1");
+        assert_eq!(lines.len(), 1, "{msg}");
+        assert_eq!(lines[0]["trace_id"], SENDER_TRACE, "{msg}");
+        assert_eq!(lines[0]["span_id"], hex(&attempt.span_id), "{msg}");
+    }
+    assert_eq!(collector.service().as_deref(), Some("hookgate"));
+}
+
+/// The request span of `key`, once exported (it ends after the attempt's).
+async fn eventually_request(collector: &Collector, key: &str) -> Span {
+    let name = "POST /webhooks/{provider}";
+    collector.wait_for(name, key, 1).await;
+    named(&collector.spans(), name, key)[0].clone()
+}
+
+/// A failed first run, the sender's retry and its duplicate: each request its own trace
+/// (no `traceparent` sent: a new one each), the failure's attempt marked failed with the
+/// target's status, the retry's attempt `retry_after_failure` number 2, and the duplicate
+/// a request span alone, labelled with its path.
+#[actix_web::test]
+async fn a_retry_after_failure_and_a_duplicate_each_tell_their_path() {
+    let collector = Collector::start(Answering::Accept).await;
+    let app = spawn_app_with(traced(&collector)).await;
+    app.target.set(Behaviour::Status(500));
+    assert_eq!(app.deliver("evt_t2", "{}").await.status, 503);
+    app.target.set(Behaviour::Accept);
+    let retry = app.deliver("evt_t2", "{}").await;
+    assert_eq!(
+        (retry.status, retry.path.as_str()),
+        (201, "retry_after_failure")
+    );
+    let duplicate = app.deliver("evt_t2", "{}").await;
+    assert_eq!(duplicate.path, "duplicate_done");
+
+    let name = "POST /webhooks/{provider}";
+    collector.wait_for(name, "evt_t2", 3).await;
+    let spans = collector.wait_for("attempt", "evt_t2", 2).await;
+    let requests = named(&spans, name, "evt_t2");
+    let attempts = named(&spans, "attempt", "evt_t2");
+    assert_eq!((requests.len(), attempts.len()), (3, 2));
+    let paths: Vec<_> = requests
+        .iter()
+        .map(|r| attr(r, "hookgate.path").unwrap_or_default())
+        .collect();
+    assert_eq!(
+        paths,
+        ["first_run", "retry_after_failure", "duplicate_done"]
+    );
+    for r in &requests {
+        assert!(r.parent_span_id.is_empty(), "a new trace: {r:#?}");
+    }
+    assert_ne!(requests[0].trace_id, requests[1].trace_id);
+
+    let failed = attempts[0];
+    assert_eq!(failed.parent_span_id, requests[0].span_id);
+    assert_eq!(attr(failed, "hookgate.outcome").as_deref(), Some("failed"));
+    assert_eq!(
+        attr(failed, "http.response.status_code").as_deref(),
+        Some("500")
+    );
+    assert!(
+        attr(failed, "hookgate.retry_delay_s").is_some(),
+        "{failed:#?}"
+    );
+    assert_eq!(failed.status.as_ref().map(|s| s.code), Some(2), "ERROR");
+    let retried = attempts[1];
+    assert_eq!(retried.parent_span_id, requests[1].span_id);
+    assert_eq!(
+        attr(retried, "hookgate.path").as_deref(),
+        Some("retry_after_failure")
+    );
+    assert_eq!(attr(retried, "hookgate.attempt").as_deref(), Some("2"));
+    assert_eq!(
+        attr(retried, "hookgate.outcome").as_deref(),
+        Some("delivered")
+    );
+    // The duplicate ran no attempt: nothing in its trace but its request.
+    let in_duplicate = spans.iter().filter(|s| s.trace_id == requests[2].trace_id);
+    assert_eq!(in_duplicate.count(), 1);
+}
+
+/// A queued event delivered on its third try is one story: every attempt a child of the
+/// request that accepted it (its context kept with the row), each delivery's
+/// `traceparent` naming that attempt's delivery span.
+async fn a_queued_event_is_one_trace_to_its_third_try(backend: Backend) {
+    let collector = Collector::start(Answering::Accept).await;
+    let app = spawn_app_on(backend, |c| {
+        queue_mode(c);
+        traced(&collector)(c);
+    })
+    .await;
+    app.scheduler.by_hand().await;
+    app.target.set(Behaviour::Status(500));
+    let answer = app
+        .post(
+            &format!("/webhooks/{PROVIDER}"),
+            &[
+                ("X-Idempotency-Key", "evt_t3"),
+                ("traceparent", &sender_traceparent()),
+            ],
+            "{}".into(),
+        )
+        .await;
+    assert_eq!(answer.status, 202);
+    for tries in 1..=2 {
+        app.wait_ended("evt_t3", "failed", tries).await;
+        if tries == 2 {
+            app.target.set(Behaviour::Accept);
+        }
+        app.db.make_due(PROVIDER, "evt_t3").await;
+        eventually("the scheduler to take it again", || async {
+            app.scheduler.run_once().await.unwrap().taken == 1
+        })
+        .await;
+    }
+    app.wait_ended("evt_t3", "done", 3).await;
+
+    let request = eventually_request(&collector, "evt_t3").await;
+    let spans = collector.wait_for("attempt", "evt_t3", 3).await;
+    assert_eq!(hex(&request.trace_id), SENDER_TRACE);
+    assert_eq!(attr(&request, "hookgate.path").as_deref(), Some("queued"));
+    let attempts = named(&spans, "attempt", "evt_t3");
+    assert_eq!(attempts.len(), 3);
+    let received = app.target.traceparents(&TestApp::idem("evt_t3"));
+    assert_eq!(received.len(), 3);
+    let expected = [
+        ("first_run", "failed"),
+        ("retry_after_failure", "failed"),
+        ("retry_after_failure", "delivered"),
+    ];
+    for (i, (attempt, (path, outcome))) in attempts.iter().zip(expected).enumerate() {
+        assert_eq!(attempt.trace_id, request.trace_id, "try {}", i + 1);
+        assert_eq!(attempt.parent_span_id, request.span_id, "try {}", i + 1);
+        assert_eq!(attr(attempt, "hookgate.attempt"), Some((i + 1).to_string()));
+        assert_eq!(attr(attempt, "hookgate.path").as_deref(), Some(path));
+        assert_eq!(attr(attempt, "hookgate.outcome").as_deref(), Some(outcome));
+        assert_eq!(attr(attempt, "hookgate.mode").as_deref(), Some("queue"));
+        let deliver = child(&spans, attempt, "deliver");
+        let (trace, parent, _) = parts(&received[i]);
+        assert_eq!(
+            (trace.as_str(), parent),
+            (SENDER_TRACE, hex(&deliver.span_id))
+        );
+    }
+}
+
+on_both_stores!(a_queued_event_is_one_trace_to_its_third_try);
+
+/// The value of the `hookgate_trace_spans_total` series for `outcome`.
+async fn spans_counted(app: &TestApp, outcome: &str) -> u64 {
+    let metrics = app.get("/metrics").await.body;
+    let series = format!("hookgate_trace_spans_total{{outcome=\"{outcome}\"}} ");
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix(&series))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no {series} in\n{metrics}"))
+}
+
+/// A collector that never answers: the exporter's one request hangs, its queue fills, and
+/// every span past it is dropped and counted — while every event is answered and
+/// delivered once. One that refuses: its spans are counted failed.
+#[actix_web::test]
+async fn a_collector_that_hangs_or_refuses_costs_requests_nothing() {
+    for (answering, counted) in [(Answering::Hang, "dropped"), (Answering::Refuse, "failed")] {
+        let collector = Collector::start(answering).await;
+        let app = spawn_app_with(|c| {
+            traced(&collector)(c);
+            c.tracing.queue_size = 4;
+            c.tracing.batch_size = 2;
+            c.tracing.timeout = Duration::from_secs(60);
+        })
+        .await;
+        let keys: Vec<String> = (0..30).map(|i| format!("evt_h{i}")).collect();
+        let answers =
+            futures_util::future::join_all(keys.iter().map(|k| app.deliver(k, "{}"))).await;
+        for (key, answer) in keys.iter().zip(&answers) {
+            assert_eq!(
+                (answer.status, answer.path.as_str()),
+                (201, "first_run"),
+                "{key}"
+            );
+            assert_eq!(app.target.count(&TestApp::idem(key)), 1, "{key}");
+        }
+        eventually(&format!("spans counted {counted}"), || async {
+            spans_counted(&app, counted).await > 0
+        })
+        .await;
+        assert!(collector.requests() >= 1, "{answering:?}");
+        assert_eq!(spans_counted(&app, "exported").await, 0, "{answering:?}");
+    }
+}
+
+/// Tracing off (the default): the target gets no trace context, whatever the sender sent,
+/// and no log line carries trace ids.
+#[actix_web::test]
+async fn with_tracing_off_nothing_is_traced() {
+    let app = spawn_app_with(|_| {}).await;
+    let answer = app
+        .post(
+            &format!("/webhooks/{PROVIDER}"),
+            &[
+                ("X-Idempotency-Key", "evt_t0"),
+                ("traceparent", &sender_traceparent()),
+            ],
+            "{}".into(),
+        )
+        .await;
+    assert_eq!(answer.status, 201);
+    assert!(app.target.traceparents(&TestApp::idem("evt_t0")).is_empty());
+    let lines = app.log.events("webhook.done", "evt_t0");
+    assert_eq!(lines.len(), 1);
+    assert!(lines[0].get("trace_id").is_none(), "{}", lines[0]);
+}
