@@ -51,6 +51,8 @@ pub struct Application {
     scheduler: Arc<Scheduler>,
     operator_work: Arc<OperatorWork>,
     stopper: Stopper,
+    /// The tracer (tracing on) and how long a stop waits for its last export.
+    tracer: Option<(Arc<crate::trace::Tracer>, Duration)>,
     log: Logger,
 }
 
@@ -197,7 +199,7 @@ impl Application {
             operator_work: Arc::clone(&operator_work),
             readiness: Default::default(),
             stats: crate::http::StatsCache::new(config.admin.stats_max_age),
-            tracer,
+            tracer: tracer.clone(),
         });
         let server = http_server(config, listener, state)?;
         info!(log, "hookgate.listening"; "port" => port, "shards" => shards);
@@ -226,6 +228,7 @@ impl Application {
             scheduler,
             operator_work,
             stopper,
+            tracer: tracer.map(|t| (t, config.tracing.timeout)),
             log,
         })
     }
@@ -274,6 +277,12 @@ impl Application {
                 "stopped with attempts unrecorded after {} s",
                 self.drain_limit.as_secs()
             );
+        }
+        if let Some((tracer, within)) = &self.tracer {
+            // The spans of the last attempts, and those still waiting for their batch.
+            if !tracer.flush(*within).await {
+                slog::warn!(self.log, "tracing.flush_timeout"; "waited_s" => within.as_secs());
+            }
         }
         info!(self.log, "hookgate.stopped");
         self.stopper.dispatcher.stop();

@@ -39,6 +39,10 @@ pub const EVENTS: &[(&str, &str)] = &[
         "tracing is on: spans are exported to this endpoint",
     ),
     (
+        "tracing.flush_timeout",
+        "at a stop, the last spans could not be sent within tracing.timeout",
+    ),
+    (
         "tracing.export_failed",
         "an export of spans failed (the collector refused or did not answer); they are counted",
     ),

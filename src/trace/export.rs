@@ -17,7 +17,7 @@ use opentelemetry_proto::tonic::trace::v1::{
 };
 use prost::Message;
 use slog::{info, warn, Logger};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 
 use super::span::{Kind, SpanRecord, Tracer, Value};
 use crate::config::TracingConfig;
@@ -52,6 +52,7 @@ pub fn start(
         headers.push((name, value));
     }
     let (queue, spans) = mpsc::channel(config.queue_size.max(1));
+    let (flushes, flush_asked) = mpsc::unbounded_channel();
     let exporter = Exporter {
         endpoint,
         headers,
@@ -65,13 +66,14 @@ pub fn start(
     };
     std::thread::Builder::new()
         .name("hookgate-otlp".into())
-        .spawn(move || actix_rt::System::new().block_on(exporter.run(spans)))
+        .spawn(move || actix_rt::System::new().block_on(exporter.run(spans, flush_asked)))
         .map_err(|e| format!("starting the trace exporter: {e}"))?;
     info!(log, "tracing.started";
         "endpoint" => config.endpoint.as_deref(), "sampling_ratio" => config.sampling_ratio);
     Ok(Arc::new(Tracer::new(
         config.sampling_ratio,
         queue,
+        flushes,
         counters.dropped,
     )))
 }
@@ -90,7 +92,12 @@ struct Exporter {
 
 impl Exporter {
     /// Batches and sends until every tracer of the node is gone, then sends what is left.
-    async fn run(self, mut spans: mpsc::Receiver<SpanRecord>) {
+    /// A flush sends whatever is queued at once, then answers.
+    async fn run(
+        self,
+        mut spans: mpsc::Receiver<SpanRecord>,
+        mut flushes: mpsc::UnboundedReceiver<oneshot::Sender<()>>,
+    ) {
         let builder = awc::Client::builder()
             .disable_redirects()
             .timeout(self.timeout);
@@ -102,18 +109,47 @@ impl Exporter {
         };
         let mut batch = Vec::with_capacity(self.batch_size);
         loop {
-            if spans.recv_many(&mut batch, self.batch_size).await == 0 {
-                return;
-            }
+            let mut flush = tokio::select! {
+                n = spans.recv_many(&mut batch, self.batch_size) => {
+                    if n == 0 {
+                        return;
+                    }
+                    None
+                }
+                Some(done) = flushes.recv() => Some(done),
+            };
+            // A batch fills for `flush_interval` at most, unless a flush is asked meanwhile.
             let flush_at = tokio::time::Instant::from_std(Instant::now() + self.flush_interval);
-            while batch.len() < self.batch_size {
+            while flush.is_none() && batch.len() < self.batch_size {
                 let room = self.batch_size - batch.len();
-                match tokio::time::timeout_at(flush_at, spans.recv_many(&mut batch, room)).await {
-                    Ok(0) | Err(_) => break,
-                    Ok(_) => {}
+                tokio::select! {
+                    got = tokio::time::timeout_at(flush_at, spans.recv_many(&mut batch, room)) => {
+                        if matches!(got, Ok(0) | Err(_)) {
+                            break;
+                        }
+                    }
+                    Some(done) = flushes.recv() => flush = Some(done),
                 }
             }
-            self.send(&client, std::mem::take(&mut batch)).await;
+            if !batch.is_empty() {
+                self.send(&client, std::mem::take(&mut batch)).await;
+            }
+            if let Some(done) = flush {
+                // Everything queued now, in batches.
+                loop {
+                    while batch.len() < self.batch_size {
+                        match spans.try_recv() {
+                            Ok(span) => batch.push(span),
+                            Err(_) => break,
+                        }
+                    }
+                    if batch.is_empty() {
+                        break;
+                    }
+                    self.send(&client, std::mem::take(&mut batch)).await;
+                }
+                let _ = done.send(());
+            }
         }
     }
 
@@ -239,7 +275,8 @@ mod tests {
     #[test]
     fn a_batch_encodes_as_the_collectors_protobuf() {
         let (tx, mut rx) = mpsc::channel(4);
-        let tracer = Tracer::new(1.0, tx, Counter::default());
+        let (flushes, _) = mpsc::unbounded_channel();
+        let tracer = Tracer::new(1.0, tx, flushes, Counter::default());
         let ctx = TraceContext::root(true);
         let mut attempt = Timed::start("attempt", Kind::Internal, &ctx, None, 1);
         attempt.set("hookgate.attempt", 2);

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use prometheus_client::metrics::counter::Counter;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 
 use super::context::{Sampler, SpanId, TraceContext, TraceId};
 
@@ -112,18 +112,36 @@ impl WallClock {
 pub struct Tracer {
     sampler: Sampler,
     queue: mpsc::Sender<SpanRecord>,
+    /// Asks the exporter to send every span queued now; answered once sent.
+    flushes: mpsc::UnboundedSender<oneshot::Sender<()>>,
     dropped: Counter,
 }
 
 impl Tracer {
-    /// A tracer sampling `ratio` of the traces started here, its spans sent to `queue`,
-    /// counting those a full queue dropped on `dropped`.
-    pub fn new(ratio: f64, queue: mpsc::Sender<SpanRecord>, dropped: Counter) -> Self {
+    /// A tracer sampling `ratio` of the traces started here, its spans sent to `queue`
+    /// (and flushes asked on `flushes`), counting those a full queue dropped on `dropped`.
+    pub fn new(
+        ratio: f64,
+        queue: mpsc::Sender<SpanRecord>,
+        flushes: mpsc::UnboundedSender<oneshot::Sender<()>>,
+        dropped: Counter,
+    ) -> Self {
         Self {
             sampler: Sampler::new(ratio),
             queue,
+            flushes,
             dropped,
         }
+    }
+
+    /// Has the exporter send every span queued now, waiting at most `within`; whether it
+    /// did (a node's stop: its last attempts' spans are not lost with the process).
+    pub async fn flush(&self, within: std::time::Duration) -> bool {
+        let (done, sent) = oneshot::channel();
+        if self.flushes.send(done).is_err() {
+            return false;
+        }
+        matches!(tokio::time::timeout(within, sent).await, Ok(Ok(())))
     }
 
     /// The context of a request's span: a child of the sender's `traceparent` (its
@@ -217,7 +235,8 @@ mod tests {
     #[tokio::test]
     async fn a_full_queue_drops_and_counts_never_blocks() {
         let (tx, mut rx) = mpsc::channel(2);
-        let tracer = Tracer::new(1.0, tx, Counter::default());
+        let (flushes, _) = mpsc::unbounded_channel();
+        let tracer = Tracer::new(1.0, tx, flushes, Counter::default());
         let (ctx, parent) = tracer.request(None, None);
         assert!(ctx.sampled && parent.is_none());
         for _ in 0..5 {
@@ -230,7 +249,8 @@ mod tests {
     #[test]
     fn a_senders_context_is_continued_with_its_decision() {
         let (tx, _rx) = mpsc::channel(1);
-        let tracer = Tracer::new(0.0, tx, Counter::default());
+        let (flushes, _) = mpsc::unbounded_channel();
+        let tracer = Tracer::new(0.0, tx, flushes, Counter::default());
         let sent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
         let (ctx, parent) = tracer.request(Some(sent), Some("k=v"));
         assert!(

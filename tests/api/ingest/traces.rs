@@ -337,6 +337,28 @@ async fn a_collector_that_hangs_or_refuses_costs_requests_nothing() {
     }
 }
 
+/// A node's stop sends the spans still waiting for their batch: with a minute's
+/// `flush_interval`, the spans of a delivered event are only exported by the stop.
+#[actix_web::test]
+async fn a_stop_sends_the_spans_still_waiting() {
+    let collector = Collector::start(Answering::Accept).await;
+    let mut app = spawn_app_with(|c| {
+        traced(&collector)(c);
+        c.tracing.flush_interval = Duration::from_secs(60);
+    })
+    .await;
+    assert_eq!(app.deliver("evt_t4", "{}").await.status, 201);
+    assert!(
+        collector.spans().is_empty(),
+        "the batch waits for its minute"
+    );
+    app.shutdown().await;
+    let spans = collector.spans();
+    assert_eq!(named(&spans, "attempt", "evt_t4").len(), 1, "{spans:#?}");
+    let request = named(&spans, "POST /webhooks/{provider}", "evt_t4");
+    assert_eq!(request.len(), 1, "{spans:#?}");
+}
+
 /// Tracing off (the default): the target gets no trace context, whatever the sender sent,
 /// and no log line carries trace ids.
 #[actix_web::test]
