@@ -107,12 +107,14 @@ impl Config {
     /// variable that is unset or empty is an error naming it.
     pub fn resolve_secrets(&mut self) -> Result<(), ConfigError> {
         self.resolve_admin_token()?;
-        self.tracing.headers = self
-            .tracing
-            .headers_env
-            .iter()
-            .map(|(name, var)| Ok((name.clone(), secret_from_env(var)?)))
-            .collect::<Result<_, ConfigError>>()?;
+        if self.tracing.endpoint.is_some() {
+            self.tracing.headers = self
+                .tracing
+                .headers_env
+                .iter()
+                .map(|(name, var)| Ok((name.clone(), secret_from_env(var)?)))
+                .collect::<Result<_, ConfigError>>()?;
+        }
         for provider in &mut self.providers {
             provider.resolve_secrets()?;
         }
@@ -247,6 +249,15 @@ mod tests {
         .expect("valid");
         let error = missing.resolve_secrets().expect_err("unset").to_string();
         assert!(error.contains("HOOKGATE_TEST_UNSET_TRACING_KEY"), "{error}");
+        // Tracing off: its header variables are not read.
+        missing.tracing.endpoint = None;
+        assert!(missing.resolve_secrets().is_ok());
+        let keyed = with(r#"endpoint = "https://u:pw@api.example.com:443/v1/traces?key=abc""#)
+            .expect("valid");
+        assert_eq!(
+            keyed.tracing.endpoint_shown().as_deref(),
+            Some("https://api.example.com:443/v1/traces?***")
+        );
     }
 
     #[test]

@@ -255,6 +255,26 @@ pub struct TracingConfig {
     pub timeout: Duration,
 }
 
+impl TracingConfig {
+    /// The endpoint as logs and `check-config` show it: no user, password or query (a
+    /// backend's key may ride in either).
+    pub fn endpoint_shown(&self) -> Option<String> {
+        let url = self.endpoint.as_deref()?;
+        let Some((scheme, rest)) = url.split_once("://") else {
+            return Some("(not a URL)".into());
+        };
+        let (authority, path) = rest.split_at(rest.find(['/', '?']).unwrap_or(rest.len()));
+        let host = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+        let (path, query) = path
+            .split_once('?')
+            .map_or((path, false), |(p, _)| (p, true));
+        Some(format!(
+            "{scheme}://{host}{path}{}",
+            if query { "?***" } else { "" }
+        ))
+    }
+}
+
 impl Default for TracingConfig {
     fn default() -> Self {
         Self {

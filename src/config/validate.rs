@@ -38,6 +38,7 @@ fn tracing_rules(config: &Config) -> Vec<Rule> {
     let Some(endpoint) = &t.endpoint else {
         return Vec::new();
     };
+    let endpoint = endpoint.as_str();
     let url_ok = endpoint
         .parse::<actix_web::http::Uri>()
         .is_ok_and(|u| matches!(u.scheme_str(), Some("http" | "https")) && u.host().is_some());
@@ -51,7 +52,7 @@ fn tracing_rules(config: &Config) -> Vec<Rule> {
         rule(
             "tracing.endpoint is an http:// or https:// URL",
             url_ok,
-            format!("endpoint = {endpoint:?}"),
+            format!("endpoint = {:?}", t.endpoint_shown().unwrap_or_default()),
         ),
         rule(
             "0 <= tracing.sampling_ratio <= 1",

@@ -27,7 +27,7 @@ use crate::claim::{Mode, Path};
 use crate::key::EventId;
 use crate::provider::Target;
 use crate::shard::{Answer, Event, Reply, Traced};
-use crate::trace::{Kind, Span, SpanId, TraceContext, Tracer, WallClock};
+use crate::trace::{Kind, Span, SpanId};
 
 /// The handler.
 pub async fn ingest(
@@ -43,76 +43,138 @@ pub async fn ingest(
     // Tracing on: the request's span continues the sender's trace (or starts one), and
     // the event's attempts are its children.
     let started = Instant::now();
-    let header = |name: &str| req.headers().get(name).and_then(|v| v.to_str().ok());
-    let (context, parent) = tracer.request(header("traceparent"), header("tracestate"));
-    let traced = Traced::new(tracer, context);
-    let mut key = None;
-    let answer = handle(&req, &provider, payload, &state, Some(&traced), &mut key).await;
-    if traced.parent.sampled {
-        let known = state.providers.contains_key(&provider);
-        let clock = WallClock::now();
-        let start = clock.ns(started);
-        let span = request_span(&traced.parent, parent, start, known.then_some(&*provider));
-        request_ended(
-            span,
-            &answer,
-            key.as_ref(),
-            tracer,
-            clock.ns(Instant::now()),
-        );
-    }
+    let (traceparent, tracestate) = trace_headers(req.headers());
+    let (context, sender) = tracer.request(traceparent, tracestate.as_deref());
+    let mut span = RequestSpan {
+        traced: Traced::new(tracer, context),
+        sender,
+        started,
+        provider: state
+            .providers
+            .contains_key(&provider)
+            .then(|| provider.clone()),
+        key: None,
+        answered: None,
+    };
+    let traced = Some(Arc::clone(&span.traced));
+    let answer = handle(
+        &req,
+        &provider,
+        payload,
+        &state,
+        traced.as_ref(),
+        &mut span.key,
+    )
+    .await;
+    span.answered = Some(Answered::of(&answer));
     answer
 }
 
-/// The span of a sender's request, started at `start`: named by its route, never by the
-/// provider segment the caller wrote (only a configured name is an attribute).
-fn request_span(
-    context: &TraceContext,
-    parent: Option<SpanId>,
-    start: u64,
-    provider: Option<&str>,
-) -> Span {
-    let name = "POST /webhooks/{provider}";
-    let mut span = Span::start(name, Kind::Server, context, parent, start);
-    span.set("http.request.method", "POST");
-    span.set("http.route", "/webhooks/{provider}");
-    span.set("hookgate.provider", provider.unwrap_or("unknown"));
-    span
+/// The trace context headers of a request: its one `traceparent` (several are none, as
+/// the recommendation says), and its `tracestate` headers joined as one list.
+fn trace_headers(headers: &HeaderMap) -> (Option<&str>, Option<String>) {
+    let mut parents = headers.get_all("traceparent");
+    let parent = match (parents.next(), parents.next()) {
+        (Some(one), None) => one.to_str().ok(),
+        _ => None,
+    };
+    let states: Vec<&str> = headers
+        .get_all("tracestate")
+        .filter_map(|v| v.to_str().ok())
+        .collect();
+    let state = (!states.is_empty()).then(|| states.join(","));
+    (parent, state)
 }
 
-/// Ends a request's span with what it was answered: status, path, key or the refusal.
-fn request_ended(
-    mut span: Span,
-    answer: &Result<HttpResponse, ApiError>,
-    key: Option<&EventId>,
-    tracer: &Tracer,
-    end: u64,
-) {
-    if let Some(id) = key {
-        span.set("hookgate.event_key", &id.key);
-        span.set("hookgate.scope", &id.provider);
+/// What a request was answered, for its span.
+struct Answered {
+    status: StatusCode,
+    path: Option<String>,
+    rejected: Option<&'static str>,
+}
+
+impl Answered {
+    fn of(answer: &Result<HttpResponse, ApiError>) -> Self {
+        match answer {
+            Ok(response) => Self {
+                status: response.status(),
+                path: response
+                    .headers()
+                    .get("hookgate-path")
+                    .and_then(|v| v.to_str().ok())
+                    .map(str::to_owned),
+                rejected: None,
+            },
+            Err(e) => Self {
+                status: actix_web::ResponseError::status_code(e),
+                path: None,
+                rejected: Some(e.code()),
+            },
+        }
     }
-    let status = match answer {
-        Ok(response) => {
-            if let Some(path) = response
-                .headers()
-                .get("hookgate-path")
-                .and_then(|v| v.to_str().ok())
-            {
-                span.set("hookgate.path", path);
+}
+
+/// A sender's request being traced. Recorded when dropped, so a request whose handler is
+/// dropped before its answer (the server stopping it) still has the span its attempt is a
+/// child of, failed.
+struct RequestSpan {
+    traced: Arc<Traced>,
+    /// The sender's span, this one's parent.
+    sender: Option<SpanId>,
+    started: Instant,
+    /// A configured provider's name (the caller's own text never reaches a span).
+    provider: Option<String>,
+    key: Option<EventId>,
+    /// `None`: the sender went away before the answer.
+    answered: Option<Answered>,
+}
+
+impl Drop for RequestSpan {
+    fn drop(&mut self) {
+        let traced = &self.traced;
+        let context = &traced.parent;
+        if !context.sampled {
+            return;
+        }
+        let rejected = self.answered.as_ref().is_some_and(|a| a.rejected.is_some());
+        if rejected && self.sender.is_some() && !traced.tracer.samples(&context.trace_id) {
+            // Refused before any claim: a caller's `sampled` flag does not get its own
+            // requests recorded past the ratio (anyone can send one).
+            return;
+        }
+        let name = "POST /webhooks/{provider}";
+        let start = traced.clock.ns(self.started);
+        let mut span = Span::start(name, Kind::Server, context, self.sender, start);
+        span.set("http.request.method", "POST");
+        span.set("http.route", "/webhooks/{provider}");
+        span.set(
+            "hookgate.provider",
+            self.provider.as_deref().unwrap_or("unknown"),
+        );
+        if let Some(id) = &self.key {
+            span.set("hookgate.event_key", &id.key);
+            span.set("hookgate.scope", &id.provider);
+        }
+        match &self.answered {
+            Some(answered) => {
+                if let Some(path) = &answered.path {
+                    span.set("hookgate.path", path.as_str());
+                }
+                if let Some(code) = answered.rejected {
+                    span.set("hookgate.rejected", code);
+                }
+                span.set(
+                    "http.response.status_code",
+                    i64::from(answered.status.as_u16()),
+                );
+                if answered.status.is_server_error() {
+                    span.fail(answered.status.to_string());
+                }
             }
-            response.status()
+            None => span.fail("the sender went away before the answer"),
         }
-        Err(e) => {
-            span.set("hookgate.rejected", e.code());
-            actix_web::ResponseError::status_code(e)
-        }
-    };
-    span.set("http.response.status_code", i64::from(status.as_u16()));
-    if status.is_server_error() {
-        span.fail(status.to_string());
+        span.end(&traced.tracer, traced.clock.ns(Instant::now()));
     }
-    span.end(tracer, end);
 }
 
 /// The request's work: checked, keyed, answered from the cache or handed to its shard.
@@ -132,7 +194,10 @@ async fn handle(
             }
             let dispatcher = &state.dispatcher;
             let fingerprint = accepted.fingerprint.as_deref();
-            if let Some(answer) = dispatcher.cached(&accepted.id, fingerprint, accepted.mode) {
+            let mode = accepted.mode;
+            if let Some(answer) =
+                dispatcher.cached(&accepted.id, fingerprint, mode, traced.map(|t| &**t))
+            {
                 return Ok(render(answer));
             }
             let provider = &accepted.id.provider;

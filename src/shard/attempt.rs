@@ -29,7 +29,7 @@ use crate::deadline::{after, from_now};
 use crate::outcome::{judge, DeliveryOutcome, Redeliverer, Verdict};
 use crate::retry::RetryPolicy;
 use crate::store::{Fenced, History, Store, StoreError};
-use crate::trace::{new_span_id, Kind, Span, SpanId, TraceContext, WallClock};
+use crate::trace::{new_span_id, Kind, Span, SpanId, TraceContext};
 use crate::worker::DeliveryRequest;
 
 /// Pause between tries of a renewal that failed, after the first try again at once.
@@ -95,6 +95,9 @@ struct AttemptSpans {
 
 /// When an attempt's steps ended, for its spans.
 struct Timeline {
+    /// A request reached (or was on its way to) the target: not a filtered event's, nor
+    /// one never started.
+    sent: bool,
     started: Instant,
     answered: Instant,
     ended: Instant,
@@ -271,6 +274,7 @@ impl Attempt {
         let started = Instant::now();
         let Some(lease) = self.renew else {
             let outcome = outcome.await;
+            let sent = was_sent(&outcome);
             let seen = Seen::of(&outcome);
             let status = seen.status;
             let verdict = judge(outcome, self.tries, retry, self.redeliverer());
@@ -288,6 +292,7 @@ impl Attempt {
             )
             .await;
             let timeline = Timeline {
+                sent,
                 started,
                 answered,
                 ended: Instant::now(),
@@ -325,6 +330,7 @@ impl Attempt {
             };
             let now = Instant::now();
             let timeline = Timeline {
+                sent: true,
                 started,
                 answered: now,
                 ended: now,
@@ -337,6 +343,7 @@ impl Attempt {
                 writing: None,
             };
         };
+        let sent = was_sent(&outcome);
         let seen = Seen::of(&outcome);
         let status = seen.status;
         let verdict = judge(outcome, self.tries, retry, self.redeliverer());
@@ -365,6 +372,7 @@ impl Attempt {
             }
         };
         let timeline = Timeline {
+            sent,
             started,
             answered,
             ended: Instant::now(),
@@ -391,8 +399,7 @@ impl Attempt {
             return;
         };
         let tracer = &traced.tracer;
-        let clock = WallClock::now();
-        let at = |i: Instant| clock.ns(i);
+        let at = |i: Instant| traced.clock.ns(i);
         let own = Some(spans.attempt.span_id);
         let child = |name, kind, id| {
             let context = TraceContext {
@@ -404,21 +411,21 @@ impl Attempt {
         let claim = child("claim", Kind::Internal, new_span_id())(at(spans.sent));
         claim.end(tracer, at(spans.claimed));
 
-        let mut delivery = child("deliver", Kind::Client, spans.delivery)(at(t.started));
-        delivery.set("http.request.method", "POST");
-        if let Some(host) = host_of(&self.event.target.url) {
-            delivery.set("server.address", host.as_str());
-        }
-        if let Some(status) = status {
-            delivery.set("http.response.status_code", i64::from(status));
-        }
         let error = verdict_error(verdict);
-        if let Some(error) = &error {
-            if !matches!(verdict, Verdict::Done(_)) {
+        if t.sent {
+            let mut delivery = child("deliver", Kind::Client, spans.delivery)(at(t.started));
+            delivery.set("http.request.method", "POST");
+            if let Some(host) = host_of(&self.event.target.url) {
+                delivery.set("server.address", host.as_str());
+            }
+            if let Some(status) = status {
+                delivery.set("http.response.status_code", i64::from(status));
+            }
+            if let Some(error) = &error {
                 delivery.fail(error.clone());
             }
+            delivery.end(tracer, at(t.answered));
         }
-        delivery.end(tracer, at(t.answered));
 
         if let Some(written) = written {
             let mut record = child("record", Kind::Internal, new_span_id())(at(t.answered));
@@ -571,6 +578,15 @@ impl Attempt {
             }
         }
     }
+}
+
+/// Whether a request went to the target (a filtered event's and one never started did
+/// not: their attempt has no delivery span).
+fn was_sent(outcome: &DeliveryOutcome) -> bool {
+    !matches!(
+        outcome,
+        DeliveryOutcome::Filtered | DeliveryOutcome::NotStarted(_)
+    )
 }
 
 /// The error a verdict carries (none for a delivered or filtered event).

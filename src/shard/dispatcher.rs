@@ -16,7 +16,7 @@ use tokio::sync::oneshot;
 use super::actor::{Shard, ShardSettings, Shared};
 use super::answer::{cached_answer, log_refusal, Answer, RetryReason};
 use super::cache::DoneCache;
-use super::event::Event;
+use super::event::{Event, Traced};
 use super::gate::Gate;
 use super::in_flight::{KeyHold, NodeKeys};
 use super::messages::{Drain, Drained, Enqueue, Ingest, Replay, Start};
@@ -113,12 +113,29 @@ impl Dispatcher {
     /// The done cache's answer for `id` arriving with payload `fingerprint`, answered on
     /// the caller's (HTTP) thread: no mailbox, no store. Call it before building the
     /// [`Event`], so a duplicate costs no more than this lookup.
-    pub fn cached(&self, id: &EventId, fingerprint: Option<&str>, mode: Mode) -> Option<Answer> {
+    /// With `traced` (tracing on), its line carries the request's span ids.
+    pub fn cached(
+        &self,
+        id: &EventId,
+        fingerprint: Option<&str>,
+        mode: Mode,
+        traced: Option<&Traced>,
+    ) -> Option<Answer> {
         let hit = cached_answer(&self.done, id, fingerprint, &self.log);
         self.metrics.cache(hit.is_some());
         let answer = hit?;
         self.metrics.attempt(&id.provider, answer.path);
-        slog::info!(self.log, "webhook.claim";
+        let with_ids;
+        let log = match traced {
+            None => &self.log,
+            Some(traced) => {
+                with_ids = self.log.new(slog::o!(
+                    "trace_id" => hex::encode(traced.parent.trace_id),
+                    "span_id" => hex::encode(traced.parent.span_id)));
+                &with_ids
+            }
+        };
+        slog::info!(log, "webhook.claim";
             "provider" => &*id.provider, "event_key" => &*id.key,
             "path" => answer.path.as_str(), "attempts" => answer.attempts,
             "mode" => mode.as_str(), "shard" => shard_for(id, self.shards.len()));

@@ -8,7 +8,7 @@ use actix_web::web::Bytes;
 use crate::claim::Mode;
 use crate::key::EventId;
 use crate::provider::{Route, Target};
-use crate::trace::{TraceContext, Tracer};
+use crate::trace::{TraceContext, Tracer, WallClock};
 
 /// One received, verified, keyed delivery.
 #[derive(Debug, Clone)]
@@ -48,6 +48,9 @@ pub struct Traced {
     /// The trace starts at the attempt (`parent` names no span: an operator's replay, a
     /// row kept without a trace context).
     pub root: bool,
+    /// The wall clock the event's spans are placed on here: one reading for the request
+    /// and its attempt, so a child never starts before its parent.
+    pub clock: WallClock,
 }
 
 impl Traced {
@@ -57,6 +60,7 @@ impl Traced {
             tracer: Arc::clone(tracer),
             parent,
             root: false,
+            clock: WallClock::now(),
         })
     }
 
@@ -66,6 +70,7 @@ impl Traced {
             tracer: Arc::clone(tracer),
             parent: tracer.root(),
             root: true,
+            clock: WallClock::now(),
         })
     }
 

@@ -116,9 +116,10 @@ impl Shard {
                     trace: self.settings.tracer.as_ref().map(Traced::root),
                 });
                 let waiters = self.in_flight.won(&event, r.token, row.attempts);
-                self.log_claim(&event, Path::Replay, Some(row.attempts));
+                let lease = self.settings.lease;
+                let attempt = replay_attempt(Arc::clone(&event), row.attempts, r.sent, lease);
+                self.log_won(&attempt);
                 self.answer_waiters_of_won(&event, row.attempts, waiters);
-                let attempt = replay_attempt(event, row.attempts, r.sent, self.settings.lease);
                 let running = Running {
                     attempt,
                     token: r.token,

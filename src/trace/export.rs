@@ -53,8 +53,10 @@ pub fn start(
     }
     let (queue, spans) = mpsc::channel(config.queue_size.max(1));
     let (flushes, flush_asked) = mpsc::unbounded_channel();
+    let shown = config.endpoint_shown().unwrap_or_default();
     let exporter = Exporter {
         endpoint,
+        shown: shown.clone(),
         headers,
         tls,
         timeout: config.timeout,
@@ -69,7 +71,7 @@ pub fn start(
         .spawn(move || actix_rt::System::new().block_on(exporter.run(spans, flush_asked)))
         .map_err(|e| format!("starting the trace exporter: {e}"))?;
     info!(log, "tracing.started";
-        "endpoint" => config.endpoint.as_deref(), "sampling_ratio" => config.sampling_ratio);
+        "endpoint" => shown, "sampling_ratio" => config.sampling_ratio);
     Ok(Arc::new(Tracer::new(
         config.sampling_ratio,
         queue,
@@ -80,6 +82,8 @@ pub fn start(
 
 struct Exporter {
     endpoint: String,
+    /// The endpoint as logs show it (no credentials, no query).
+    shown: String,
     headers: Vec<(HeaderName, HeaderValue)>,
     tls: Option<Arc<rustls::ClientConfig>>,
     timeout: Duration,
@@ -180,7 +184,7 @@ impl Exporter {
             Some(error) => {
                 self.counters.failed.inc_by(n);
                 warn!(self.log, "tracing.export_failed";
-                    "endpoint" => &self.endpoint, "spans" => n, "error" => error);
+                    "endpoint" => &self.shown, "spans" => n, "error" => error);
             }
         }
     }

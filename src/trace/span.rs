@@ -136,12 +136,21 @@ impl Tracer {
 
     /// Has the exporter send every span queued now, waiting at most `within`; whether it
     /// did (a node's stop: its last attempts' spans are not lost with the process).
+    /// What it could not send is counted dropped: it ends with the process.
     pub async fn flush(&self, within: std::time::Duration) -> bool {
         let (done, sent) = oneshot::channel();
-        if self.flushes.send(done).is_err() {
-            return false;
+        let flushed = self.flushes.send(done).is_ok()
+            && matches!(tokio::time::timeout(within, sent).await, Ok(Ok(())));
+        if !flushed {
+            let queued = self.queue.max_capacity() - self.queue.capacity();
+            self.dropped.inc_by(queued as u64);
         }
-        matches!(tokio::time::timeout(within, sent).await, Ok(Ok(())))
+        flushed
+    }
+
+    /// Whether a trace with this id, started here, would be sampled.
+    pub fn samples(&self, trace_id: &super::context::TraceId) -> bool {
+        self.sampler.samples(trace_id)
     }
 
     /// The context of a request's span: a child of the sender's `traceparent` (its
@@ -153,7 +162,10 @@ impl Tracer {
         tracestate: Option<&str>,
     ) -> (TraceContext, Option<SpanId>) {
         match traceparent.and_then(|t| TraceContext::parse(t, tracestate)) {
-            Some(parent) => (parent.child(), Some(parent.span_id)),
+            Some(parent) if parent.sampled => (parent.child(), Some(parent.span_id)),
+            // Not sampled: nothing is recorded here, so the sender's context is passed on
+            // as it came (the application's spans stay the sender's span's children).
+            Some(parent) => (parent, None),
             None => (self.root(), None),
         }
     }
@@ -263,6 +275,9 @@ mod tests {
         );
         assert_eq!(parent.map(hex::encode).as_deref(), Some("00f067aa0ba902b7"));
         assert_eq!(ctx.state.as_deref(), Some("k=v"));
+        let unsampled = sent.replace("-01", "-00");
+        let (passed, parent) = tracer.request(Some(&unsampled), None);
+        assert_eq!((passed.traceparent(), parent), (unsampled, None));
         let (root, _) = tracer.request(Some("garbage"), None);
         assert!(!root.sampled, "a new trace follows the ratio (0 here)");
     }

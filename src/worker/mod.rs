@@ -70,8 +70,9 @@ impl Handler<Deliver> for Worker {
     type Result = AtomicResponse<Self, DeliveryOutcome>;
 
     fn handle(&mut self, msg: Deliver, _ctx: &mut Context<Self>) -> Self::Result {
+        let log = traced_log(&self.log, &msg.request);
         if std::time::Instant::now() > msg.start_by {
-            slog::warn!(self.log, "worker.not_started";
+            slog::warn!(log, "worker.not_started";
                 "idempotency_key" => &msg.request.idempotency_key,
                 "attempts" => msg.request.attempt);
             let late = "not started: the lease no longer covers the target timeout";
@@ -80,7 +81,7 @@ impl Handler<Deliver> for Worker {
             ))));
         }
         let delivery = Arc::clone(&self.delivery);
-        let log = self.log.clone();
+        let crash_log = log.clone();
         let attempt = AssertUnwindSafe(async move {
             let key = msg.request.idempotency_key.clone();
             let delivery = delivery.deliver(msg.request);
@@ -98,17 +99,28 @@ impl Handler<Deliver> for Worker {
             }
         });
         AtomicResponse::new(Box::pin(attempt.catch_unwind().into_actor(self).map(
-            |result, act, ctx| match result {
+            move |result, act, ctx| match result {
                 Ok(outcome) => outcome,
                 Err(panic) => {
                     let message = panic_message(panic.as_ref());
-                    slog::error!(act.log, "worker.crashed"; "error" => &message);
+                    slog::error!(crash_log, "worker.crashed"; "error" => &message);
                     act.metrics.actor_panic("worker");
                     ctx.stop();
                     DeliveryOutcome::Crashed(message)
                 }
             },
         )))
+    }
+}
+
+/// `log` with the ids of the delivery's span when it is traced (its `traceparent` names
+/// them), so the worker's lines join the attempt's trace.
+fn traced_log(log: &slog::Logger, request: &DeliveryRequest) -> slog::Logger {
+    match request.trace.as_ref().map(|(parent, _)| parent.as_str()) {
+        // `00-<32 hex trace id>-<16 hex span id>-<flags>`, as hookgate writes it.
+        Some(p) if p.len() == 55 && p.is_ascii() => log.new(slog::o!(
+            "trace_id" => p[3..35].to_owned(), "span_id" => p[36..52].to_owned())),
+        _ => log.clone(),
     }
 }
 

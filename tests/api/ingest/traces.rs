@@ -9,9 +9,11 @@ use std::time::Duration;
 use hookgate::config::Config;
 use opentelemetry_proto::tonic::trace::v1::{span::SpanKind, Span};
 
+use hookgate::secret::Secret;
+
 use crate::helpers::{
-    attr, eventually, queue_mode, spawn_app_on, spawn_app_with, Answering, Backend, Behaviour,
-    Collector, TestApp, PROVIDER,
+    attr, bearer, dead_letter, eventually, queue_mode, spawn_app_on, spawn_app_with, Answering,
+    Backend, Behaviour, Collector, TestApp, PROVIDER,
 };
 
 const SENDER_TRACE: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
@@ -332,7 +334,10 @@ async fn a_collector_that_hangs_or_refuses_costs_requests_nothing() {
             spans_counted(&app, counted).await > 0
         })
         .await;
-        assert!(collector.requests() >= 1, "{answering:?}");
+        eventually("an export to reach the collector", || async {
+            collector.requests() >= 1
+        })
+        .await;
         assert_eq!(spans_counted(&app, "exported").await, 0, "{answering:?}");
     }
 }
@@ -357,6 +362,123 @@ async fn a_stop_sends_the_spans_still_waiting() {
     assert_eq!(named(&spans, "attempt", "evt_t4").len(), 1, "{spans:#?}");
     let request = named(&spans, "POST /webhooks/{provider}", "evt_t4");
     assert_eq!(request.len(), 1, "{spans:#?}");
+}
+
+/// A sender's trace flagged not sampled: nothing is exported, and the application still
+/// gets the trace, flagged so, with the sender's span as its parent. A request refused
+/// before any claim is not recorded past the ratio however its `traceparent` is flagged
+/// (anyone can send one); an accepted one keeps its sender's decision.
+#[actix_web::test]
+async fn sampling_follows_the_sender_except_for_requests_refused_before_a_claim() {
+    let collector = Collector::start(Answering::Accept).await;
+    let mut app = spawn_app_with(|c| {
+        traced(&collector)(c);
+        c.tracing.sampling_ratio = 0.0;
+    })
+    .await;
+    let unsampled = format!("00-{SENDER_TRACE}-{SENDER_SPAN}-00");
+    let sampled = sender_traceparent();
+    let post = |path: String, key: &'static str, parent: String| {
+        let app = &app;
+        async move {
+            let headers = [("X-Idempotency-Key", key), ("traceparent", parent.as_str())];
+            app.post(&path, &headers, "{}".into()).await.status
+        }
+    };
+    let webhooks = format!("/webhooks/{PROVIDER}");
+    assert_eq!(post(webhooks.clone(), "evt_t5", unsampled).await, 201);
+    assert_eq!(post(webhooks, "evt_t6", sampled.clone()).await, 201);
+    assert_eq!(
+        post("/webhooks/nobody".into(), "evt_t7", sampled).await,
+        404
+    );
+    let received = app.target.traceparents(&TestApp::idem("evt_t5"));
+    assert_eq!(received.len(), 1);
+    let (trace, parent, flags) = parts(&received[0]);
+    assert_eq!(
+        (trace.as_str(), parent.as_str(), flags.as_str()),
+        (SENDER_TRACE, SENDER_SPAN, "00")
+    );
+
+    app.shutdown().await;
+    let spans = collector.spans();
+    assert!(named(&spans, "attempt", "evt_t5").is_empty(), "{spans:#?}");
+    assert_eq!(
+        named(&spans, "attempt", "evt_t6").len(),
+        1,
+        "the sender's decision"
+    );
+    let refused = spans
+        .iter()
+        .filter(|s| attr(s, "hookgate.rejected").is_some());
+    assert_eq!(refused.count(), 0, "{spans:#?}");
+}
+
+/// A sender that hangs up before its answer (the target is slow): its request's span is
+/// still recorded, and the attempt that went on is its child.
+#[actix_web::test]
+async fn a_request_whose_sender_went_away_keeps_its_span() {
+    let collector = Collector::start(Answering::Accept).await;
+    let mut app = spawn_app_with(traced(&collector)).await;
+    app.target.set(Behaviour::Hang);
+    let impatient = awc::Client::builder()
+        .timeout(Duration::from_millis(300))
+        .finish();
+    let gone = impatient
+        .post(format!("{}/webhooks/{PROVIDER}", app.address))
+        .insert_header(("Content-Type", "application/json"))
+        .insert_header(("X-Idempotency-Key", "evt_t8"))
+        .send_body("{}")
+        .await;
+    assert!(gone.is_err(), "the sender gave up: {gone:?}");
+    app.target.wait_for(&TestApp::idem("evt_t8"), 1).await;
+    app.target.release();
+    app.wait_status("evt_t8", "done").await;
+    app.shutdown().await;
+    let spans = collector.spans();
+    let request = named(&spans, "POST /webhooks/{provider}", "evt_t8");
+    assert_eq!(request.len(), 1, "{spans:#?}");
+    let attempt = named(&spans, "attempt", "evt_t8");
+    assert_eq!(attempt.len(), 1, "{spans:#?}");
+    assert_eq!(attempt[0].parent_span_id, request[0].span_id);
+}
+
+/// An operator's replay of a dead letter is a trace of its own, rooted at its attempt, and
+/// its claim line carries that attempt's ids.
+#[actix_web::test]
+async fn an_operators_replay_is_a_trace_rooted_at_its_attempt() {
+    const TOKEN: &str = "trace-replay-token";
+    let collector = Collector::start(Answering::Accept).await;
+    let mut app = spawn_app_with(|c| {
+        traced(&collector)(c);
+        c.admin.token = Some(Secret::new(TOKEN));
+    })
+    .await;
+    dead_letter(&app, "evt_t9").await;
+    let token = bearer(TOKEN);
+    let path = format!("/admin/dead/{PROVIDER}/evt_t9/replay");
+    let answer = app
+        .post(&path, &[("Authorization", &token)], String::new())
+        .await;
+    assert_eq!(answer.status, 200, "{answer:?}");
+    app.shutdown().await;
+    let spans = collector.spans();
+    let attempts = named(&spans, "attempt", "evt_t9");
+    assert_eq!(attempts.len(), 2, "{spans:#?}");
+    let replay = attempts[1];
+    assert_eq!(attr(replay, "hookgate.path").as_deref(), Some("replay"));
+    assert!(replay.parent_span_id.is_empty(), "a root: {replay:#?}");
+    assert_ne!(replay.trace_id, attempts[0].trace_id);
+    child(&spans, replay, "deliver");
+    let claims: Vec<_> = app
+        .log
+        .events("webhook.claim", "evt_t9")
+        .into_iter()
+        .filter(|l| l["path"] == "replay")
+        .collect();
+    assert_eq!(claims.len(), 1);
+    assert_eq!(claims[0]["trace_id"], hex(&replay.trace_id));
+    assert_eq!(claims[0]["span_id"], hex(&replay.span_id));
 }
 
 /// Tracing off (the default): the target gets no trace context, whatever the sender sent,
