@@ -28,6 +28,10 @@
 # `cargo bench --bench load --no-run`, CARGO_TARGET_DIR honoured), or LOAD_BENCH=path to its
 # executable. The binaries are not built here.
 # Usage: scripts/trace-cost.sh BASE_BIN NEW_BIN [DURATION=10s] [ROUNDS=3]. Loopback only.
+# ONLY=bc (a subset of abc) runs only those variants; SCENARIOS="unique" only that one;
+# RATE=N paces the bench at N requests a second (every variant at one throughput: CPU per
+# event also falls as a node batches more, so an unpaced run charges a slower variant
+# twice).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 base_bin=$(realpath "${1:?usage: scripts/trace-cost.sh BASE_BIN NEW_BIN [DURATION=10s] [ROUNDS=3]}")
@@ -140,10 +144,11 @@ port, sink_port = os.environ["PORT"], os.environ["SINK_PORT"]
 tick = os.sysconf("SC_CLK_TCK")
 SINK_PID = int(open(f"{d}/sink.pid").read())
 as_pg = ["runuser", "-u", "postgres", "--"] if os.getuid() == 0 else []
-VARIANTS = [("a", "base, off", os.environ["BASE_BIN"], False),
-            ("b", "new, off", os.environ["NEW_BIN"], False),
-            ("c", "new, on", os.environ["NEW_BIN"], True)]
-SCENARIOS = ["unique", "duplicate"]
+VARIANTS = [v for v in [("a", "base, off", os.environ["BASE_BIN"], False),
+                         ("b", "new, off", os.environ["NEW_BIN"], False),
+                         ("c", "new, on", os.environ["NEW_BIN"], True)]
+            if v[0] in os.environ.get("ONLY", "abc")]
+SCENARIOS = os.environ.get("SCENARIOS", "unique duplicate").split()
 
 def stat(pid):
     fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
@@ -204,7 +209,9 @@ def run(rnd, scenario, variant, secs=secs):
     bench = subprocess.run([os.environ["LOAD_BENCH"], "--scenario", scenario,
                             "--url", f"http://127.0.0.1:{port}/webhooks/bench",
                             "--target-listen", f"127.0.0.1:{os.environ['TARGET_PORT']}",
-                            "--duration", f"{secs}s"], capture_output=True, text=True)
+                            "--duration", f"{secs}s"]
+                           + (["--rate", os.environ["RATE"]] if os.environ.get("RATE") else []),
+                           capture_output=True, text=True)
     time.sleep(1.5)  # (c): the exporter's last batch (flush_interval = 1s); all runs alike
     after_pg, after_node = postgres_ticks(), sum(stat(node.pid)[:2])
     after_sink = sum(stat(SINK_PID)[:2])
@@ -304,7 +311,8 @@ for scenario in SCENARIOS:
     print(f"| ratio | round | {HEAD[scenario]} | p99 | hookgate CPU/{u} | Postgres CPU/{u} | total CPU/{u} |")
     print("|---|---|---:|---:|---:|---:|---:|")
     fields = ["per_s", "p99", "node_us", "pg_us"]
-    for num_key, den_key in (("b", "a"), ("c", "b")):
+    keys = [v[0] for v in VARIANTS]
+    for num_key, den_key in [(n, d) for n, d in (("b", "a"), ("c", "b")) if n in keys and d in keys]:
         def ratios(get):
             n, dn = get(num_key), get(den_key)
             vals = [n[f] / dn[f] for f in fields]
@@ -329,7 +337,7 @@ total = {o: sum(r["spans"].get(o, 0) for r in spans) for o in ("exported", "drop
 sink = get("/stats", sink_port).split()
 print(f"\nspans (c runs, all scenarios): exported={total['exported']} dropped={total['dropped']} "
       f"failed={total['failed']}" + ("" if total["dropped"] == 0 else "  <-- DROPPED SPANS"))
-unique_c = [r for r in results["unique"] if r["variant"] == "c"]
+unique_c = [r for r in results.get("unique", []) if r["variant"] == "c"]
 print("spans per first run (unique, c): " + ", ".join(
     f"{sum(r['spans'].values()) / r['deliveries']:.2f}" for r in unique_c))
 print(f"sink: requests={sink[0]} bytes={sink[1]}")

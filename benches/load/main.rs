@@ -86,7 +86,8 @@ pub(crate) struct Args {
     #[arg(long, value_parser = humantime::parse_duration)]
     window: Option<Duration>,
     /// New events a second in the soak (default 500; 0: as fast as the connections go), or
-    /// in `routes` (default: as fast as the connections go).
+    /// requests a second in `routes` and the other scenarios (default: as fast as the
+    /// connections go; a fixed rate compares CPU per event at one throughput).
     #[arg(long)]
     rate: Option<u64>,
     /// The soak's delivery mode: sync (senders redeliver) or queue (hookgate redelivers).
@@ -209,10 +210,11 @@ async fn run(args: &Args, scenario: Scenario) -> u64 {
         Scenario::Overload => 4 * args.connections,
         _ => args.connections,
     };
-    let (duration, requests, window) = (
+    let (duration, requests, window, rate) = (
         args.duration.unwrap_or(DURATION),
         args.requests,
         args.window,
+        args.rate,
     );
     let drive_url = url.clone();
     let report = actix_rt::task::spawn_blocking(move || {
@@ -223,7 +225,7 @@ async fn run(args: &Args, scenario: Scenario) -> u64 {
             duration,
             requests,
             window,
-            None,
+            rate,
         ))
     })
     .await

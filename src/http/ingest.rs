@@ -49,10 +49,7 @@ pub async fn ingest(
         traced: Traced::new(tracer, context),
         sender,
         started,
-        provider: state
-            .providers
-            .contains_key(&provider)
-            .then(|| provider.clone()),
+        provider: state.providers.get(&provider).map(|p| Arc::clone(&p.name)),
         key: None,
         answered: None,
     };
@@ -89,7 +86,7 @@ fn trace_headers(headers: &HeaderMap) -> (Option<&str>, Option<String>) {
 /// What a request was answered, for its span.
 struct Answered {
     status: StatusCode,
-    path: Option<String>,
+    path: Option<&'static str>,
     rejected: Option<&'static str>,
 }
 
@@ -102,7 +99,8 @@ impl Answered {
                     .headers()
                     .get("hookgate-path")
                     .and_then(|v| v.to_str().ok())
-                    .map(str::to_owned),
+                    .and_then(Path::parse)
+                    .map(Path::as_str),
                 rejected: None,
             },
             Err(e) => Self {
@@ -123,7 +121,7 @@ struct RequestSpan {
     sender: Option<SpanId>,
     started: Instant,
     /// A configured provider's name (the caller's own text never reaches a span).
-    provider: Option<String>,
+    provider: Option<Arc<str>>,
     key: Option<EventId>,
     /// `None`: the sender went away before the answer.
     answered: Option<Answered>,
@@ -147,18 +145,18 @@ impl Drop for RequestSpan {
         let mut span = Span::start(name, Kind::Server, context, self.sender, start);
         span.set("http.request.method", "POST");
         span.set("http.route", "/webhooks/{provider}");
-        span.set(
-            "hookgate.provider",
-            self.provider.as_deref().unwrap_or("unknown"),
-        );
+        match &self.provider {
+            Some(name) => span.set("hookgate.provider", name),
+            None => span.set("hookgate.provider", "unknown"),
+        }
         if let Some(id) = &self.key {
             span.set("hookgate.event_key", &id.key);
             span.set("hookgate.scope", &id.provider);
         }
         match &self.answered {
             Some(answered) => {
-                if let Some(path) = &answered.path {
-                    span.set("hookgate.path", path.as_str());
+                if let Some(path) = answered.path {
+                    span.set("hookgate.path", path);
                 }
                 if let Some(code) = answered.rejected {
                     span.set("hookgate.rejected", code);

@@ -76,6 +76,8 @@ pub struct Attempt {
     pub horizon_left: Duration,
     /// Its spans, when its event's trace is sampled.
     spans: Option<AttemptSpans>,
+    /// Its logger with its span's ids, made once (tracing on).
+    traced_log: std::sync::OnceLock<Logger>,
 }
 
 /// The ids and instants of an attempt's spans: the attempt, and its claim, delivery and
@@ -172,6 +174,7 @@ impl Attempt {
             renew: None,
             horizon_left: Duration::MAX,
             spans,
+            traced_log: std::sync::OnceLock::new(),
         }
     }
 
@@ -183,9 +186,12 @@ impl Attempt {
             (None, Some(traced)) => &traced.parent,
             (None, None) => return log.clone(),
         };
-        log.new(o!(
-            "trace_id" => hex::encode(context.trace_id),
-            "span_id" => hex::encode(context.span_id)))
+        let traced = self.traced_log.get_or_init(|| {
+            log.new(o!(
+                "trace_id" => hex::encode(context.trace_id),
+                "span_id" => hex::encode(context.span_id)))
+        });
+        traced.clone()
     }
 
     /// This attempt with its `lease` renewed while it runs (queue mode), as try number
@@ -416,7 +422,7 @@ impl Attempt {
             let mut delivery = child("deliver", Kind::Client, spans.delivery)(at(t.started));
             delivery.set("http.request.method", "POST");
             if let Some(host) = host_of(&self.event.target.url) {
-                delivery.set("server.address", host.as_str());
+                delivery.set("server.address", host.to_owned());
             }
             if let Some(status) = status {
                 delivery.set("http.response.status_code", i64::from(status));
@@ -451,8 +457,10 @@ impl Attempt {
             at(spans.sent),
         );
         let scope = &self.event.id.provider;
-        let provider = scope.split_once('.').map_or(&**scope, |(p, _)| p);
-        attempt.set("hookgate.provider", provider);
+        match scope.split_once('.') {
+            Some((provider, _)) => attempt.set("hookgate.provider", provider.to_owned()),
+            None => attempt.set("hookgate.provider", scope),
+        }
         attempt.set("hookgate.scope", scope);
         attempt.set("hookgate.event_key", &self.event.id.key);
         attempt.set("hookgate.attempt", i64::from(self.attempts));
@@ -601,13 +609,43 @@ fn verdict_error(verdict: &Verdict) -> Option<String> {
     }
 }
 
-/// The host of a target URL (never its path or query, which may hold a token).
-fn host_of(url: &str) -> Option<String> {
-    let uri: actix_web::http::Uri = url.parse().ok()?;
-    uri.host().map(str::to_owned)
+/// The host of a target URL (never its user, path or query, which may hold a token).
+fn host_of(url: &str) -> Option<&str> {
+    let (_, rest) = url.split_once("://")?;
+    let authority = &rest[..rest.find(['/', '?', '#']).unwrap_or(rest.len())];
+    let host = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+    let host = match host.strip_prefix('[') {
+        Some(v6) => &v6[..v6.find(']')?],
+        None => host.split(':').next()?,
+    };
+    (!host.is_empty()).then_some(host)
 }
 
 /// Whole seconds, rounded up, at least 1 (for `Retry-After`).
 pub(super) fn ceil_secs(d: Duration) -> u64 {
     d.as_secs_f64().ceil().max(1.0) as u64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::host_of;
+
+    #[test]
+    fn a_target_urls_host_is_all_a_span_shows_of_it() {
+        for (url, host) in [
+            (
+                "http://127.0.0.1:9000/effects?token=secret",
+                Some("127.0.0.1"),
+            ),
+            (
+                "https://user:pw@app.example.com/hooks",
+                Some("app.example.com"),
+            ),
+            ("https://[::1]:8443/x", Some("::1")),
+            ("https://app.example.com", Some("app.example.com")),
+            ("not a url", None),
+        ] {
+            assert_eq!(host_of(url), host, "{url}");
+        }
+    }
 }

@@ -66,12 +66,14 @@ impl TraceContext {
 
     /// The `traceparent` value naming this context (version 00).
     pub fn traceparent(&self) -> String {
-        format!(
-            "00-{}-{}-{}",
-            hex::encode(self.trace_id),
-            hex::encode(self.span_id),
-            if self.sampled { "01" } else { "00" }
-        )
+        let mut text = [0u8; 55];
+        text[..3].copy_from_slice(b"00-");
+        // Lengths are exact: 32 and 16 hex digits.
+        let _ = hex::encode_to_slice(self.trace_id, &mut text[3..35]);
+        text[35] = b'-';
+        let _ = hex::encode_to_slice(self.span_id, &mut text[36..52]);
+        text[52..].copy_from_slice(if self.sampled { b"-01" } else { b"-00" });
+        text.iter().map(|&b| char::from(b)).collect()
     }
 
     /// A context in the same trace for a new span (a child of this one).

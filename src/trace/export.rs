@@ -1,23 +1,22 @@
-//! The exporter: one thread of its own that takes finished spans from the tracer's bounded
-//! queue, batches them (`tracing.batch_size`, or what came within `tracing.flush_interval`)
-//! and POSTs each batch to the collector as an OTLP/HTTP protobuf
+//! The exporter: one thread of its own that drains the tracer's bounded queue when a
+//! batch's worth is in it (`tracing.batch_size`), at a flush, or every
+//! `tracing.flush_interval` — never woken per span — and POSTs each batch to the collector as an OTLP/HTTP protobuf
 //! `ExportTraceServiceRequest`. A collector that hangs or refuses costs this thread only:
 //! the queue fills and the tracer drops (and counts) what does not fit, so no request
 //! ever waits on an export. A failed export is counted and logged, not retried.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use actix_web::http::header::{HeaderName, HeaderValue};
-use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, InstrumentationScope, KeyValue};
 use opentelemetry_proto::tonic::resource::v1::Resource;
-use opentelemetry_proto::tonic::trace::v1::{
-    span, status, ResourceSpans, ScopeSpans, Span, Status,
-};
+use opentelemetry_proto::tonic::trace::v1::{span, status};
+use prost::encoding::{encode_key, encode_varint, encoded_len_varint, WireType};
 use prost::Message;
 use slog::{info, warn, Logger};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::mpsc::error::TryRecvError;
+use tokio::sync::{mpsc, oneshot, Notify};
 
 use super::span::{Kind, SpanRecord, Tracer, Value};
 use crate::config::TracingConfig;
@@ -53,6 +52,7 @@ pub fn start(
     }
     let (queue, spans) = mpsc::channel(config.queue_size.max(1));
     let (flushes, flush_asked) = mpsc::unbounded_channel();
+    let full = Arc::new(Notify::new());
     let shown = config.endpoint_shown().unwrap_or_default();
     let exporter = Exporter {
         endpoint,
@@ -61,8 +61,9 @@ pub fn start(
         tls,
         timeout: config.timeout,
         batch_size: config.batch_size.max(1),
+        full: Arc::clone(&full),
         flush_interval: config.flush_interval,
-        resource: resource(&config.service_name, node),
+        prefix: Prefix::new(&resource(&config.service_name, node)),
         counters: counters.clone(),
         log: log.clone(),
     };
@@ -75,6 +76,7 @@ pub fn start(
     Ok(Arc::new(Tracer::new(
         config.sampling_ratio,
         queue,
+        (full, config.batch_size.max(1)),
         flushes,
         counters.dropped,
     )))
@@ -88,8 +90,10 @@ struct Exporter {
     tls: Option<Arc<rustls::ClientConfig>>,
     timeout: Duration,
     batch_size: usize,
+    /// Told when a batch's worth is queued.
+    full: Arc<Notify>,
     flush_interval: Duration,
-    resource: Resource,
+    prefix: Prefix,
     counters: TraceCounters,
     log: Logger,
 }
@@ -113,54 +117,44 @@ impl Exporter {
         };
         let mut batch = Vec::with_capacity(self.batch_size);
         loop {
-            let mut flush = tokio::select! {
-                n = spans.recv_many(&mut batch, self.batch_size) => {
-                    if n == 0 {
-                        return;
-                    }
-                    None
-                }
-                Some(done) = flushes.recv() => Some(done),
-            };
-            // A batch fills for `flush_interval` at most, unless a flush is asked meanwhile.
-            let flush_at = tokio::time::Instant::from_std(Instant::now() + self.flush_interval);
-            while flush.is_none() && batch.len() < self.batch_size {
-                let room = self.batch_size - batch.len();
-                tokio::select! {
-                    got = tokio::time::timeout_at(flush_at, spans.recv_many(&mut batch, room)) => {
-                        if matches!(got, Ok(0) | Err(_)) {
-                            break;
+            // Woken by a full batch, a flush, or the interval — never per span: a span
+            // sent to a parked receiver would wake this thread every time.
+            let mut flush = None;
+            tokio::select! {
+                _ = self.full.notified() => {}
+                _ = tokio::time::sleep(self.flush_interval) => {}
+                Some(done) = flushes.recv() => flush = Some(done),
+            }
+            // Everything queued now, in batches.
+            let closed = loop {
+                match spans.try_recv() {
+                    Ok(span) => {
+                        batch.push(span);
+                        if batch.len() == self.batch_size {
+                            self.send(&client, &mut batch).await;
                         }
                     }
-                    Some(done) = flushes.recv() => flush = Some(done),
+                    Err(TryRecvError::Empty) => break false,
+                    Err(TryRecvError::Disconnected) => break true,
                 }
-            }
+            };
             if !batch.is_empty() {
-                self.send(&client, std::mem::take(&mut batch)).await;
+                self.send(&client, &mut batch).await;
             }
             if let Some(done) = flush {
-                // Everything queued now, in batches.
-                loop {
-                    while batch.len() < self.batch_size {
-                        match spans.try_recv() {
-                            Ok(span) => batch.push(span),
-                            Err(_) => break,
-                        }
-                    }
-                    if batch.is_empty() {
-                        break;
-                    }
-                    self.send(&client, std::mem::take(&mut batch)).await;
-                }
                 let _ = done.send(());
+            }
+            if closed {
+                return;
             }
         }
     }
 
     /// One export request; counts its spans exported or failed.
-    async fn send(&self, client: &awc::Client, batch: Vec<SpanRecord>) {
+    async fn send(&self, client: &awc::Client, batch: &mut Vec<SpanRecord>) {
         let n = batch.len() as u64;
-        let body = encode(&self.resource, batch);
+        let body = encode(&self.prefix, batch);
+        batch.clear();
         let mut request = client
             .post(&self.endpoint)
             .insert_header(("content-type", "application/x-protobuf"));
@@ -194,72 +188,144 @@ impl Exporter {
 fn resource(service: &str, node: &str) -> Resource {
     Resource {
         attributes: vec![
-            attribute("service.name", &Value::from(service)),
-            attribute("service.instance.id", &Value::from(node)),
+            attribute("service.name", &Value::Owned(service.to_owned())),
+            attribute("service.instance.id", &Value::Owned(node.to_owned())),
             attribute("telemetry.sdk.name", &Value::from("hookgate")),
         ],
         ..Default::default()
     }
 }
 
-/// `batch` as the body of one OTLP/HTTP protobuf export request.
-pub fn encode(resource: &Resource, batch: Vec<SpanRecord>) -> Vec<u8> {
-    let spans = batch.into_iter().map(span).collect();
-    ExportTraceServiceRequest {
-        resource_spans: vec![ResourceSpans {
-            resource: Some(resource.clone()),
-            scope_spans: vec![ScopeSpans {
-                scope: Some(InstrumentationScope {
-                    name: "hookgate".into(),
-                    version: env!("CARGO_PKG_VERSION").into(),
-                    ..Default::default()
-                }),
-                spans,
-                schema_url: String::new(),
-            }],
-            schema_url: String::new(),
-        }],
-    }
-    .encode_to_vec()
+/// What every export request of a node begins with: its resource and instrumentation
+/// scope, encoded once by the official message types.
+pub struct Prefix {
+    resource: Vec<u8>,
+    scope: Vec<u8>,
 }
 
-fn span(record: SpanRecord) -> Span {
+impl Prefix {
+    /// The prefix for `resource`, scope `hookgate` at this version.
+    pub fn new(resource: &Resource) -> Self {
+        let scope = InstrumentationScope {
+            name: "hookgate".into(),
+            version: env!("CARGO_PKG_VERSION").into(),
+            ..Default::default()
+        };
+        Self {
+            resource: resource.encode_to_vec(),
+            scope: scope.encode_to_vec(),
+        }
+    }
+}
+
+/// `batch` as the body of one OTLP/HTTP protobuf export request
+/// (`ExportTraceServiceRequest` → `ResourceSpans` → `ScopeSpans` → `Span`s).
+///
+/// The spans are written field by field with prost's wire-format primitives, straight from
+/// hookgate's records: building the generated message types first cost some twenty
+/// allocations a span (every id, name, key and value its own `Vec` or `String`). The
+/// field numbers are those of `opentelemetry/proto/trace/v1/trace.proto`; the tests decode
+/// the result with the generated types.
+pub fn encode(prefix: &Prefix, batch: &[SpanRecord]) -> Vec<u8> {
+    let mut spans = Vec::with_capacity(batch.len() * 256);
+    let mut one = Vec::with_capacity(512);
+    for record in batch {
+        one.clear();
+        span(record, &mut one);
+        delimited(2, &one, &mut spans); // ScopeSpans.spans
+    }
+    let mut scope_spans = Vec::with_capacity(spans.len() + prefix.scope.len() + 8);
+    delimited(1, &prefix.scope, &mut scope_spans); // ScopeSpans.scope
+    scope_spans.extend_from_slice(&spans);
+    let mut resource_spans = Vec::with_capacity(scope_spans.len() + prefix.resource.len() + 16);
+    delimited(1, &prefix.resource, &mut resource_spans); // ResourceSpans.resource
+    delimited(2, &scope_spans, &mut resource_spans); // ResourceSpans.scope_spans
+    let mut request = Vec::with_capacity(resource_spans.len() + 8);
+    delimited(1, &resource_spans, &mut request); // ExportTraceServiceRequest.resource_spans
+    request
+}
+
+/// One `Span` message's fields.
+fn span(record: &SpanRecord, out: &mut Vec<u8>) {
     let kind = match record.kind {
         Kind::Internal => span::SpanKind::Internal,
         Kind::Server => span::SpanKind::Server,
         Kind::Client => span::SpanKind::Client,
     };
-    let status = match &record.error {
-        Some(message) => Status {
-            message: message.clone(),
-            code: status::StatusCode::Error as i32,
-        },
-        None => Status::default(),
-    };
-    Span {
-        trace_id: record.trace_id.to_vec(),
-        span_id: record.span_id.to_vec(),
-        trace_state: record.state.as_deref().unwrap_or_default().to_owned(),
-        parent_span_id: record.parent.map(|p| p.to_vec()).unwrap_or_default(),
-        // The sampled flag (every exported span is sampled).
-        flags: 1,
-        name: record.name.into(),
-        kind: kind as i32,
-        start_time_unix_nano: record.start_ns,
-        end_time_unix_nano: record.end_ns,
-        attributes: record
-            .attributes
-            .iter()
-            .map(|(key, value)| attribute(key, value))
-            .collect(),
-        status: Some(status),
-        ..Default::default()
+    delimited(1, &record.trace_id, out);
+    delimited(2, &record.span_id, out);
+    if let Some(state) = record.state.as_deref() {
+        delimited(3, state.as_bytes(), out);
     }
+    if let Some(parent) = &record.parent {
+        delimited(4, parent, out);
+    }
+    delimited(5, record.name.as_bytes(), out);
+    varint(6, kind as u64, out);
+    fixed64(7, record.start_ns, out);
+    fixed64(8, record.end_ns, out);
+    for (key, value) in &record.attributes {
+        key_value(9, key, value, out);
+    }
+    if let Some(message) = &record.error {
+        // Status { message = 2, code = 3 (ERROR) }.
+        let mut status = Vec::with_capacity(message.len() + 8);
+        delimited(2, message.as_bytes(), &mut status);
+        varint(3, status::StatusCode::Error as u64, &mut status);
+        delimited(15, &status, out);
+    }
+    // Span.flags (fixed32): the sampled flag, as every exported span is sampled.
+    encode_key(16, WireType::ThirtyTwoBit, out);
+    out.extend_from_slice(&1u32.to_le_bytes());
+}
+
+/// A `KeyValue` field `tag` (key = 1, value = 2: an `AnyValue`, string_value = 1 or
+/// int_value = 3), written in place: its lengths are known before its bytes.
+fn key_value(tag: u32, key: &str, value: &Value, out: &mut Vec<u8>) {
+    let delimited_len = |n: usize| 1 + encoded_len_varint(n as u64) + n;
+    let (text, int) = match value {
+        Value::Static(s) => (Some(s.as_bytes()), 0),
+        Value::Str(s) => (Some(s.as_bytes()), 0),
+        Value::Owned(s) => (Some(s.as_bytes()), 0),
+        // int64 is a varint of the two's complement.
+        Value::Int(n) => (None, *n as u64),
+    };
+    let any = match text {
+        Some(text) => delimited_len(text.len()),
+        None => 1 + encoded_len_varint(int),
+    };
+    encode_key(tag, WireType::LengthDelimited, out);
+    encode_varint((delimited_len(key.len()) + delimited_len(any)) as u64, out);
+    delimited(1, key.as_bytes(), out);
+    encode_key(2, WireType::LengthDelimited, out);
+    encode_varint(any as u64, out);
+    match text {
+        Some(text) => delimited(1, text, out),
+        None => varint(3, int, out),
+    }
+}
+
+fn delimited(tag: u32, bytes: &[u8], out: &mut Vec<u8>) {
+    encode_key(tag, WireType::LengthDelimited, out);
+    encode_varint(bytes.len() as u64, out);
+    out.extend_from_slice(bytes);
+}
+
+fn varint(tag: u32, value: u64, out: &mut Vec<u8>) {
+    encode_key(tag, WireType::Varint, out);
+    encode_varint(value, out);
+}
+
+fn fixed64(tag: u32, value: u64, out: &mut Vec<u8>) {
+    encode_key(tag, WireType::SixtyFourBit, out);
+    out.extend_from_slice(&value.to_le_bytes());
 }
 
 fn attribute(key: &str, value: &Value) -> KeyValue {
     let value = match value {
+        Value::Static(s) => any_value::Value::StringValue((*s).to_owned()),
         Value::Str(s) => any_value::Value::StringValue(s.to_string()),
+        Value::Owned(s) => any_value::Value::StringValue(s.clone()),
         Value::Int(n) => any_value::Value::IntValue(*n),
     };
     KeyValue {
@@ -274,35 +340,73 @@ mod tests {
     use super::*;
     use crate::trace::context::TraceContext;
     use crate::trace::span::Span as Timed;
+    use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
     use prometheus_client::metrics::counter::Counter;
 
     #[test]
     fn a_batch_encodes_as_the_collectors_protobuf() {
         let (tx, mut rx) = mpsc::channel(4);
         let (flushes, _) = mpsc::unbounded_channel();
-        let tracer = Tracer::new(1.0, tx, flushes, Counter::default());
-        let ctx = TraceContext::root(true);
-        let mut attempt = Timed::start("attempt", Kind::Internal, &ctx, None, 1);
+        let tracer = Tracer::new(1.0, tx, (Arc::default(), 1), flushes, Counter::default());
+        let mut ctx = TraceContext::root(true);
+        ctx.state = Some(Arc::from("vendor=opaque"));
+        let parent = crate::trace::new_span_id();
+        let mut attempt = Timed::start("attempt", Kind::Client, &ctx, Some(parent), 1_000);
         attempt.set("hookgate.attempt", 2);
+        attempt.set("hookgate.retry_delay_s", -1);
+        attempt.set("hookgate.path", "retry_after_failure");
+        attempt.set("hookgate.event_key", &Arc::from("evt_1"));
+        attempt.set("server.address", String::from("app.example.com"));
         attempt.fail("the target answered 500");
-        attempt.end(&tracer, 2);
-        let record = rx.try_recv().unwrap();
-        let body = encode(&resource("hookgate", "node-a"), vec![record]);
+        attempt.end(&tracer, 2_500);
+        let root = Timed::start("request", Kind::Server, &ctx.child(), None, 900);
+        root.end(&tracer, 3_000);
+        let records = [rx.try_recv().unwrap(), rx.try_recv().unwrap()];
+        let body = encode(&Prefix::new(&resource("hookgate", "node-a")), &records);
         let decoded = ExportTraceServiceRequest::decode(body.as_slice()).unwrap();
-        let spans = &decoded.resource_spans[0].scope_spans[0].spans;
-        assert_eq!(spans.len(), 1);
-        assert_eq!(spans[0].name, "attempt");
-        assert_eq!(spans[0].trace_id, ctx.trace_id.to_vec());
-        assert!(spans[0].parent_span_id.is_empty());
+        assert_eq!(decoded.resource_spans.len(), 1);
+        let resource = decoded.resource_spans[0].resource.as_ref().unwrap();
+        assert_eq!(resource.attributes[1].key, "service.instance.id");
+        let scope = &decoded.resource_spans[0].scope_spans[0];
+        assert_eq!(scope.scope.as_ref().unwrap().name, "hookgate");
+        let spans = &scope.spans;
+        assert_eq!(spans.len(), 2);
+        let s = &spans[0];
+        assert_eq!(s.name, "attempt");
+        assert_eq!(s.trace_id, ctx.trace_id.to_vec());
+        assert_eq!(s.span_id, ctx.span_id.to_vec());
+        assert_eq!(s.parent_span_id, parent.to_vec());
+        assert_eq!(s.trace_state, "vendor=opaque");
+        assert_eq!(s.kind, span::SpanKind::Client as i32);
         assert_eq!(
-            spans[0].status.as_ref().unwrap().code,
-            status::StatusCode::Error as i32
+            (s.start_time_unix_nano, s.end_time_unix_nano),
+            (1_000, 2_500)
         );
-        let attempt = &spans[0].attributes[0];
-        assert_eq!(attempt.key, "hookgate.attempt");
+        assert_eq!(s.flags, 1);
+        let status = s.status.as_ref().unwrap();
+        assert_eq!(status.code, status::StatusCode::Error as i32);
+        assert_eq!(status.message, "the target answered 500");
+        let values: Vec<(&str, Option<any_value::Value>)> = s
+            .attributes
+            .iter()
+            .map(|a| (a.key.as_str(), a.value.clone().and_then(|v| v.value)))
+            .collect();
+        let text = |t: &str| Some(any_value::Value::StringValue(t.into()));
         assert_eq!(
-            attempt.value.as_ref().unwrap().value,
-            Some(any_value::Value::IntValue(2))
+            values,
+            [
+                ("hookgate.attempt", Some(any_value::Value::IntValue(2))),
+                (
+                    "hookgate.retry_delay_s",
+                    Some(any_value::Value::IntValue(-1))
+                ),
+                ("hookgate.path", text("retry_after_failure")),
+                ("hookgate.event_key", text("evt_1")),
+                ("server.address", text("app.example.com")),
+            ]
         );
+        let root = &spans[1];
+        assert!(root.parent_span_id.is_empty() && root.status.is_none());
+        assert_eq!(root.kind, span::SpanKind::Server as i32);
     }
 }

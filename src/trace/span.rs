@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use prometheus_client::metrics::counter::Counter;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot, Notify};
 
 use super::context::{Sampler, SpanId, TraceContext, TraceId};
 
@@ -25,15 +25,25 @@ pub enum Kind {
 /// An attribute's value.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Value {
-    /// Text.
+    /// Text written in the code (a path, an outcome, a method): nothing allocated.
+    Static(&'static str),
+    /// Text of the event's (its key, its scope: shared, not copied).
     Str(Arc<str>),
+    /// Other text.
+    Owned(String),
     /// A whole number.
     Int(i64),
 }
 
-impl From<&str> for Value {
-    fn from(s: &str) -> Self {
-        Value::Str(Arc::from(s))
+impl From<&'static str> for Value {
+    fn from(s: &'static str) -> Self {
+        Value::Static(s)
+    }
+}
+
+impl From<String> for Value {
+    fn from(s: String) -> Self {
+        Value::Owned(s)
     }
 }
 
@@ -112,6 +122,10 @@ impl WallClock {
 pub struct Tracer {
     sampler: Sampler,
     queue: mpsc::Sender<SpanRecord>,
+    /// Wakes the exporter once a batch's worth is queued (it is not woken per span: it
+    /// drains the queue when told, or every `flush_interval`).
+    full: Arc<Notify>,
+    batch_size: usize,
     /// Asks the exporter to send every span queued now; answered once sent.
     flushes: mpsc::UnboundedSender<oneshot::Sender<()>>,
     dropped: Counter,
@@ -123,12 +137,15 @@ impl Tracer {
     pub fn new(
         ratio: f64,
         queue: mpsc::Sender<SpanRecord>,
+        (full, batch_size): (Arc<Notify>, usize),
         flushes: mpsc::UnboundedSender<oneshot::Sender<()>>,
         dropped: Counter,
     ) -> Self {
         Self {
             sampler: Sampler::new(ratio),
             queue,
+            full,
+            batch_size,
             flushes,
             dropped,
         }
@@ -182,6 +199,8 @@ impl Tracer {
     pub fn record(&self, span: SpanRecord) {
         if self.queue.try_send(span).is_err() {
             self.dropped.inc();
+        } else if self.queue.max_capacity() - self.queue.capacity() >= self.batch_size {
+            self.full.notify_one();
         }
     }
 
@@ -248,7 +267,7 @@ mod tests {
     async fn a_full_queue_drops_and_counts_never_blocks() {
         let (tx, mut rx) = mpsc::channel(2);
         let (flushes, _) = mpsc::unbounded_channel();
-        let tracer = Tracer::new(1.0, tx, flushes, Counter::default());
+        let tracer = Tracer::new(1.0, tx, (Arc::default(), 1), flushes, Counter::default());
         let (ctx, parent) = tracer.request(None, None);
         assert!(ctx.sampled && parent.is_none());
         for _ in 0..5 {
@@ -262,7 +281,7 @@ mod tests {
     fn a_senders_context_is_continued_with_its_decision() {
         let (tx, _rx) = mpsc::channel(1);
         let (flushes, _) = mpsc::unbounded_channel();
-        let tracer = Tracer::new(0.0, tx, flushes, Counter::default());
+        let tracer = Tracer::new(0.0, tx, (Arc::default(), 1), flushes, Counter::default());
         let sent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
         let (ctx, parent) = tracer.request(Some(sent), Some("k=v"));
         assert!(
