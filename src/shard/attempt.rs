@@ -105,6 +105,18 @@ struct Timeline {
     ended: Instant,
 }
 
+impl Timeline {
+    /// The steps so far, the attempt ending now.
+    fn ending_now(sent: bool, started: Instant, answered: Instant) -> Self {
+        Self {
+            sent,
+            started,
+            answered,
+            ended: Instant::now(),
+        }
+    }
+}
+
 /// What the target said, kept for the attempt's history.
 struct Seen {
     status: Option<u16>,
@@ -297,12 +309,7 @@ impl Attempt {
                 log,
             )
             .await;
-            let timeline = Timeline {
-                sent,
-                started,
-                answered,
-                ended: Instant::now(),
-            };
+            let timeline = Timeline::ending_now(sent, started, answered);
             self.trace(&timeline, status, &verdict, written.as_ref());
             return Recorded {
                 writing: written.as_ref().map(|_| answered.elapsed()),
@@ -334,13 +341,7 @@ impl Attempt {
             let verdict = Verdict::Unknown {
                 error: "hung up on the target: the lease could not be confirmed".into(),
             };
-            let now = Instant::now();
-            let timeline = Timeline {
-                sent: true,
-                started,
-                answered: now,
-                ended: now,
-            };
+            let timeline = Timeline::ending_now(true, started, Instant::now());
             self.trace(&timeline, None, &verdict, None);
             return Recorded {
                 verdict,
@@ -377,12 +378,7 @@ impl Attempt {
                 _ = keeper => write.await,
             }
         };
-        let timeline = Timeline {
-            sent,
-            started,
-            answered,
-            ended: Instant::now(),
-        };
+        let timeline = Timeline::ending_now(sent, started, answered);
         self.trace(&timeline, status, &verdict, written.as_ref());
         Recorded {
             writing: written.as_ref().map(|_| answered.elapsed()),

@@ -34,6 +34,14 @@ fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
+/// `key` delivered with the sender's sampled `traceparent`.
+async fn deliver_in_senders_trace(app: &TestApp, key: &str) -> crate::helpers::Answer {
+    let parent = sender_traceparent();
+    let headers = [("X-Idempotency-Key", key), ("traceparent", parent.as_str())];
+    app.post(&format!("/webhooks/{PROVIDER}"), &headers, "{}".into())
+        .await
+}
+
 /// The spans named `name` of `key`'s trace(s), in start order.
 fn named<'a>(spans: &'a [Span], name: &str, key: &str) -> Vec<&'a Span> {
     let mut found: Vec<&Span> = spans
@@ -239,16 +247,7 @@ async fn a_queued_event_is_one_trace_to_its_third_try(backend: Backend) {
     .await;
     app.scheduler.by_hand().await;
     app.target.set(Behaviour::Status(500));
-    let answer = app
-        .post(
-            &format!("/webhooks/{PROVIDER}"),
-            &[
-                ("X-Idempotency-Key", "evt_t3"),
-                ("traceparent", &sender_traceparent()),
-            ],
-            "{}".into(),
-        )
-        .await;
+    let answer = deliver_in_senders_trace(&app, "evt_t3").await;
     assert_eq!(answer.status, 202);
     for tries in 1..=2 {
         app.wait_ended("evt_t3", "failed", tries).await;
@@ -486,16 +485,7 @@ async fn an_operators_replay_is_a_trace_rooted_at_its_attempt() {
 #[actix_web::test]
 async fn with_tracing_off_nothing_is_traced() {
     let app = spawn_app_with(|_| {}).await;
-    let answer = app
-        .post(
-            &format!("/webhooks/{PROVIDER}"),
-            &[
-                ("X-Idempotency-Key", "evt_t0"),
-                ("traceparent", &sender_traceparent()),
-            ],
-            "{}".into(),
-        )
-        .await;
+    let answer = deliver_in_senders_trace(&app, "evt_t0").await;
     assert_eq!(answer.status, 201);
     assert!(app.target.traceparents(&TestApp::idem("evt_t0")).is_empty());
     let lines = app.log.events("webhook.done", "evt_t0");
