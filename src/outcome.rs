@@ -118,6 +118,20 @@ pub enum Verdict {
     },
 }
 
+impl Verdict {
+    /// Its name in `hookgate_deliveries_total{outcome}` and an attempt's span.
+    pub fn label(&self) -> &'static str {
+        match self {
+            Verdict::Done(_) => "delivered",
+            Verdict::Retry { .. } => "failed",
+            Verdict::Dead { .. } => "dead",
+            Verdict::Throttled { .. } => "throttled",
+            Verdict::Release { .. } => "not_started",
+            Verdict::Unknown { .. } => "crashed",
+        }
+    }
+}
+
 /// Target statuses worth retrying: timeouts, too early, rate limits and server errors.
 pub fn is_retryable_status(status: u16) -> bool {
     matches!(status, 408 | 425 | 429) || (500..=599).contains(&status)

@@ -23,7 +23,6 @@ use slog::{o, warn, Logger};
 
 use super::event::Event;
 use super::record::write_verdict_retrying;
-use super::reply::outcome_label;
 use crate::claim::{Mode, Path};
 use crate::deadline::{after, from_now};
 use crate::outcome::{judge, DeliveryOutcome, Redeliverer, Verdict};
@@ -465,7 +464,7 @@ impl Attempt {
         attempt.set("hookgate.mode", self.event.mode.as_str());
         let outcome = match self.path {
             Path::Filtered => "filtered",
-            _ => outcome_label(verdict),
+            _ => verdict.label(),
         };
         attempt.set("hookgate.outcome", outcome);
         if let Some(status) = status {

@@ -32,7 +32,7 @@ impl Attempt {
         } = recorded;
         let outcome = match self.path {
             Path::Filtered => "filtered",
-            _ => outcome_label(&verdict),
+            _ => verdict.label(),
         };
         metrics.delivery(&self.event.id.provider, outcome, took.as_secs_f64());
         if let Some(writing) = writing {
@@ -137,17 +137,5 @@ impl Attempt {
                 }
             }
         }
-    }
-}
-
-/// The `outcome` label of `hookgate_deliveries_total` for a verdict.
-pub(super) fn outcome_label(verdict: &Verdict) -> &'static str {
-    match verdict {
-        Verdict::Done(_) => "delivered",
-        Verdict::Retry { .. } => "failed",
-        Verdict::Dead { .. } => "dead",
-        Verdict::Throttled { .. } => "throttled",
-        Verdict::Release { .. } => "not_started",
-        Verdict::Unknown { .. } => "crashed",
     }
 }
