@@ -23,12 +23,12 @@ use slog::{o, warn, Logger};
 
 use super::event::Event;
 use super::record::write_verdict_retrying;
+use super::spans::{was_sent, AttemptSpans, Attempted, Timeline};
 use crate::claim::{Mode, Path};
 use crate::deadline::{after, from_now};
 use crate::outcome::{judge, DeliveryOutcome, Redeliverer, Verdict};
 use crate::retry::RetryPolicy;
 use crate::store::{Fenced, History, Store, StoreError};
-use crate::trace::{new_span_id, Kind, Span, SpanId, TraceContext};
 use crate::worker::DeliveryRequest;
 
 /// Pause between tries of a renewal that failed, after the first try again at once.
@@ -73,47 +73,8 @@ pub struct Attempt {
     /// Queue mode: how much longer the event may wait for its delivery (its provider's
     /// horizon less its age); a throttle past it makes it a dead letter.
     pub horizon_left: Duration,
-    /// Its spans, when its event's trace is sampled.
+    /// Its spans (tracing on, a sampled trace).
     spans: Option<AttemptSpans>,
-    /// Its logger with its span's ids, made once (tracing on).
-    traced_log: std::sync::OnceLock<Logger>,
-}
-
-/// The ids and instants of an attempt's spans: the attempt, and its claim, delivery and
-/// outcome write as children. Ids are drawn when the claim is won, so the delivery's
-/// `traceparent` names its span before it ends.
-#[derive(Debug, Clone)]
-struct AttemptSpans {
-    /// The attempt's own span.
-    attempt: TraceContext,
-    /// The delivery's span, the target's request's parent.
-    delivery: SpanId,
-    /// Just before the claim (or the take) was sent.
-    sent: Instant,
-    /// When the claim was won.
-    claimed: Instant,
-}
-
-/// When an attempt's steps ended, for its spans.
-struct Timeline {
-    /// A request reached (or was on its way to) the target: not a filtered event's, nor
-    /// one never started.
-    sent: bool,
-    started: Instant,
-    answered: Instant,
-    ended: Instant,
-}
-
-impl Timeline {
-    /// The steps so far, the attempt ending now.
-    fn ending_now(sent: bool, started: Instant, answered: Instant) -> Self {
-        Self {
-            sent,
-            started,
-            answered,
-            ended: Instant::now(),
-        }
-    }
 }
 
 /// What the target said, kept for the attempt's history.
@@ -166,16 +127,7 @@ impl Attempt {
         sent: Instant,
         lease: Duration,
     ) -> Self {
-        let spans = event
-            .trace
-            .as_ref()
-            .filter(|t| t.parent.sampled)
-            .map(|t| AttemptSpans {
-                attempt: t.parent.child(),
-                delivery: new_span_id(),
-                sent,
-                claimed: Instant::now(),
-            });
+        let spans = AttemptSpans::of(&event, sent);
         Self {
             event,
             attempts,
@@ -185,24 +137,19 @@ impl Attempt {
             renew: None,
             horizon_left: Duration::MAX,
             spans,
-            traced_log: std::sync::OnceLock::new(),
         }
     }
 
     /// `log` with this attempt's `trace_id` and `span_id` when its trace is sampled (the
     /// trace's own ids when it is not): every line of the attempt joins its trace.
     pub fn log(&self, log: &Logger) -> Logger {
-        let context = match (&self.spans, &self.event.trace) {
-            (Some(spans), _) => &spans.attempt,
-            (None, Some(traced)) => &traced.parent,
-            (None, None) => return log.clone(),
-        };
-        let traced = self.traced_log.get_or_init(|| {
-            log.new(o!(
-                "trace_id" => hex::encode(context.trace_id),
-                "span_id" => hex::encode(context.span_id)))
-        });
-        traced.clone()
+        match (&self.spans, &self.event.trace) {
+            (Some(spans), _) => spans.log(log),
+            (None, Some(traced)) => log.new(o!(
+                "trace_id" => hex::encode(traced.parent.trace_id),
+                "span_id" => hex::encode(traced.parent.span_id))),
+            (None, None) => log.clone(),
+        }
     }
 
     /// This attempt with its `lease` renewed while it runs (queue mode), as try number
@@ -239,10 +186,7 @@ impl Attempt {
     fn traceparent(&self) -> Option<(String, Option<Arc<str>>)> {
         let traced = self.event.trace.as_ref()?;
         let context = match &self.spans {
-            Some(spans) => TraceContext {
-                span_id: spans.delivery,
-                ..spans.attempt.clone()
-            },
+            Some(spans) => spans.delivery_context(),
             None => traced.parent.clone(),
         };
         Some((context.traceparent(), context.state))
@@ -387,8 +331,7 @@ impl Attempt {
         }
     }
 
-    /// Records the attempt's spans (a sampled trace): the attempt, with its claim, its
-    /// delivery (the target's status) and its outcome write (what the fenced write did).
+    /// Records the attempt's spans (a sampled trace).
     fn trace(
         &self,
         t: &Timeline,
@@ -396,91 +339,15 @@ impl Attempt {
         verdict: &Verdict,
         written: Option<&Result<Fenced, StoreError>>,
     ) {
-        let (Some(spans), Some(traced)) = (&self.spans, &self.event.trace) else {
-            return;
-        };
-        let tracer = &traced.tracer;
-        let at = |i: Instant| traced.clock.ns(i);
-        let own = Some(spans.attempt.span_id);
-        let child = |name, kind, id| {
-            let context = TraceContext {
-                span_id: id,
-                ..spans.attempt.clone()
+        if let (Some(spans), Some(traced)) = (&self.spans, &self.event.trace) {
+            let what = Attempted {
+                event: &self.event,
+                path: self.path,
+                attempts: self.attempts,
+                tries: self.tries,
             };
-            move |at| Span::start(name, kind, &context, own, at)
-        };
-        let claim = child("claim", Kind::Internal, new_span_id())(at(spans.sent));
-        claim.end(tracer, at(spans.claimed));
-
-        let error = verdict_error(verdict);
-        if t.sent {
-            let mut delivery = child("deliver", Kind::Client, spans.delivery)(at(t.started));
-            delivery.set("http.request.method", "POST");
-            if let Some(host) = host_of(&self.event.target.url) {
-                delivery.set("server.address", host.to_owned());
-            }
-            if let Some(status) = status {
-                delivery.set("http.response.status_code", i64::from(status));
-            }
-            if let Some(error) = &error {
-                delivery.fail(error.clone());
-            }
-            delivery.end(tracer, at(t.answered));
+            spans.record(traced, &what, t, status, verdict, written);
         }
-
-        if let Some(written) = written {
-            let mut record = child("record", Kind::Internal, new_span_id())(at(t.answered));
-            record.set(
-                "hookgate.written",
-                match written {
-                    Ok(Fenced::Applied) => "applied",
-                    Ok(Fenced::Stale) => "stale",
-                    Err(_) => "failed",
-                },
-            );
-            if let Err(e) = written {
-                record.fail(e.to_string());
-            }
-            record.end(tracer, at(t.ended));
-        }
-
-        let mut attempt = Span::start(
-            "attempt",
-            Kind::Internal,
-            &spans.attempt,
-            (!traced.root).then_some(traced.parent.span_id),
-            at(spans.sent),
-        );
-        let scope = &self.event.id.provider;
-        match scope.split_once('.') {
-            Some((provider, _)) => attempt.set("hookgate.provider", provider.to_owned()),
-            None => attempt.set("hookgate.provider", scope),
-        }
-        attempt.set("hookgate.scope", scope);
-        attempt.set("hookgate.event_key", &self.event.id.key);
-        attempt.set("hookgate.attempt", i64::from(self.attempts));
-        attempt.set("hookgate.try", i64::from(self.tries));
-        attempt.set("hookgate.path", self.path.as_str());
-        attempt.set("hookgate.mode", self.event.mode.as_str());
-        let outcome = match self.path {
-            Path::Filtered => "filtered",
-            _ => verdict.label(),
-        };
-        attempt.set("hookgate.outcome", outcome);
-        if let Some(status) = status {
-            attempt.set("http.response.status_code", i64::from(status));
-        }
-        if let Verdict::Retry { retry_after, .. } | Verdict::Throttled { retry_after, .. } = verdict
-        {
-            attempt.set(
-                "hookgate.retry_delay_s",
-                i64::try_from(*retry_after).unwrap_or(i64::MAX),
-            );
-        }
-        if let Some(error) = error {
-            attempt.fail(error);
-        }
-        attempt.end(tracer, at(t.ended));
     }
 
     /// The history row of an attempt given back unstarted with `verdict`.
@@ -583,64 +450,7 @@ impl Attempt {
     }
 }
 
-/// Whether a request went to the target (a filtered event's and one never started did
-/// not: their attempt has no delivery span).
-fn was_sent(outcome: &DeliveryOutcome) -> bool {
-    !matches!(
-        outcome,
-        DeliveryOutcome::Filtered | DeliveryOutcome::NotStarted(_)
-    )
-}
-
-/// The error a verdict carries (none for a delivered or filtered event).
-fn verdict_error(verdict: &Verdict) -> Option<String> {
-    match verdict {
-        Verdict::Done(_) => None,
-        Verdict::Retry { error, .. }
-        | Verdict::Dead { error, .. }
-        | Verdict::Throttled { error, .. }
-        | Verdict::Release { error }
-        | Verdict::Unknown { error } => Some(error.clone()),
-    }
-}
-
-/// The host of a target URL (never its user, path or query, which may hold a token).
-fn host_of(url: &str) -> Option<&str> {
-    let (_, rest) = url.split_once("://")?;
-    let authority = &rest[..rest.find(['/', '?', '#']).unwrap_or(rest.len())];
-    let host = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
-    let host = match host.strip_prefix('[') {
-        Some(v6) => &v6[..v6.find(']')?],
-        None => host.split(':').next()?,
-    };
-    (!host.is_empty()).then_some(host)
-}
-
 /// Whole seconds, rounded up, at least 1 (for `Retry-After`).
 pub(super) fn ceil_secs(d: Duration) -> u64 {
     d.as_secs_f64().ceil().max(1.0) as u64
-}
-
-#[cfg(test)]
-mod tests {
-    use super::host_of;
-
-    #[test]
-    fn a_target_urls_host_is_all_a_span_shows_of_it() {
-        for (url, host) in [
-            (
-                "http://127.0.0.1:9000/effects?token=secret",
-                Some("127.0.0.1"),
-            ),
-            (
-                "https://user:pw@app.example.com/hooks",
-                Some("app.example.com"),
-            ),
-            ("https://[::1]:8443/x", Some("::1")),
-            ("https://app.example.com", Some("app.example.com")),
-            ("not a url", None),
-        ] {
-            assert_eq!(host_of(url), host, "{url}");
-        }
-    }
 }

@@ -5,8 +5,9 @@
 //! message it takes, with the stage file each goes to. A sync event reads forward:
 //! `dispatcher` → `actor` → `sync` (memory answers, admission, the claim) → `claimed` (the
 //! store's answer, the attempt on its worker, its record, the answer) → `attempt` (deliver,
-//! judge, record: the one home, also used by the command line) → `record` (fenced
-//! writes) → `reply` (what the recorded verdict tells the sender) and `answer`.
+//! judge, record: the one home, also used by the command line; its spans: `spans`) →
+//! `record` (fenced writes) → `reply` (what the recorded verdict tells the sender) and
+//! `answer`.
 
 mod actor;
 mod admission;
@@ -27,6 +28,7 @@ mod reply;
 mod routes;
 mod signals;
 mod slots;
+mod spans;
 mod sync;
 mod taken;
 
