@@ -11,6 +11,8 @@ use std::cell::OnceCell;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
+use crate::seal::Keyring;
+
 /// A request body, parsed as JSON on first use (by the key, the fingerprint, or both).
 pub struct Body<'a> {
     raw: &'a [u8],
@@ -114,13 +116,26 @@ pub fn fields_key(body: &Body<'_>, pointers: &[String]) -> Option<String> {
 pub struct Fingerprinter {
     enabled: bool,
     exclude: Vec<String>,
+    /// With encryption at rest: fingerprints are keyed, so a small payload cannot be
+    /// guessed from its fingerprint.
+    keyring: Option<std::sync::Arc<Keyring>>,
 }
 
 impl Fingerprinter {
     /// Fingerprints ignoring the values at `exclude` (JSON pointers); `enabled = false`
     /// turns fingerprints off.
     pub fn new(enabled: bool, exclude: Vec<String>) -> Self {
-        Self { enabled, exclude }
+        Self {
+            enabled,
+            exclude,
+            keyring: None,
+        }
+    }
+
+    /// This fingerprinter keyed by `keyring`'s sealing key (`k:<id>:<hex>`).
+    pub fn keyed(mut self, keyring: Option<std::sync::Arc<Keyring>>) -> Self {
+        self.keyring = keyring;
+        self
     }
 
     /// The fingerprint: canonical JSON with the excluded pointers removed, or the raw
@@ -129,16 +144,25 @@ impl Fingerprinter {
         if !self.enabled {
             return None;
         }
-        Some(match body.json() {
-            Some(json) if self.exclude.is_empty() => canonical_hash(json),
+        let mut canonical = Vec::new();
+        let bytes = match body.json() {
+            Some(json) if self.exclude.is_empty() => {
+                write_canonical(json, &mut canonical);
+                &canonical
+            }
             Some(json) => {
                 let mut json = json.clone();
                 for pointer in &self.exclude {
                     remove_pointer(&mut json, pointer);
                 }
-                canonical_hash(&json)
+                write_canonical(&json, &mut canonical);
+                &canonical
             }
-            None => sha256_hex(body.raw()),
+            None => body.raw(),
+        };
+        Some(match &self.keyring {
+            Some(keyring) => keyring.fingerprint(bytes),
+            None => sha256_hex(bytes),
         })
     }
 }

@@ -238,10 +238,21 @@ pub enum ClaimResult {
     Existing(RowState),
 }
 
-/// The mismatch rule: two payloads under one key differ when both have a fingerprint and
-/// the fingerprints differ (a missing fingerprint — fingerprints off — matches anything).
+/// The mismatch rule: two payloads under one key differ when both have a fingerprint of
+/// one kind and the fingerprints differ (a missing fingerprint — fingerprints off — matches
+/// anything, and so does one of another kind).
 pub fn fingerprints_differ(stored: Option<&str>, incoming: Option<&str>) -> bool {
-    matches!((stored, incoming), (Some(stored), Some(incoming)) if stored != incoming)
+    matches!((stored, incoming),
+        (Some(stored), Some(incoming)) if kind(stored) == kind(incoming) && stored != incoming)
+}
+
+/// A fingerprint's kind: all but its last 64 characters (the digest) — `k:<id>:` for one
+/// keyed by key `id`, empty for a plain SHA-256. Fingerprints of two kinds cannot be
+/// compared (the row's was made before encryption was turned on, or under a key since
+/// rotated out of sealing), so they never differ. The claim statements hold the same rule.
+fn kind(fingerprint: &str) -> &[u8] {
+    let bytes = fingerprint.as_bytes();
+    &bytes[..bytes.len().saturating_sub(64)]
 }
 
 /// The path for a row the claim did not win, given the incoming payload's fingerprint.
@@ -308,6 +319,26 @@ mod tests {
                 Path::PayloadMismatch
             );
         }
+    }
+
+    #[test]
+    fn fingerprints_of_two_kinds_are_not_compared() {
+        let plain = "a".repeat(64);
+        let keyed = |id: &str, digit: &str| format!("k:{id}:{}", digit.repeat(64));
+        assert!(fingerprints_differ(
+            Some(&keyed("a", "1")),
+            Some(&keyed("a", "2"))
+        ));
+        assert!(!fingerprints_differ(
+            Some(&keyed("a", "1")),
+            Some(&keyed("a", "1"))
+        ));
+        // Made before encryption was on, or under a key rotated out: not comparable.
+        assert!(!fingerprints_differ(Some(&plain), Some(&keyed("a", "2"))));
+        assert!(!fingerprints_differ(
+            Some(&keyed("old", "1")),
+            Some(&keyed("a", "2"))
+        ));
     }
 
     #[test]

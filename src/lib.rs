@@ -18,6 +18,7 @@
 //! | backoff with jitter and the attempt cap (core) | [`retry`] |
 //! | what a delivery's outcome means for the row (core) | [`outcome`] |
 //! | a secret that never prints (core) | [`secret`] |
+//! | values sealed at rest, keyed fingerprints (core) | [`seal`] |
 //! | instants after a duration, never overflowing (core) | [`deadline`] |
 //! | this process's name in the rows it writes (core) | [`node`] |
 //! | settings, env layering, rules, loading | [`config`] |
@@ -55,6 +56,7 @@ pub mod provider;
 pub mod retention;
 pub mod retry;
 pub mod scheduler;
+pub mod seal;
 pub mod secret;
 pub mod shard;
 pub mod signature;

@@ -87,7 +87,9 @@ impl Application {
             .providers
             .iter()
             .map(|p| {
-                let runtime = Provider::from_config(p, config.sender_horizon(p))?;
+                let mut runtime = Provider::from_config(p, config.sender_horizon(p))?;
+                // Fingerprints are keyed whenever the store seals what it keeps.
+                runtime.fingerprint = runtime.fingerprint.keyed(store.keyring().cloned());
                 Ok((p.name.clone(), runtime))
             })
             .collect::<Result<HashMap<_, _>, String>>()
@@ -197,6 +199,7 @@ impl Application {
             admin_token: config.admin.token.clone(),
             paused_retry_after: paused_retry_after(config),
             operator_work: Arc::clone(&operator_work),
+            rekey: Default::default(),
             readiness: Default::default(),
             stats: crate::http::StatsCache::new(config.admin.stats_max_age),
             tracer: tracer.clone(),

@@ -52,6 +52,28 @@ impl Report {
     }
 }
 
+/// The requests a drive sends: how many at most, how fast, how large.
+pub struct Requests {
+    /// Most requests.
+    pub max: u64,
+    /// Requests a second over all connections (`None`: each as soon as the last is answered).
+    pub rate: Option<u64>,
+    /// Bytes of each body (`None`: the bare body).
+    pub payload_bytes: Option<usize>,
+}
+
+/// An event's JSON body, padded to `bytes` with a `pad` field when asked.
+fn body(key: &str, bytes: Option<usize>) -> String {
+    let bare = format!(r#"{{"id":"{key}","type":"bench.event"}}"#);
+    match bytes {
+        Some(n) if n > bare.len() + 10 => format!(
+            r#"{{"id":"{key}","type":"bench.event","pad":"{}"}}"#,
+            "x".repeat(n - bare.len() - 9)
+        ),
+        _ => bare,
+    }
+}
+
 /// Drives `scenario` against `urls` (`…/webhooks/{provider}`): with several, each event
 /// (key) is sent to every one in turn, a request each. With `rate` (requests a second, over
 /// all connections) each connection paces its requests instead of sending the next as soon
@@ -61,10 +83,14 @@ pub async fn drive(
     scenario: Scenario,
     connections: usize,
     duration: Duration,
-    max_requests: u64,
     window: Option<Duration>,
-    rate: Option<u64>,
+    requests: Requests,
 ) -> Report {
+    let Requests {
+        max: max_requests,
+        rate,
+        payload_bytes,
+    } = requests;
     let every = rate.map(|r| Duration::from_secs_f64(connections as f64 / r.max(1) as f64));
     let started = Instant::now();
     let deadline = started + duration;
@@ -125,7 +151,7 @@ pub async fn drive(
                 let url = &urls[(i % urls.len() as u64) as usize];
                 let key = scenario.key(conn, i / urls.len() as u64, started.elapsed());
                 i += 1;
-                let body = format!(r#"{{"id":"{key}","type":"bench.event"}}"#);
+                let body = body(&key, payload_bytes);
                 let t = Instant::now();
                 let result = client
                     .post(url)

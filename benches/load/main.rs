@@ -1,5 +1,5 @@
 //! hookgate's load benchmark: `cargo bench --bench load -- [--scenario NAME|all]
-//! [--mode sync|queue] [--connections 64] [--duration 10s] [--requests N] [--store postgres|sqlite]
+//! [--mode sync|queue] [--payload-bytes N] [--connections 64] [--duration 10s] [--requests N] [--store postgres|sqlite]
 //! [--shards N] [--http-workers N] [--keep-alive 5s] [--url URL]`.
 //!
 //! Starts hookgate in-process (or drives a running one with `--url`, whose target must be
@@ -90,6 +90,10 @@ pub(crate) struct Args {
     /// connections go; a fixed rate compares CPU per event at one throughput).
     #[arg(long)]
     rate: Option<u64>,
+    /// Bytes of each event's JSON body (padded with a `pad` field; default: the bare
+    /// `{"id","type"}` body, some 40 bytes).
+    #[arg(long)]
+    payload_bytes: Option<usize>,
     /// The soak's delivery mode: sync (senders redeliver) or queue (hookgate redelivers).
     #[arg(long, default_value = "sync")]
     mode: String,
@@ -210,11 +214,12 @@ async fn run(args: &Args, scenario: Scenario) -> u64 {
         Scenario::Overload => 4 * args.connections,
         _ => args.connections,
     };
-    let (duration, requests, window, rate) = (
+    let (duration, requests, window, rate, payload_bytes) = (
         args.duration.unwrap_or(DURATION),
         args.requests,
         args.window,
         args.rate,
+        args.payload_bytes,
     );
     let drive_url = url.clone();
     let report = actix_rt::task::spawn_blocking(move || {
@@ -223,9 +228,12 @@ async fn run(args: &Args, scenario: Scenario) -> u64 {
             scenario,
             connections,
             duration,
-            requests,
             window,
-            rate,
+            driver::Requests {
+                max: requests,
+                rate,
+                payload_bytes,
+            },
         ))
     })
     .await

@@ -114,9 +114,12 @@ async fn one(args: &Args, shape: Shape) -> u64 {
             Scenario::Unique,
             connections,
             duration,
-            requests,
             None,
-            rate.map(|r| r * pairs_sent),
+            driver::Requests {
+                max: requests,
+                rate: rate.map(|r| r * pairs_sent),
+                payload_bytes: None,
+            },
         ))
     })
     .await

@@ -25,7 +25,13 @@ pub enum Command {
     /// Run the receiver until SIGTERM or SIGINT.
     Serve,
     /// Validate the config, print it (secrets redacted) and the rules it checked.
-    CheckConfig,
+    CheckConfig {
+        /// Also read the store's rows: how many bodies each key sealed other than the
+        /// sealing one (and how many are plaintext); fails when one needs a key that is
+        /// not configured.
+        #[arg(long)]
+        rows: bool,
+    },
     /// Create or upgrade the store's schema.
     Migrate {
         /// Apply only the steps that nodes of the previous release run beside (on
@@ -48,6 +54,32 @@ pub enum Command {
         /// What to inspect.
         #[command(subcommand)]
         command: EventsCommand,
+    },
+    /// Work on the store's rows.
+    Store {
+        /// What to do.
+        #[command(subcommand)]
+        command: StoreCommand,
+    },
+}
+
+/// `hookgate store ...`
+#[derive(Debug, Subcommand)]
+pub enum StoreCommand {
+    /// Seal every stored body under the first `[store.encryption]` key: plaintext ones and
+    /// those sealed by older keys. Safe beside live traffic, on several nodes at once, to
+    /// interrupt and to run again.
+    Rekey {
+        /// Rows read per page.
+        #[arg(long, default_value_t = crate::operator_work::rekey::DEFAULT_BATCH,
+              value_parser = clap::value_parser!(u32).range(1..=10_000))]
+        batch: u32,
+        /// Rows read a second, at most.
+        #[arg(long, default_value_t = crate::operator_work::rekey::DEFAULT_RATE)]
+        rate: f64,
+        /// Only count what needs sealing anew, by the key that sealed it; change nothing.
+        #[arg(long)]
+        check: bool,
     },
 }
 

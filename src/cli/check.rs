@@ -12,8 +12,9 @@ use crate::config::{Config, Rule, RuleStatus};
 use crate::provider::Provider;
 use crate::store;
 
-/// Prints the effective config and every rule; fails when a rule fails.
-pub(super) async fn check_config(config: &Config) -> anyhow::Result<()> {
+/// Prints the effective config and every rule; fails when a rule fails. With `rows`, also
+/// reads the store's rows for bodies under keys other than the sealing one.
+pub(super) async fn check_config(config: &Config, rows: bool) -> anyhow::Result<()> {
     let mut settled = config.clone();
     settled.settle();
     let effective = toml::to_string(&settled).context("printing the config as TOML")?;
@@ -37,10 +38,15 @@ pub(super) async fn check_config(config: &Config) -> anyhow::Result<()> {
         out!("{rule}")?;
     }
     out!("{}", durability(config).await)?;
-    let failed = rules
+    let mut failed = rules
         .iter()
         .filter(|r| r.status == RuleStatus::Fail)
         .count();
+    if rows {
+        let rule = sealed_rows(config).await;
+        out!("{rule}")?;
+        failed += usize::from(rule.status == RuleStatus::Fail);
+    }
     if failed > 0 {
         anyhow::bail!("the config breaks {failed} rule(s)");
     }
@@ -80,6 +86,31 @@ fn start_rules(config: &Config) -> Vec<Rule> {
                     .map(|_| "secrets decoded, target settings loaded".into()),
             ));
         }
+    }
+    let mut resolved = config.clone();
+    rules.push(check(
+        "every secret serve reads is set and well formed",
+        resolved
+            .resolve_secrets()
+            .map(|()| "read as serve reads them".into())
+            .map_err(|e| e.to_string()),
+    ));
+    if let Some(keys) = &resolved.store.encryption.keyring {
+        let ids: Vec<&str> = keys.ids().collect();
+        rules.push(check(
+            "store.encryption keys are 32-byte keys",
+            Ok(format!(
+                "sealing with {:?}; opening {ids:?}",
+                keys.sealing_id()
+            )),
+        ));
+    }
+    if resolved.tracing.endpoint.is_some() {
+        rules.push(check(
+            "tracing: the exporter's settings are ones serve can use",
+            crate::trace::settings(&resolved.tracing)
+                .map(|_| "endpoint, TLS and headers read".into()),
+        ));
     }
     rules.push(check(
         "log.level is a level",
@@ -137,5 +168,54 @@ async fn durability(config: &Config) -> String {
             )
         }
         Err(e) => format!("skip {RULE}: the store did not answer ({e})"),
+    }
+}
+
+/// `--rows`: the store's bodies not under the sealing key, by the key that sealed them;
+/// fails when one needs a key that is not configured (it would not open where it is read).
+async fn sealed_rows(config: &Config) -> Rule {
+    const RULE: &str = "no stored body needs a key that is not configured";
+    let mut config = config.clone();
+    if let Err(e) = config.resolve_secrets() {
+        return check(RULE, Err(format!("the keys could not be read: {e}")));
+    }
+    let Some(keys) = config.store.encryption.keyring.clone() else {
+        return Rule {
+            name: RULE.into(),
+            detail: "encryption at rest is off: nothing to count".into(),
+            status: RuleStatus::Ok,
+        };
+    };
+    let counted = async {
+        let store = store::open(&config.store).await?;
+        super::rekey::run(store, 1000, f64::INFINITY, true, false).await
+    };
+    match counted.await {
+        Err(e) => check(RULE, Err(format!("the store could not be read: {e:#}"))),
+        Ok(progress) => {
+            let missing: Vec<&String> = progress
+                .stale
+                .keys()
+                .filter(|id| *id != "plaintext" && !keys.ids().any(|k| k == id.as_str()))
+                .collect();
+            let detail = super::rekey::summary(&progress);
+            if !missing.is_empty() {
+                check(
+                    RULE,
+                    Err(format!("sealed by {missing:?}, not configured: {detail}")),
+                )
+            } else if progress.stale.is_empty() {
+                check(
+                    RULE,
+                    Ok(format!("every body is sealed by {:?}", keys.sealing_id())),
+                )
+            } else {
+                Rule {
+                    name: RULE.into(),
+                    detail: format!("{detail}: run `hookgate store rekey` before removing a key"),
+                    status: RuleStatus::Warn,
+                }
+            }
+        }
     }
 }

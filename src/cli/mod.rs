@@ -19,10 +19,11 @@ mod args;
 mod check;
 mod dead;
 mod events;
+mod rekey;
 mod run;
 mod send;
 
-pub use args::{Cli, Command, DeadCommand, EventsCommand};
+pub use args::{Cli, Command, DeadCommand, EventsCommand, StoreCommand};
 pub use dead::{bulk_replay, replay};
 pub use events::{history, list};
 pub use run::run;

@@ -5,10 +5,10 @@ use std::sync::Arc;
 use anyhow::Context as _;
 use clap::Parser;
 
-use super::args::{Cli, Command, EventsCommand};
+use super::args::{Cli, Command, EventsCommand, StoreCommand};
 use super::dead::dead;
 use super::events::{history, list, show};
-use super::{check, send};
+use super::{check, rekey, send};
 use crate::config::Config;
 use crate::key::EventId;
 use crate::startup::Application;
@@ -19,8 +19,8 @@ use crate::worker::HttpDelivery;
 pub async fn run() -> anyhow::Result<()> {
     let cli = Cli::parse();
     match cli.command {
-        Command::CheckConfig => {
-            return check::check_config(&Config::load_unchecked(&cli.config)?).await
+        Command::CheckConfig { rows } => {
+            return check::check_config(&Config::load_unchecked(&cli.config)?, rows).await
         }
         // Only `[store]` matters: providers need not be valid, nor their secrets set.
         Command::Migrate { online } => {
@@ -34,7 +34,10 @@ pub async fn run() -> anyhow::Result<()> {
     match cli.command {
         Command::Serve => serve(config).await,
         Command::Send(args) => send::send(&config, args).await,
-        Command::CheckConfig | Command::Migrate { .. } => Ok(()),
+        Command::CheckConfig { .. } | Command::Migrate { .. } => Ok(()),
+        Command::Store {
+            command: StoreCommand::Rekey { batch, rate, check },
+        } => rekey::rekey(&config, batch, rate, check).await,
         Command::Events {
             command: EventsCommand::Show { provider, key },
         } => show(&config, EventId::new(provider, key), false).await,

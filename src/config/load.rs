@@ -7,9 +7,11 @@ use std::path::Path;
 use figment::providers::{Env, Format, Toml};
 use figment::Figment;
 
+use super::encryption::EncryptionConfig;
 use super::provider::ProviderConfig;
 use super::settings::Config;
 use super::validate::{self, Rule, RuleStatus};
+use crate::seal::{decode_key, Keyring};
 use crate::secret::Secret;
 use crate::signature::SigningKey;
 
@@ -61,6 +63,32 @@ impl ProviderConfig {
     }
 }
 
+impl EncryptionConfig {
+    /// Reads every key from its variable and builds the keyring. An unset or empty
+    /// variable, or a value that is not a 32-byte key, is an error naming the variable.
+    pub fn resolve(&mut self) -> Result<(), ConfigError> {
+        if self.is_off() {
+            self.keyring = None;
+            return Ok(());
+        }
+        let mut keys = Vec::with_capacity(self.keys.len());
+        for key in &self.keys {
+            let text = secret_from_env(&key.env)?;
+            let bytes = decode_key(text.expose()).map_err(|why| {
+                ConfigError::WeakSecret(format!(
+                    "store.encryption key {:?}: the value of ${} {why}",
+                    key.id, key.env
+                ))
+            })?;
+            keys.push((key.id.clone(), bytes));
+        }
+        let keyring = Keyring::new(&keys)
+            .map_err(|why| ConfigError::Invalid(format!("store.encryption.keys: {why}")))?;
+        self.keyring = Some(std::sync::Arc::new(keyring));
+        Ok(())
+    }
+}
+
 /// Fewest characters of an admin token on a listen address other than loopback: guessing
 /// it must not be an option for anyone who can reach the port.
 pub const MIN_ADMIN_TOKEN: usize = 16;
@@ -107,6 +135,7 @@ impl Config {
     /// variable that is unset or empty is an error naming it.
     pub fn resolve_secrets(&mut self) -> Result<(), ConfigError> {
         self.resolve_admin_token()?;
+        self.store.encryption.resolve()?;
         if self.tracing.endpoint.is_some() {
             self.tracing.headers = self
                 .tracing
@@ -176,6 +205,39 @@ mod tests {
     use super::*;
     use crate::key::KeySource;
     use std::time::Duration;
+
+    #[test]
+    fn an_unset_short_or_malformed_key_is_refused_naming_its_variable() {
+        let mut unset = store_keys("a", "HOOKGATE_TEST_UNSET_STORE_KEY");
+        let err = unset.resolve().unwrap_err().to_string();
+        assert!(err.contains("HOOKGATE_TEST_UNSET_STORE_KEY"), "{err}");
+
+        std::env::set_var("HOOKGATE_TEST_SHORT_STORE_KEY", "c2hvcnQ=");
+        let err = store_keys("a", "HOOKGATE_TEST_SHORT_STORE_KEY")
+            .resolve()
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("$HOOKGATE_TEST_SHORT_STORE_KEY holds 5 bytes"),
+            "{err}"
+        );
+        assert!(!err.contains("c2hvcnQ"), "{err}");
+
+        std::env::set_var("HOOKGATE_TEST_GOOD_STORE_KEY", "a".repeat(64));
+        let mut good = store_keys("2026-12", "HOOKGATE_TEST_GOOD_STORE_KEY");
+        good.resolve().unwrap();
+        assert_eq!(good.keyring.unwrap().sealing_id(), "2026-12");
+    }
+
+    fn store_keys(id: &str, env: &str) -> EncryptionConfig {
+        EncryptionConfig {
+            keys: vec![super::super::encryption::KeyConfig {
+                id: id.into(),
+                env: env.into(),
+            }],
+            keyring: None,
+        }
+    }
 
     /// The shipped config documents every key with its default: each value written there
     /// is `Config::default()`'s, and every key of every section appears (written, or

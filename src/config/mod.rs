@@ -4,11 +4,12 @@
 //! [`load`]. Config converts into the core's types (a provider's key sources, the retry
 //! policy, secrets); it never opens a socket or a database.
 //!
-//! The files import one another one way only: `settings` → `store`, `provider`;
-//! `validate` → `provider_rules`, `bounds` → `rule`, `settings`; `load` → `settings`, `validate`.
+//! The files import one another one way only: `settings` → `store` → `encryption`, `provider`;
+//! `validate` → `provider_rules`, `bounds` → `rule`, `settings`; `load` → `settings`, `validate`, `encryption`.
 //! This file only re-exports.
 
 mod bounds;
+pub mod encryption;
 pub mod load;
 pub mod provider;
 mod provider_rules;
@@ -18,6 +19,7 @@ pub mod settings;
 pub mod store;
 pub mod validate;
 
+pub use encryption::{EncryptionConfig, KeyConfig};
 pub use load::{secret_from_env, ConfigError};
 pub use provider::{
     effective_mode, route_scope, HmacConfig, KeepPayload, Preset, ProviderConfig, SecretRef,

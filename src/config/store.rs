@@ -10,6 +10,8 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use super::encryption::EncryptionConfig;
+
 /// `[store]`
 #[derive(Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
@@ -43,6 +45,9 @@ pub struct StoreConfig {
         skip_serializing_if = "Option::is_none"
     )]
     pub statement_timeout: Option<Duration>,
+    /// `[store.encryption]`: the keys that seal stored bodies (none: stored as they come).
+    #[serde(skip_serializing_if = "EncryptionConfig::is_off")]
+    pub encryption: EncryptionConfig,
 }
 
 /// The store deadline when neither the config nor a lease says otherwise.
@@ -60,6 +65,7 @@ impl Default for StoreConfig {
             operator_pool_size: 2,
             pool_timeout: Duration::from_secs(5),
             statement_timeout: None,
+            encryption: EncryptionConfig::default(),
         }
     }
 }
@@ -86,6 +92,7 @@ impl fmt::Debug for StoreConfig {
             .field("operator_pool_size", &self.operator_pool_size)
             .field("pool_timeout", &self.pool_timeout)
             .field("statement_timeout", &self.statement_timeout)
+            .field("encryption", &self.encryption)
             .finish()
     }
 }

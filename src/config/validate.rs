@@ -8,6 +8,7 @@
 use std::time::Duration;
 
 use super::bounds::bounds_rules;
+use super::encryption::encryption_rules;
 use super::provider_rules::provider_rules;
 use super::rule::{advice, rule, show};
 use super::settings::Config;
@@ -29,6 +30,7 @@ pub(super) fn rules(config: &Config) -> Vec<Rule> {
     rules.extend(retention_rules(config));
     rules.extend(provider_rules(config));
     rules.extend(tracing_rules(config));
+    rules.extend(encryption_rules(&config.store.encryption));
     rules
 }
 

@@ -75,9 +75,22 @@ pub enum ApiError {
     /// The node holds as many request bodies as its budget allows; nothing was claimed.
     #[error("overloaded: {0}")]
     Overloaded(&'static str),
+    /// A stored body that does not open here (a key missing from `[store.encryption]`):
+    /// the event, its column and the key's id, never the body.
+    #[error("{0}")]
+    Unreadable(String),
     /// The store failed; the cause is logged, not shown.
     #[error("the store is unavailable")]
-    Store(#[from] StoreError),
+    Store(StoreError),
+}
+
+impl From<StoreError> for ApiError {
+    fn from(e: StoreError) -> Self {
+        match e {
+            StoreError::Sealed(why) => ApiError::Unreadable(why.to_string()),
+            e => ApiError::Store(e),
+        }
+    }
 }
 
 impl ApiError {
@@ -104,6 +117,7 @@ impl ApiError {
             ApiError::BadRequest(_) => "bad_request",
             ApiError::Unavailable(_) => "unavailable",
             ApiError::Overloaded(_) => "overloaded",
+            ApiError::Unreadable(_) => "unreadable",
             ApiError::Store(_) => "store_unavailable",
         }
     }
@@ -125,6 +139,7 @@ impl ResponseError for ApiError {
             ApiError::Unauthorized | ApiError::Signature(_) => StatusCode::UNAUTHORIZED,
             ApiError::NoSuchEvent(_) => StatusCode::NOT_FOUND,
             ApiError::NotDead(_) | ApiError::Paused { .. } => StatusCode::CONFLICT,
+            ApiError::Unreadable(_) => StatusCode::INTERNAL_SERVER_ERROR,
             ApiError::Unavailable(_) | ApiError::Overloaded(_) | ApiError::Store(_) => {
                 StatusCode::SERVICE_UNAVAILABLE
             }

@@ -27,6 +27,7 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
             .configure(admin::console::routes)
             .configure(admin::events::routes)
             .configure(admin::dead::routes)
+            .configure(admin::rekey::routes)
             .configure(admin::api::routes),
     )
     .default_service(web::to(not_found));

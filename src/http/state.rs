@@ -40,6 +40,8 @@ pub struct AppState {
     /// Pauses and bulk replays (a pause is applied here at once, and by every node at its
     /// next poll).
     pub operator_work: Arc<crate::operator_work::OperatorWork>,
+    /// This node's rekey job, started from the admin API.
+    pub rekey: crate::operator_work::rekey::RekeyJob,
     /// The admin bearer token; `None` disables `/admin/`.
     pub admin_token: Option<Secret>,
     /// `/readyz`'s last look at the store: when, and whether it answered (`None` before

@@ -148,6 +148,14 @@ pub const EVENTS: &[(&str, &str)] = &[
         "a migration found a table locked (a long transaction) and tries again: attempt, retry_in_ms, error",
     ),
     (
+        "store.rekey_started",
+        "an operator started a rekey from the admin API: sealing_key, check",
+    ),
+    (
+        "store.rekey_ended",
+        "a rekey ended (read to the end, stopped, or a store error): done, rows_read, resealed, unreadable, error",
+    ),
+    (
         "store.not_authenticated",
         "a Postgres on another host is reached without authenticating it: why",
     ),

@@ -368,6 +368,7 @@ impl Metrics {
             "transient",
             "query",
             "corrupt",
+            "sealed",
         ] {
             self.store_errors
                 .get_or_create(&KindLabels { kind })

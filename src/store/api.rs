@@ -223,6 +223,14 @@ pub trait Store: Send + Sync + 'static {
 
     /// What operators read and do: history, search, statistics, pauses, bulk replays.
     fn operator(&self) -> &dyn super::operator::OperatorStore;
+
+    /// What a rekey reads and writes: the raw stored bodies, sealed or not.
+    fn resealer(&self) -> &dyn super::reseal::Resealer;
+
+    /// The keys this store seals with (`None`: bodies are stored as they come).
+    fn keyring(&self) -> Option<&Arc<crate::seal::Keyring>> {
+        None
+    }
 }
 
 /// A migration's wait that nobody reports.

@@ -33,6 +33,10 @@ pub enum StoreError {
     /// The database answered with an error.
     #[error("store query failed: {0}")]
     Query(Cause),
+    /// A stored body that does not open: sealed by a key that is not configured, or
+    /// changed, or moved from another row or column. Never passed on as it is.
+    #[error("stored value cannot be opened: {0}")]
+    Sealed(Cause),
     /// The database answered with something hookgate did not write.
     #[error("store returned unexpected data: {0}")]
     Corrupt(Cause),
@@ -121,6 +125,7 @@ impl StoreError {
             | StoreError::Busy(c)
             | StoreError::Transient(c)
             | StoreError::Query(c)
+            | StoreError::Sealed(c)
             | StoreError::Corrupt(c) => c,
         }
     }
@@ -134,13 +139,17 @@ impl StoreError {
             StoreError::Transient(_) => "transient",
             StoreError::Query(_) => "query",
             StoreError::Corrupt(_) => "corrupt",
+            StoreError::Sealed(_) => "sealed",
         }
     }
 
     /// Whether the same operation may succeed if tried again soon (an outcome write after
     /// a delivery is retried within its lease on these).
     pub fn is_transient(&self) -> bool {
-        !matches!(self, StoreError::Query(_) | StoreError::Corrupt(_))
+        !matches!(
+            self,
+            StoreError::Query(_) | StoreError::Corrupt(_) | StoreError::Sealed(_)
+        )
     }
 
     /// Whether the database itself seems gone (opens the reconnect backoff). A busy pool

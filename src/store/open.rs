@@ -9,14 +9,17 @@ use super::{Store, StoreError};
 use crate::config::StoreConfig;
 
 /// Opens the store named by `config.url`.
+/// With `[store.encryption]` keys (read from the environment), bodies are sealed at rest
+/// (`sealed.rs`).
 pub async fn open(config: &StoreConfig) -> Result<Arc<dyn Store>, StoreError> {
-    match kind(config)? {
-        Kind::Postgres => Ok(Arc::new(PgStore::connect(config)?)),
-        Kind::Sqlite(path) => Ok(Arc::new(SqliteStore::open(
+    let store: Arc<dyn Store> = match kind(config)? {
+        Kind::Postgres => Arc::new(PgStore::connect(config)?),
+        Kind::Sqlite(path) => Arc::new(SqliteStore::open(
             std::path::Path::new(path),
             config.deadline(),
-        )?)),
-    }
+        )?),
+    };
+    Ok(super::sealed(store, config.encryption.keyring.clone()))
 }
 
 /// Checks `config` as [`open`] reads it, opening nothing and connecting to nothing: the

@@ -134,7 +134,9 @@ pub struct Taken {
     /// The payload's fingerprint.
     pub fingerprint: Option<String>,
     /// The kept request headers (a JSON object) when they hold the `traceparent` of the
-    /// request that accepted the event: its attempts continue that trace.
+    /// request that accepted the event: its attempts continue that trace. (Sealed headers
+    /// come back from the backend whole; the sealed store opens them and keeps them only
+    /// when they hold one.)
     pub trace_headers: Option<String>,
 }
 

@@ -22,14 +22,20 @@ use super::span::{Kind, SpanRecord, Tracer, Value};
 use crate::config::TracingConfig;
 use crate::metrics::TraceCounters;
 
-/// Starts the exporter for `config` (its endpoint set) on a thread of its own; returns the
-/// node's tracer. `node` is the exported `service.instance.id`.
-pub fn start(
+/// The exporter's endpoint, TLS settings (its CA file read) and headers (their values
+/// read from the environment by the config's loading), as `start` uses them; `check-config`
+/// asks the same.
+#[allow(clippy::type_complexity)]
+pub fn settings(
     config: &TracingConfig,
-    node: &str,
-    counters: TraceCounters,
-    log: Logger,
-) -> Result<Arc<Tracer>, String> {
+) -> Result<
+    (
+        String,
+        Option<Arc<rustls::ClientConfig>>,
+        Vec<(HeaderName, HeaderValue)>,
+    ),
+    String,
+> {
     let endpoint = config
         .endpoint
         .clone()
@@ -50,6 +56,18 @@ pub fn start(
             .map_err(|e| format!("tracing.headers_env: the value of {name}: {e}"))?;
         headers.push((name, value));
     }
+    Ok((endpoint, tls, headers))
+}
+
+/// Starts the exporter for `config` (its endpoint set) on a thread of its own; returns the
+/// node's tracer. `node` is the exported `service.instance.id`.
+pub fn start(
+    config: &TracingConfig,
+    node: &str,
+    counters: TraceCounters,
+    log: Logger,
+) -> Result<Arc<Tracer>, String> {
+    let (endpoint, tls, headers) = settings(config)?;
     let (queue, spans) = mpsc::channel(config.queue_size.max(1));
     let (flushes, flush_asked) = mpsc::unbounded_channel();
     let full = Arc::new(Notify::new());

@@ -7,5 +7,5 @@ mod export;
 mod span;
 
 pub use context::{new_span_id, Sampler, SpanId, TraceContext, TraceId};
-pub use export::{encode, start};
+pub use export::{encode, settings, start};
 pub use span::{Kind, Span, SpanRecord, Tracer, Value, WallClock};

@@ -6,6 +6,7 @@ pub(super) mod api;
 pub(super) mod console;
 pub(super) mod dead;
 pub(super) mod events;
+pub(super) mod rekey;
 mod shared;
 
 pub(super) use shared::enabled;

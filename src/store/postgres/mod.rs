@@ -18,6 +18,7 @@ mod pool;
 mod pools;
 mod queue;
 mod queue_sql;
+mod reseal;
 mod ring;
 mod routed;
 mod rows;

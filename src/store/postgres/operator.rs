@@ -46,7 +46,7 @@ fn job(row: &Row) -> Result<ReplayJob, StoreError> {
 }
 
 impl PgOperator {
-    async fn rows(
+    pub(super) async fn rows(
         &self,
         sql: &'static str,
         params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
@@ -60,7 +60,7 @@ impl PgOperator {
             .await
     }
 
-    async fn changed(
+    pub(super) async fn changed(
         &self,
         sql: &'static str,
         params: &[&(dyn tokio_postgres::types::ToSql + Sync)],

@@ -79,7 +79,8 @@ WHERE e.provider = d.provider AND e.event_key = d.event_key AND e.slot = d.slot
 RETURNING e.attempts, e.attempts - e.throttles AS tries, e.last_path, e.payload,
           e.content_type, e.fingerprint,
           GREATEST(0, extract(epoch FROM now() - e.created_at) * 1000)::bigint AS age_ms,
-          CASE WHEN strpos(e.request_headers, '\"traceparent\"') > 0 THEN e.request_headers END
+          CASE WHEN strpos(e.request_headers, '\"traceparent\"') > 0
+                 OR starts_with(e.request_headers, '~hg1:') THEN e.request_headers END
               AS trace_headers";
 
 /// Take due: up to `$2` of one provider's due rows, longest due first, each taken as
@@ -110,7 +111,8 @@ WHERE e.provider = d.provider AND e.event_key = d.event_key AND e.slot = d.slot
 RETURNING e.event_key, e.attempts, e.attempts - e.throttles AS tries, e.last_path, e.payload,
           e.content_type, e.fingerprint,
           GREATEST(0, extract(epoch FROM now() - e.created_at) * 1000)::bigint AS age_ms,
-          CASE WHEN strpos(e.request_headers, '\"traceparent\"') > 0 THEN e.request_headers END
+          CASE WHEN strpos(e.request_headers, '\"traceparent\"') > 0
+                 OR starts_with(e.request_headers, '~hg1:') THEN e.request_headers END
               AS trace_headers";
 
 /// Due: keys of one provider the scheduler may take, longest due first (the partial

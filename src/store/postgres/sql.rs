@@ -29,7 +29,8 @@ macro_rules! pg_claim_conflict {
     WHERE e.mode = 'sync'
       AND (e.status = 'failed' OR (e.status = 'in_progress' AND e.locked_until <= now()))
       AND (e.fingerprint IS NULL OR EXCLUDED.fingerprint IS NULL
-           OR e.fingerprint = EXCLUDED.fingerprint)"
+           OR e.fingerprint = EXCLUDED.fingerprint
+           OR left(e.fingerprint, -64) <> left(EXCLUDED.fingerprint, -64))"
     };
 }
 pub(crate) use pg_claim_conflict;

@@ -432,6 +432,10 @@ impl Store for PgStore {
         &self.operator
     }
 
+    fn resealer(&self) -> &dyn crate::store::Resealer {
+        &self.operator
+    }
+
     fn queue_depth(&self) -> StoreFuture<'_, Vec<QueueDepth>> {
         Box::pin(self.inner.guarded(queue::queue_depth(&self.inner)))
     }

@@ -13,6 +13,7 @@ mod operator;
 mod operator_sql;
 mod queue;
 mod reader;
+mod reseal;
 mod retention;
 mod rows;
 mod search;

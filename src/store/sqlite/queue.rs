@@ -45,7 +45,8 @@ WHERE provider = ?1 AND event_key = ?2 AND mode = 'queue'
        OR (status = 'in_progress' AND locked_until <= unixepoch('subsec')))
 RETURNING attempts, attempts - throttles, last_path, payload, content_type, fingerprint,
           CAST(MAX(0, unixepoch('subsec') - created_at) * 1000 AS INTEGER),
-          CASE WHEN instr(request_headers, '\"traceparent\"') > 0 THEN request_headers END";
+          CASE WHEN instr(request_headers, '\"traceparent\"') > 0
+               OR substr(request_headers, 1, 5) = '~hg1:' THEN request_headers END";
 
 /// Take due: up to `?2` of one provider's due rows, longest due first, as [`TAKE`] takes
 /// one (read from the due index alone).
@@ -67,7 +68,8 @@ WHERE rowid IN (
     ORDER BY next_attempt_at LIMIT ?2)
 RETURNING event_key, attempts, attempts - throttles, last_path, payload, content_type,
           fingerprint, CAST(MAX(0, unixepoch('subsec') - created_at) * 1000 AS INTEGER),
-          CASE WHEN instr(request_headers, '\"traceparent\"') > 0 THEN request_headers END";
+          CASE WHEN instr(request_headers, '\"traceparent\"') > 0
+               OR substr(request_headers, 1, 5) = '~hg1:' THEN request_headers END";
 
 /// Due keys of one provider, longest due first (the partial `webhook_events_due` index);
 /// never a row with a live lease.

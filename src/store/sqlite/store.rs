@@ -467,6 +467,10 @@ impl Store for SqliteStore {
         &self.operator
     }
 
+    fn resealer(&self) -> &dyn crate::store::Resealer {
+        &self.operator
+    }
+
     fn queue_depth(&self) -> StoreFuture<'_, Vec<QueueDepth>> {
         Box::pin(self.reader.call(queue::queue_depth))
     }

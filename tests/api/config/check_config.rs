@@ -91,6 +91,8 @@ type Env<'a> = Vec<(&'a str, &'a str)>;
 
 /// A secret that decodes (Standard Webhooks: `whsec_` + base64 of a key).
 const GOOD_WHSEC: &str = "whsec_aG9va2dhdGUtdGVzdC1rZXktMzItYnl0ZXMtbG9uZyE=";
+/// A store key: 32 bytes, base64.
+const GOOD_STORE_KEY: &str = "aG9va2dhdGUtc3RvcmUta2V5LTMyLWJ5dGVzLWxvbmc=";
 
 /// `check-config` is how operators learn whether `serve` will start: for each config
 /// below it fails, naming what to change (a secret's variable, never its value), exactly
@@ -126,6 +128,21 @@ fn check_config_fails_exactly_when_serve_refuses_to_start() {
                       signing_secret = { env = \"FWD_SECRET\" } }";
     let missing_ca =
         "target = { url = \"https://127.0.0.1:9/\", ca_file = \"/nonexistent/ca.pem\" }";
+    let sealed =
+        format!("{store}\nencryption = {{ keys = [{{ id = \"2026-12\", env = \"STORE_KEY\" }}] }}");
+    let sealed_config = config("127.0.0.1:0", &sealed, target, "info");
+    let with_store_key =
+        |value: &'static str| vec![("SW_SECRET", GOOD_WHSEC), ("STORE_KEY", value)];
+    assert!(check(&dir, &sealed_config, &with_store_key(GOOD_STORE_KEY)).0);
+    assert!(serve_starts(
+        &dir,
+        &sealed_config,
+        &with_store_key(GOOD_STORE_KEY)
+    ));
+    let traced = format!(
+        "{good}\n[tracing]\nendpoint = \"http://127.0.0.1:9/v1/traces\"\n\
+         headers_env = {{ \"x-api-key\" = \"TRACE_KEY\" }}\n"
+    );
     let pg = |query: &str, schema: &str| {
         format!("url = \"postgres://app@127.0.0.1:9/h{query}\"\nschema = \"{schema}\"")
     };
@@ -177,6 +194,30 @@ fn check_config_fails_exactly_when_serve_refuses_to_start() {
             ),
             with_secret(GOOD_WHSEC),
             "store.schema",
+        ),
+        (
+            "store key unset",
+            sealed_config.clone(),
+            with_secret(GOOD_WHSEC),
+            "STORE_KEY",
+        ),
+        (
+            "store key short",
+            sealed_config.clone(),
+            with_store_key("c2hvcnQga2V5"),
+            "STORE_KEY",
+        ),
+        (
+            "store key not base64",
+            sealed_config.clone(),
+            with_store_key("not a key at all!"),
+            "STORE_KEY",
+        ),
+        (
+            "tracing header's variable",
+            traced.clone(),
+            with_secret(GOOD_WHSEC),
+            "TRACE_KEY",
         ),
         (
             "store trust anchor",
@@ -258,7 +299,9 @@ fn hookgate(dir: &std::path::Path, command: &str, text: &str, env: &[(&str, &str
         .arg(&file)
         .current_dir(dir)
         .env_remove("SW_SECRET")
-        .env_remove("FWD_SECRET");
+        .env_remove("FWD_SECRET")
+        .env_remove("STORE_KEY")
+        .env_remove("TRACE_KEY");
     for (name, value) in env {
         hookgate.env(name, value);
     }

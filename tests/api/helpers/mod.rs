@@ -32,7 +32,7 @@ use hookgate::worker::{Delivery, DeliveryRequest, HttpDelivery};
 pub use binary::BinaryNode;
 pub use chaos::{AttemptNote, Call, ChaosStore, Journal, Outage, Span, Weather};
 pub use collector::{attr, Answering, Collector};
-pub use db::{failure, Backend, TestDb};
+pub use db::{failure, keyring, test_key, Backend, TestDb};
 pub use early_hints::early_hints_target;
 pub use faults::{FaultyStore, WritesHeld};
 pub use ha::HaPair;

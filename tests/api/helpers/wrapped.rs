@@ -255,6 +255,12 @@ impl<H: Hooks> Store for Wrapped<H> {
     fn operator(&self) -> &dyn hookgate::store::operator::OperatorStore {
         self.inner.operator()
     }
+    fn resealer(&self) -> &dyn hookgate::store::Resealer {
+        self.inner.resealer()
+    }
+    fn keyring(&self) -> Option<&Arc<hookgate::seal::Keyring>> {
+        self.inner.keyring()
+    }
     fn queue_depth(&self) -> StoreFuture<'_, Vec<QueueDepth>> {
         self.inner.queue_depth()
     }

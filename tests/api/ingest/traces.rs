@@ -239,10 +239,27 @@ async fn a_retry_after_failure_and_a_duplicate_each_tell_their_path() {
 /// request that accepted it (its context kept with the row), each delivery's
 /// `traceparent` naming that attempt's delivery span.
 async fn a_queued_event_is_one_trace_to_its_third_try(backend: Backend) {
+    queued_event_in_one_trace(backend, false).await;
+}
+
+/// The same with the store sealing what it keeps: the trace context is kept in the sealed
+/// request headers, and each attempt still continues it.
+async fn a_sealed_queued_event_is_one_trace_to_its_third_try(backend: Backend) {
+    queued_event_in_one_trace(backend, true).await;
+}
+
+async fn queued_event_in_one_trace(backend: Backend, sealed: bool) {
     let collector = Collector::start(Answering::Accept).await;
     let app = spawn_app_on(backend, |c| {
         queue_mode(c);
         traced(&collector)(c);
+        if sealed {
+            c.store.encryption.keys = vec![hookgate::config::KeyConfig {
+                id: "trace".into(),
+                env: "HOOKGATE_TEST_KEY_trace".into(),
+            }];
+            c.store.encryption.keyring = Some(crate::helpers::keyring(&["trace"]));
+        }
     })
     .await;
     app.scheduler.by_hand().await;
@@ -291,7 +308,10 @@ async fn a_queued_event_is_one_trace_to_its_third_try(backend: Backend) {
     }
 }
 
-on_both_stores!(a_queued_event_is_one_trace_to_its_third_try);
+on_both_stores!(
+    a_queued_event_is_one_trace_to_its_third_try,
+    a_sealed_queued_event_is_one_trace_to_its_third_try,
+);
 
 /// The value of the `hookgate_trace_spans_total` series for `outcome`.
 async fn spans_counted(app: &TestApp, outcome: &str) -> u64 {

@@ -1,8 +1,10 @@
-//! The store itself, on both backends: the conformance suite, the model check of the row
-//! protocol, the Postgres slot ring, the hot statements' plans, TLS to the database and to
+//! The store itself, on both backends: the conformance suite, encryption at rest, the model
+//! check of the row protocol, the Postgres slot ring, the hot statements' plans, TLS to the database and to
 //! targets, schema upgrades.
 //!
 //! * `conformance/` — the conformance suite: every rule of the row, against each backend.
+//! * `encryption.rs` — encryption at rest: the raw tables, moved bodies, missing keys,
+//!   keyed fingerprints, plaintext rows sealed by a rekey, rotation under live traffic.
 //! * `model/` — the row protocol against a reference model, by seeded random sequences
 //!   (`model_regressions.txt`: every sequence that once failed, replayed first).
 //! * `plans.rs` — the hot statements' plans, whatever the table's size and statistics.
@@ -11,6 +13,7 @@
 //! * `upgrades.rs` — schema upgrades, beside live claims and in place.
 
 mod conformance;
+mod encryption;
 mod model;
 mod plans;
 mod ring;

@@ -6,10 +6,14 @@
 //! * `rows.rs` — rows read and written behind the store's back, on either backend.
 //! * `locks.rs` — locks held open for the store to wait on, and waits for its waiters.
 //! * `postgres.rs` — Postgres only: SQL on the test's connection, the ring, statistics.
+//! * `sealed.rs` — encryption at rest: test keyrings, sealing stores, the raw bodies.
 
 mod locks;
 mod postgres;
 mod rows;
+mod sealed;
+
+pub use sealed::{keyring, test_key};
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};

@@ -108,6 +108,26 @@ macro_rules! conformance {
                 }
             )*
         }
+        // The same rules through a store that seals what it keeps: sealing changes
+        // nothing a caller sees.
+        mod sealed_postgres {
+            $(
+                #[actix_web::test]
+                async fn $name() {
+                    let db = crate::helpers::TestDb::on(crate::helpers::Backend::Postgres).await;
+                    super::$name(db.sealed_store(&["conformance"]).await).await;
+                }
+            )*
+        }
+        mod sealed_sqlite {
+            $(
+                #[actix_web::test]
+                async fn $name() {
+                    let db = crate::helpers::TestDb::on(crate::helpers::Backend::Sqlite).await;
+                    super::$name(db.sealed_store(&["conformance"]).await).await;
+                }
+            )*
+        }
     };
 }
 
