@@ -1,5 +1,5 @@
 //! Micro-benchmarks of the pure hot paths: key derivation, a target's filter, signature
-//! verification, shard routing, and the done cache.
+//! verification, shard routing, the done cache, and sealing at rest.
 
 use std::hint::black_box;
 use std::sync::Arc;
@@ -11,6 +11,7 @@ use hookgate::canonical::{Body, Fingerprinter};
 use hookgate::claim::StoredResult;
 use hookgate::filter::{Condition, Filter, Scalar};
 use hookgate::key::{EventId, KeyDeriver, KeySource};
+use hookgate::seal::{Column, Keyring, Place, KEY_BYTES};
 use hookgate::secret::Secret;
 use hookgate::shard::cache::{CachedDone, DoneCache};
 use hookgate::shard::dispatcher::shard_for;
@@ -146,5 +147,30 @@ fn routing_and_cache(c: &mut Criterion) {
     });
 }
 
-criterion_group!(benches, keys, signatures, routing_and_cache);
+/// Encryption at rest: a 1 KiB and a 64 KiB body sealed and opened for its place, and a
+/// keyed fingerprint (what a first run adds when `[store.encryption]` has a key).
+fn sealing(c: &mut Criterion) {
+    let keys = Keyring::new(&[("2026-12".into(), [7; KEY_BYTES])]).expect("a keyring");
+    let place = Place {
+        scope: "stripe",
+        key: "evt_1NG8Du2eZvKYlo2CUI79vXWy",
+        column: Column::Payload,
+    };
+    for (name, size) in [("1KiB", 1024), ("64KiB", 65536)] {
+        let plain = vec![b'x'; size];
+        c.bench_function(&format!("seal/{name}"), |b| {
+            b.iter(|| keys.seal(&place, black_box(&plain)))
+        });
+        let sealed = keys.seal(&place, &plain);
+        c.bench_function(&format!("open/{name}"), |b| {
+            b.iter(|| keys.open(&place, black_box(&sealed)).is_ok())
+        });
+    }
+    let keyed = Fingerprinter::new(true, Vec::new()).keyed(Some(Arc::new(keys)));
+    c.bench_function("fingerprint/json_body_keyed", |b| {
+        b.iter(|| keyed.fingerprint(&Body::new(black_box(BODY))))
+    });
+}
+
+criterion_group!(benches, keys, signatures, routing_and_cache, sealing);
 criterion_main!(benches);

@@ -9,8 +9,8 @@
 # its payload, its kept headers and the target's answer — the most a first run seals.
 # Each run starts `hookgate serve` (a fresh schema, log.level = "info", its log in the run
 # directory) and drives it from outside with the load bench's `unique` scenario (`--url`,
-# `--target-listen`), paced at RATE events a second (default 1000; every variant at one
-# throughput, so CPU per event compares like with like). CPU of hookgate's process and of
+# `--target-listen`), paced at RATE events a second (default 1000; RATE_LARGE, default 200,
+# for 64 KiB; every variant at one throughput, so CPU per event compares like with like). CPU of hookgate's process and of
 # Postgres (every backend) is read before and after, per delivery at the bench's target.
 # Off and on alternate within each (mode, size), ROUNDS rounds; prints each run, the means
 # and the ratio on/off.
@@ -48,7 +48,7 @@ target_port=$(free_port)
 HOOKGATE_COST_STORE_KEY=$(head -c 32 /dev/urandom | base64)
 export HOOKGATE_COST_STORE_KEY
 
-echo "# $(date -u '+%Y-%m-%d %H:%M:%S UTC'), nproc=$(nproc), duration=$duration, rounds=$rounds, rate=${RATE:-1000}/s"
+echo "# $(date -u '+%Y-%m-%d %H:%M:%S UTC'), nproc=$(nproc), duration=$duration, rounds=$rounds, rate=${RATE:-1000}/s (64 KiB: ${RATE_LARGE:-200}/s)"
 echo "# binary: $bin; load bench: $LOAD_BENCH; run dir (node logs): $dir"
 
 DIR=$dir PGBIN=$pgbin DURATION=$duration ROUNDS=$rounds PORT=$port TARGET_PORT=$target_port \
@@ -60,7 +60,7 @@ secs = int(os.environ["DURATION"].rstrip("s"))
 rounds = int(os.environ["ROUNDS"])
 url = os.environ["HOOKGATE_BENCH_DATABASE_URL"]
 port, target_port = os.environ["PORT"], os.environ["TARGET_PORT"]
-rate = os.environ.get("RATE", "1000")
+rates = {False: os.environ.get("RATE", "1000"), True: os.environ.get("RATE_LARGE", "200")}
 tick = os.sysconf("SC_CLK_TCK")
 as_pg = ["runuser", "-u", "postgres", "--"] if os.getuid() == 0 else []
 SIZES = [int(s) for s in os.environ.get("SIZES", "1024 65536").split()]
@@ -130,7 +130,7 @@ def run(rnd, mode, size, sealed, secs=secs):
     bench = subprocess.run([os.environ["LOAD_BENCH"], "--scenario", "unique",
                             "--url", f"http://127.0.0.1:{port}/webhooks/bench",
                             "--target-listen", f"127.0.0.1:{target_port}",
-                            "--duration", f"{secs}s", "--rate", rate,
+                            "--duration", f"{secs}s", "--rate", rates[size > 4096],
                             "--payload-bytes", str(size)],
                            capture_output=True, text=True)
     after_pg, after_node = postgres_ticks(), sum(stat(node.pid)[:2])

@@ -1,6 +1,6 @@
 //! The operator console in a real browser: headless Debian Chromium through chromedriver
 //! against a node on Postgres. An operator logs in with the token, filters and pages events,
-//! reads an event's attempts timeline (its hostile payload shown as text), bulk-replays
+//! reads an event's attempts timeline (its hostile payload, sealed at rest, shown as text), bulk-replays
 //! dead letters, and pauses and resumes a queue provider — each checked at the target.
 //! Screenshots of each page go to `target/console-screenshots/`.
 
@@ -36,6 +36,12 @@ async fn an_operator_works_through_the_console_in_a_real_browser() {
         c.admin.token = Some(Secret::new(TOKEN));
         // Payloads kept once done too, so the event page shows the done event's payload.
         c.providers[0].keep_payload = serde_json::from_value(json!("always")).expect("always");
+        // Sealed at rest: every body the console shows was opened on its way out.
+        c.store.encryption.keys = vec![hookgate::config::KeyConfig {
+            id: "console".into(),
+            env: "HOOKGATE_TEST_KEY_console".into(),
+        }];
+        c.store.encryption.keyring = Some(crate::helpers::keyring(&["console"]));
         let mut queued = c.providers[0].clone();
         queued.name = QUEUED.into();
         queued.mode = Some(Mode::Queue);
@@ -44,6 +50,13 @@ async fn an_operator_works_through_the_console_in_a_real_browser() {
     .await;
     let shots = screenshots();
     seed(&app).await;
+    for (at, body) in app.db.raw_bodies().await {
+        let hostile = HOSTILE.as_bytes();
+        assert!(
+            !body.windows(hostile.len()).any(|w| w == hostile),
+            "{at} in plain"
+        );
+    }
 
     let browser = Browser::start(Path::new(env!("CARGO_TARGET_TMPDIR"))).await;
     let console = format!("{}/admin/", app.address);
