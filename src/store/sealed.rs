@@ -313,6 +313,13 @@ impl Store for SealedStore {
 
     fn replay<'a>(&'a self, id: &'a EventId, lease: Duration) -> StoreFuture<'a, Option<Reopened>> {
         Box::pin(async move {
+            // A payload that does not open is refused before the row is reopened, so the
+            // dead letter stays as it is (and replays once its key is back).
+            if let Some(record) = self.inner.lookup(id).await? {
+                if let Some(payload) = record.payload {
+                    self.open().open_bytes(id, Column::Payload, payload)?;
+                }
+            }
             let Some(mut reopened) = self.inner.replay(id, lease).await? else {
                 return Ok(None);
             };

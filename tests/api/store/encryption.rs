@@ -182,6 +182,11 @@ async fn a_body_moved_to_another_row_does_not_open(backend: Backend) {
         before,
         "a body that does not open was delivered"
     );
+    // Refused before the row was reopened: still the dead letter it was.
+    assert_eq!(
+        app.db.status(PROVIDER, "evt_b").await.as_deref(),
+        Some("dead")
+    );
 }
 
 /// Rows sealed by a key that is no longer configured: every read names the key — the
