@@ -2,11 +2,13 @@
 //! standby pair (`scripts/pg-ha.sh`, started and stopped here, fsync on) through a
 //! multi-host URL with `target_session_attrs=read-write`, while senders deliver and
 //! redeliver as real ones do; mid-run the primary is SIGKILLed and the standby promoted.
+//! `--scenario patroni --case kill|switchover|rejoin|lose-sync [--strict]`: the same on a
+//! three-member Patroni cluster (`scripts/pg-patroni.sh`), Patroni promoting (`patroni.rs`).
 //! What the senders, the target and the new primary saw goes to `failover_report.rs`,
 //! which answers the violations. Loopback only, bounded in time.
 
 use std::cell::RefCell;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::rc::Rc;
 use std::sync::atomic::Ordering;
@@ -14,6 +16,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use crate::chaos_target::ChaosTarget;
 use crate::failover_report::{Answer, Report};
+use crate::patroni::{Case, Cluster};
 use hookgate_kit::node::{free_port, Node};
 use hookgate_kit::sender::post_event;
 
@@ -30,49 +33,9 @@ const SENDER_TAIL: Duration = Duration::from_secs(30);
 /// Queue mode: longest wait after the senders for every accepted row to be done or dead.
 const DRAIN: Duration = Duration::from_secs(60);
 
-/// The pair, stopped (and its directory removed) when dropped.
-struct Pair {
-    dir: PathBuf,
-    url: String,
-    /// The server that is the standby at first, primary after the promotion.
-    second_url: String,
-}
-
-fn script(args: &[&str]) -> String {
-    let out = Command::new(concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/pg-ha.sh"))
-        .args(args)
-        .output()
-        .expect("run scripts/pg-ha.sh");
-    assert!(
-        out.status.success(),
-        "pg-ha.sh {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-impl Pair {
-    fn start(dir: &Path) -> Self {
-        let shown = dir.display().to_string();
-        let exports = script(&["start", &shown, "durable"]);
-        let var = |name: &str| {
-            exports
-                .lines()
-                .find_map(|l| l.strip_prefix(&format!("export {name}=")))
-                .map(|v| v.trim_matches('\'').to_owned())
-                .unwrap_or_else(|| panic!("pg-ha.sh printed no {name}"))
-        };
-        Self {
-            dir: dir.to_owned(),
-            url: var("HOOKGATE_HA_URL"),
-            second_url: var("HOOKGATE_HA_STANDBY_URL"),
-        }
-    }
-}
-
 /// kill -9 of the postmaster of the server in `data`, then waits (at most 10 s) until every
 /// process of it has exited: no commit can land on it after that.
-fn kill_server(data: &Path) {
+pub fn kill_server(data: &Path) {
     let pid = std::fs::read_to_string(data.join("postmaster.pid")).expect("postmaster.pid");
     let pid = pid.lines().next().unwrap_or_default().trim().to_owned();
     let _ = Command::new("kill").args(["-9", &pid]).status();
@@ -89,15 +52,6 @@ fn kill_server(data: &Path) {
     let deadline = Instant::now() + Duration::from_secs(10);
     while running() && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(10));
-    }
-}
-
-impl Drop for Pair {
-    fn drop(&mut self) {
-        let _ = Command::new(concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/pg-ha.sh"))
-            .arg("stop")
-            .arg(&self.dir)
-            .output();
     }
 }
 
@@ -137,15 +91,21 @@ target = {{ url = "http://127.0.0.1:{target_port}/effects", timeout = "2s" }}
     )
 }
 
-/// Runs the scenario: `duration` of sending at `rate` new events a second, the primary
-/// killed and the standby promoted at [`KILL_AT`] of it; answers the violations.
-pub async fn run(queue: bool, duration: Duration, rate: u64) -> u64 {
+/// Runs the scenario: `duration` of sending at `rate` new events a second, `case`'s fault
+/// (the pair: the primary killed and the standby promoted) at [`KILL_AT`] of it; answers
+/// the violations.
+pub async fn run(queue: bool, duration: Duration, rate: u64, case: Case, strict: bool) -> u64 {
     let dir = std::env::temp_dir().join(format!("hookgate-failover-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("failover dir");
     let pg_dir = dir.join("pg");
-    let pair = actix_rt::task::spawn_blocking(move || Pair::start(&pg_dir))
+    let pair = actix_rt::task::spawn_blocking(move || Cluster::start(&pg_dir, case, strict))
         .await
-        .expect("start the pair");
+        .expect("start the cluster");
+    println!(
+        "# failover: {case:?}{} on {}",
+        if strict { " (strict)" } else { "" },
+        pair.url
+    );
     let schema = format!("failover_{}", std::process::id());
     let target = ChaosTarget::default();
     target.healthy.store(true, Ordering::SeqCst);
@@ -191,20 +151,25 @@ pub async fn run(queue: bool, duration: Duration, rate: u64) -> u64 {
     let done_before = done_keys(&pair.url, &schema, None)
         .await
         .expect("read the done rows before the kill");
-    // The primary (the first server: the pair is fresh) killed, its processes gone, then
-    // the standby promoted (`pg-ha.sh promote` takes a primary already dead); off the
-    // senders' thread.
+    // The fault, off the senders' thread: the pair's primary (the first server: the pair
+    // is fresh) killed, its processes gone, then the standby promoted (`pg-ha.sh promote`
+    // takes a primary already dead); or Patroni's case.
     let (kill_at, kill_wall) = (Instant::now(), SystemTime::now());
-    let pg = pair.dir.clone();
-    let dead_wall = actix_rt::task::spawn_blocking(move || {
-        kill_server(&pg.join("n1"));
-        let dead = SystemTime::now();
-        script(&["promote", &pg.display().to_string()]);
-        dead
+    let span = duration.mul_f64(1.0 - KILL_AT);
+    let (pair, fault) = actix_rt::task::spawn_blocking(move || {
+        let fault = pair.fault(span);
+        (pair, fault)
     })
     .await
-    .expect("kill and promote");
-    let promoted_at = Instant::now();
+    .expect("the fault");
+    // A fault of several steps (the standby lost, then the leader) is judged from its
+    // last server's loss.
+    let (kill_at, kill_wall) = if case == Case::LoseSync {
+        (fault.dead_at, fault.dead_wall)
+    } else {
+        (kill_at, kill_wall)
+    };
+    let (dead_wall, promoted_at) = (fault.dead_wall, fault.promoted_at);
     let _ = spawner.await;
 
     // Queue mode: every accepted row done or dead on the new primary (or the drain gives up).
@@ -221,7 +186,7 @@ pub async fn run(queue: bool, duration: Duration, rate: u64) -> u64 {
     };
     let drain_from = Instant::now();
     // The new primary may still be starting: an unanswered read counts as nothing yet.
-    let mut finished = done_keys(&pair.second_url, &schema, Some("dead"))
+    let mut finished = done_keys(&pair.after_url, &schema, Some("dead"))
         .await
         .unwrap_or_default();
     while queue
@@ -229,7 +194,7 @@ pub async fn run(queue: bool, duration: Duration, rate: u64) -> u64 {
         && accepted.iter().any(|k| !finished.contains_key(k))
     {
         actix_rt::time::sleep(Duration::from_millis(500)).await;
-        finished = done_keys(&pair.second_url, &schema, Some("dead"))
+        finished = done_keys(&pair.after_url, &schema, Some("dead"))
             .await
             .unwrap_or_default();
     }
@@ -238,7 +203,7 @@ pub async fn run(queue: bool, duration: Duration, rate: u64) -> u64 {
 
     // Rows changed after the old primary's processes were all gone were written on the
     // new one.
-    let first_done_after_kill = first_done_after(&pair.second_url, &schema, dead_wall)
+    let first_done_after_kill = first_done_after(&pair.after_url, &schema, dead_wall)
         .await
         .and_then(|at| at.duration_since(kill_wall).ok())
         .map(|d| d.as_secs_f64());

@@ -12,6 +12,10 @@
 //! multi-host URL, and kills the primary and promotes the standby mid-run; see
 //! `failover.rs`.
 //!
+//! `cargo bench --bench faults -- --scenario patroni --case kill|switchover|rejoin|lose-sync
+//! [--strict] [--mode sync|queue]`: the same run on a three-member Patroni cluster on etcd
+//! (scripts/pg-patroni.sh, installing what it needs), Patroni promoting; see `patroni.rs`.
+//!
 //! `cargo bench --bench faults -- --scenario crash [--events 300] [--target-ms 50]`:
 //! queue mode's crash window, two nodes, a burst of events, one node SIGKILLed mid-burst;
 //! see `crash_window.rs`. Needs `HOOKGATE_BENCH_DATABASE_URL`.
@@ -30,6 +34,7 @@ mod chaos_target;
 mod crash_window;
 mod failover;
 mod failover_report;
+mod patroni;
 
 use std::time::Duration;
 
@@ -58,6 +63,14 @@ struct Args {
     /// How long the crash run's target takes to answer, in ms.
     #[arg(long, default_value_t = 50)]
     target_ms: u64,
+    /// The Patroni run's fault: kill (the leader SIGKILLed), switchover (planned), rejoin
+    /// (the killed leader back as a replica), lose-sync (the synchronous standby lost, then
+    /// the leader).
+    #[arg(long, default_value = "kill")]
+    case: String,
+    /// The Patroni run with `synchronous_mode_strict`.
+    #[arg(long)]
+    strict: bool,
     /// cargo bench passes --bench; accepted and ignored.
     #[arg(long, hide = true)]
     bench: bool,
@@ -75,14 +88,24 @@ fn main() {
     };
     let system = actix_rt::System::new();
     let (violations, what) = match args.scenario.as_str() {
-        "failover" => (
-            system.block_on(failover::run(
-                queue,
-                args.duration.unwrap_or(Duration::from_secs(20)),
-                args.rate.unwrap_or(50),
-            )),
-            "across the failover",
-        ),
+        "failover" | "patroni" => {
+            let case = match args.scenario.as_str() {
+                "failover" => patroni::Case::Promote,
+                _ => patroni::Case::parse(&args.case).unwrap_or_else(|| {
+                    panic!("--case must be kill, switchover, rejoin or lose-sync")
+                }),
+            };
+            (
+                system.block_on(failover::run(
+                    queue,
+                    args.duration.unwrap_or(Duration::from_secs(20)),
+                    args.rate.unwrap_or(50),
+                    case,
+                    args.strict,
+                )),
+                "across the failover",
+            )
+        }
         "crash" => (
             system.block_on(crash_window::run(
                 database_url("crash"),
@@ -107,7 +130,7 @@ fn main() {
             )),
             "of the delivery guarantee",
         ),
-        other => panic!("--scenario must be chaos, failover or crash, not {other}"),
+        other => panic!("--scenario must be chaos, failover, patroni or crash, not {other}"),
     };
     if violations > 0 {
         eprintln!("FAILED: {violations} violation(s) {what}");

@@ -179,13 +179,8 @@ async fn sealed_rows(config: &Config) -> Rule {
     if let Err(e) = config.resolve_secrets() {
         return check(RULE, Err(format!("the keys could not be read: {e}")));
     }
-    let Some(keys) = config.store.encryption.keyring.clone() else {
-        return Rule {
-            name: RULE.into(),
-            detail: "encryption at rest is off: nothing to count".into(),
-            status: RuleStatus::Ok,
-        };
-    };
+    let keys = config.store.encryption.keyring.clone();
+    let configured = |id: &str| keys.as_ref().is_some_and(|k| k.ids().any(|k| k == id));
     let counted = async {
         let store = store::open(&config.store).await?;
         super::rekey::run(store, 1000, f64::INFINITY, true, false).await
@@ -196,7 +191,7 @@ async fn sealed_rows(config: &Config) -> Rule {
             let missing: Vec<&String> = progress
                 .stale
                 .keys()
-                .filter(|id| *id != "plaintext" && !keys.ids().any(|k| k == id.as_str()))
+                .filter(|id| *id != "plaintext" && !configured(id))
                 .collect();
             let detail = super::rekey::summary(&progress);
             if !missing.is_empty() {
@@ -204,10 +199,18 @@ async fn sealed_rows(config: &Config) -> Rule {
                     RULE,
                     Err(format!("sealed by {missing:?}, not configured: {detail}")),
                 )
+            } else if keys.is_none() {
+                check(
+                    RULE,
+                    Ok("encryption at rest is off, and no body is sealed".into()),
+                )
             } else if progress.stale.is_empty() {
                 check(
                     RULE,
-                    Ok(format!("every body is sealed by {:?}", keys.sealing_id())),
+                    Ok(format!(
+                        "every body is sealed by {:?}",
+                        progress.sealing_key
+                    )),
                 )
             } else {
                 Rule {

@@ -136,7 +136,7 @@ impl OperatorWork {
             return ItemOutcome::Skipped("its provider is not configured here".into());
         };
         let provider = Arc::clone(&id.provider);
-        let answer = self.dispatcher.replay(id, Arc::clone(target)).await;
+        let answer = self.dispatcher.replay(id.clone(), Arc::clone(target)).await;
         match answer.reply {
             Reply::Result(_) => ItemOutcome::Done,
             Reply::DeadLettered => ItemOutcome::Dead("the target refused it again".into()),
@@ -160,7 +160,12 @@ impl OperatorWork {
             Reply::RetryLater {
                 reason: RetryReason::StoreUnavailable,
                 ..
-            } => ItemOutcome::Unavailable("the store did not answer".into()),
+            } => match self.store.operator().event(&id).await {
+                // A payload that does not open (its key not configured) is this event's
+                // error, not an outage to wait out.
+                Err(e @ StoreError::Sealed(_)) => ItemOutcome::Error(e.to_string()),
+                _ => ItemOutcome::Unavailable("the store did not answer".into()),
+            },
             Reply::RetryLater {
                 reason: RetryReason::ShuttingDown,
                 ..
@@ -188,6 +193,7 @@ impl OperatorWork {
         let record = match self.store.operator().event(&id).await {
             Ok(Some(record)) => record,
             Ok(None) => return ItemOutcome::Skipped("no longer stored".into()),
+            Err(e @ StoreError::Sealed(_)) => return ItemOutcome::Error(e.to_string()),
             Err(e) => return ItemOutcome::Unavailable(e.to_string()),
         };
         let Some(payload) = record.payload else {

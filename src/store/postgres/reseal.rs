@@ -35,22 +35,23 @@ WHERE (provider, event_key, slot, attempt) > ($1, $2, $3, $4)
 ORDER BY provider, event_key, slot, attempt
 LIMIT $6";
 
-/// One body's compare-and-set (`$4` old, `$5` new); its row's times stay as they are.
+/// One body's compare-and-set (`$3` old, `$4` new); its row's times stay as they are. By
+/// key, not slot: the ring may have moved a live row to the current slot since the read.
 macro_rules! reseal_event {
     ($column:literal) => {
         concat!(
             "UPDATE webhook_events SET ",
             $column,
-            " = $5 WHERE provider = $1 AND event_key = $2 AND slot = $3 AND ",
+            " = $4 WHERE provider = $1 AND event_key = $2 AND ",
             $column,
-            " = $4"
+            " = $3"
         )
     };
 }
 
 const RESEAL_ANSWER: &str = "
-UPDATE webhook_attempts SET answer = $6
-WHERE provider = $1 AND event_key = $2 AND slot = $3 AND attempt = $4 AND answer = $5";
+UPDATE webhook_attempts SET answer = $5
+WHERE provider = $1 AND event_key = $2 AND attempt = $3 AND answer = $4";
 
 fn row_key(row: &Row, attempt: bool) -> Result<RowKey, StoreError> {
     Ok(RowKey {
@@ -161,28 +162,28 @@ impl Resealer for PgOperator {
                 Column::Payload => {
                     self.changed(
                         reseal_event!("payload"),
-                        &[&row.provider, &row.key, &row.slot, old, new],
+                        &[&row.provider, &row.key, old, new],
                     )
                     .await?
                 }
                 Column::ResultBody => {
                     self.changed(
                         reseal_event!("result_body"),
-                        &[&row.provider, &row.key, &row.slot, old, new],
+                        &[&row.provider, &row.key, old, new],
                     )
                     .await?
                 }
                 Column::RequestHeaders => {
                     self.changed(
                         reseal_event!("request_headers"),
-                        &[&row.provider, &row.key, &row.slot, old, new],
+                        &[&row.provider, &row.key, old, new],
                     )
                     .await?
                 }
                 Column::Answer(attempt) => {
                     self.changed(
                         RESEAL_ANSWER,
-                        &[&row.provider, &row.key, &row.slot, &attempt, old, new],
+                        &[&row.provider, &row.key, &attempt, old, new],
                     )
                     .await?
                 }

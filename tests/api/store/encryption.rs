@@ -230,6 +230,47 @@ async fn a_key_no_longer_configured_is_named_where_a_row_is_read(backend: Backen
             .any(|l| l.starts_with("FAIL") && l.contains("\"old\"")),
         "{stdout}"
     );
+    // Encryption turned off over sealed rows: the same check fails.
+    let out = cli(&app, &["check-config", "--rows"], &[], &[]).await;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(!out.status.success(), "{stdout}");
+    assert!(
+        stdout
+            .lines()
+            .any(|l| l.starts_with("FAIL") && l.contains("\"old\"")),
+        "{stdout}"
+    );
+}
+
+/// A queue row whose payload does not open is left out of a batch take, which hands over
+/// the others; a read of that row names why.
+async fn a_row_that_does_not_open_never_holds_up_a_batch_take(backend: Backend) {
+    let db = crate::helpers::TestDb::on(backend).await;
+    let store = db.sealed_store(&["q"]).await;
+    for key in ["evt_q1", "evt_q2", "evt_q3"] {
+        let row = hookgate::store::QueueRow {
+            id: EventId::new(PROVIDER, key),
+            fingerprint: None,
+            payload: format!(r#"{{"id":"{key}"}}"#).into_bytes().into(),
+            content_type: Some("application/json".into()),
+            headers: None,
+            keep_payload: false,
+            start: None,
+        };
+        store.enqueue(&row).await.unwrap();
+    }
+    db.copy_payload(PROVIDER, "evt_q1", "evt_q2").await;
+    let lease = std::time::Duration::from_secs(30);
+    let taken = store.take_due(PROVIDER, 10, lease, &[]).await.unwrap();
+    let mut keys: Vec<&str> = taken.iter().map(|t| &*t.id.key).collect();
+    keys.sort_unstable();
+    assert_eq!(keys, ["evt_q1", "evt_q3"]);
+    assert!(taken.iter().all(|t| t.payload.starts_with(b"{\"id\"")));
+    let read = store
+        .operator()
+        .event(&EventId::new(PROVIDER, "evt_q2"))
+        .await;
+    assert!(matches!(read, Err(StoreError::Sealed(_))), "{read:?}");
 }
 
 /// Fingerprints are keyed (not the payload's plain hash, which a small payload could be
@@ -483,4 +524,5 @@ on_both_stores!(
     fingerprints_are_keyed_and_still_catch_another_payload,
     rows_from_before_encryption_read_as_they_stand_until_a_rekey_seals_them,
     rotation_beside_deliveries_runs_nothing_twice_and_leaves_nothing_under_the_old_key,
+    a_row_that_does_not_open_never_holds_up_a_batch_take,
 );
