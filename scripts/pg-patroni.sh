@@ -1,16 +1,17 @@
 #!/usr/bin/env bash
 # A throwaway three-member Patroni cluster for failover runs: one etcd member as its
 # store, three Patroni members (m1, m2, m3) each running PostgreSQL on a free port of
-# 127.0.0.1, `synchronous_mode: true` (with `strict`: `synchronous_mode_strict: true`),
+# 127.0.0.1, `synchronous_mode: true` (with `strict`: `synchronous_mode_strict: true`;
+# with `async`: `synchronous_mode: false`, asynchronous replication),
 # everything (data, configs, logs, sockets) under DIR. Installs what is missing from
 # Debian's packages (postgresql, patroni, etcd-server; needs root); as root the members run
 # as the `postgres` user. The timings are short so a run is short: ttl 20 s (Patroni's
 # least), loop_wait 1 s, retry_timeout 5 s.
 #
 # Usage:
-#   eval "$(scripts/pg-patroni.sh start DIR [strict])"
-#       Starts etcd and the three members, returns once there is a leader and a
-#       synchronous standby. Prints:
+#   eval "$(scripts/pg-patroni.sh start DIR [strict|async])"
+#       Starts etcd and the three members, returns once there is a leader and (unless
+#       async) a synchronous standby, and both replicas stream. Prints:
 #         export HOOKGATE_PATRONI_URL='postgres://postgres@127.0.0.1:P1,127.0.0.1:P2,127.0.0.1:P3/postgres?target_session_attrs=read-write'
 #   scripts/pg-patroni.sh leader DIR            the leader's name (m1, m2 or m3)
 #   scripts/pg-patroni.sh sync DIR              the synchronous standby's name
@@ -116,7 +117,13 @@ kill_member() {
 case "$cmd" in
 start)
   strict=false
-  [ "${3:-}" = strict ] && strict=true
+  synchronous=true
+  case "${3:-}" in
+  '') ;;
+  strict) strict=true ;;
+  async) synchronous=false ;;
+  *) die "unknown option ${3} (strict or async)" ;;
+  esac
   bin=$(find_bin)
   if [ -z "$bin" ] || ! command -v patroni >/dev/null || ! command -v etcd >/dev/null; then
     DEBIAN_FRONTEND=noninteractive apt-get install -y -q postgresql patroni etcd-server >/dev/null \
@@ -156,7 +163,7 @@ bootstrap:
     loop_wait: 1
     retry_timeout: 5
     maximum_lag_on_failover: 1048576
-    synchronous_mode: true
+    synchronous_mode: $synchronous
     synchronous_mode_strict: $strict
     postgresql:
       use_pg_rewind: true
@@ -200,7 +207,7 @@ YAML
   wait_for 60 "m1 to lead" leads m1
   start_member m2
   start_member m3
-  wait_for 90 "a synchronous standby" has_sync
+  [ "$synchronous" = false ] || wait_for 90 "a synchronous standby" has_sync
   wait_for 60 "m2 to stream" streams m2
   wait_for 60 "m3 to stream" streams m3
   hosts=$(for m in $members; do printf '127.0.0.1:%s,' "$(port_of "$m")"; done)

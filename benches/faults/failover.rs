@@ -57,12 +57,24 @@ pub fn kill_server(data: &Path) {
 
 /// The node's config. Sync mode: target timeout 2 s < lease 10 s < first backoff 12 s, so
 /// an outcome write held up by the promotion is retried well inside its lease. Queue mode:
-/// lease 5 s (renewed every third), first backoff 6 s.
-fn config(port: u16, url: &str, schema: &str, target_port: u16, queue: bool) -> String {
-    let (lease, base, mode) = match queue {
-        true => ("5s", "6s", "queue"),
-        false => ("10s", "12s", "sync"),
+/// lease 5 s (renewed every third), first backoff 6 s. On Patroni, whose failover takes its
+/// `ttl` (20 s here) and a little more, the lease must outlast that (the promise holds only
+/// while an attempt's outcome can still be written inside its lease): 40 s, backoff 45 s.
+fn config(
+    port: u16,
+    url: &str,
+    schema: &str,
+    target_port: u16,
+    queue: bool,
+    patroni: bool,
+) -> String {
+    let (lease, base, mode) = match (queue, patroni) {
+        (true, false) => ("5s", "6s", "queue"),
+        (false, false) => ("10s", "12s", "sync"),
+        (true, true) => ("40s", "45s", "queue"),
+        (false, true) => ("40s", "45s", "sync"),
     };
+    let cap = if patroni { "90s" } else { "30s" };
     format!(
         r#"
 [server]
@@ -77,7 +89,7 @@ statement_timeout = "1s"
 duration = "{lease}"
 [retry]
 base = "{base}"
-cap = "30s"
+cap = "{cap}"
 max_attempts = 20
 [queue]
 poll_interval = "100ms"
@@ -94,16 +106,17 @@ target = {{ url = "http://127.0.0.1:{target_port}/effects", timeout = "2s" }}
 /// Runs the scenario: `duration` of sending at `rate` new events a second, `case`'s fault
 /// (the pair: the primary killed and the standby promoted) at [`KILL_AT`] of it; answers
 /// the violations.
-pub async fn run(queue: bool, duration: Duration, rate: u64, case: Case, strict: bool) -> u64 {
+pub async fn run(queue: bool, duration: Duration, rate: u64, case: Case, replication: &str) -> u64 {
     let dir = std::env::temp_dir().join(format!("hookgate-failover-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("failover dir");
     let pg_dir = dir.join("pg");
-    let pair = actix_rt::task::spawn_blocking(move || Cluster::start(&pg_dir, case, strict))
-        .await
-        .expect("start the cluster");
+    let replication_mode = replication.to_owned();
+    let pair =
+        actix_rt::task::spawn_blocking(move || Cluster::start(&pg_dir, case, &replication_mode))
+            .await
+            .expect("start the cluster");
     println!(
-        "# failover: {case:?}{} on {}",
-        if strict { " (strict)" } else { "" },
+        "# failover: {case:?}, replication {replication}, on {}",
         pair.url
     );
     let schema = format!("failover_{}", std::process::id());
@@ -112,7 +125,11 @@ pub async fn run(queue: bool, duration: Duration, rate: u64, case: Case, strict:
     let target_port = target.start();
     let port = free_port();
     let file = dir.join("hookgate.toml");
-    std::fs::write(&file, config(port, &pair.url, &schema, target_port, queue)).expect("config");
+    std::fs::write(
+        &file,
+        config(port, &pair.url, &schema, target_port, queue, case.patroni()),
+    )
+    .expect("config");
     let mut node = Node::new(crate::BINARY, "A", file, dir.join("node.log"), port);
     node.stderr = Some(dir.join("node.stderr"));
     node.start().await;

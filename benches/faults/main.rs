@@ -13,7 +13,7 @@
 //! `failover.rs`.
 //!
 //! `cargo bench --bench faults -- --scenario patroni --case kill|switchover|rejoin|lose-sync
-//! [--strict] [--mode sync|queue]`: the same run on a three-member Patroni cluster on etcd
+//! [--replication sync|strict|async] [--mode sync|queue]`: the same run on a three-member Patroni cluster on etcd
 //! (scripts/pg-patroni.sh, installing what it needs), Patroni promoting; see `patroni.rs`.
 //!
 //! `cargo bench --bench faults -- --scenario crash [--events 300] [--target-ms 50]`:
@@ -68,9 +68,10 @@ struct Args {
     /// the leader).
     #[arg(long, default_value = "kill")]
     case: String,
-    /// The Patroni run with `synchronous_mode_strict`.
-    #[arg(long)]
-    strict: bool,
+    /// The Patroni run's replication: sync (`synchronous_mode`), strict
+    /// (`synchronous_mode_strict`) or async (no synchronous standby: what a failover loses).
+    #[arg(long, default_value = "sync")]
+    replication: String,
     /// cargo bench passes --bench; accepted and ignored.
     #[arg(long, hide = true)]
     bench: bool,
@@ -101,7 +102,7 @@ fn main() {
                     args.duration.unwrap_or(Duration::from_secs(20)),
                     args.rate.unwrap_or(50),
                     case,
-                    args.strict,
+                    &args.replication,
                 )),
                 "across the failover",
             )

@@ -84,13 +84,14 @@ fn exported(exports: &str, name: &str) -> String {
 }
 
 impl Cluster {
-    /// Starts the cluster `case` runs on (`strict`: Patroni's `synchronous_mode_strict`).
-    pub fn start(dir: &Path, case: Case, strict: bool) -> Self {
+    /// Starts the cluster `case` runs on (`replication`: Patroni's `sync` (the default),
+    /// `strict` (`synchronous_mode_strict`) or `async`).
+    pub fn start(dir: &Path, case: Case, replication: &str) -> Self {
         let shown = dir.display().to_string();
         if case.patroni() {
             let mut args = vec!["start", shown.as_str()];
-            if strict {
-                args.push("strict");
+            if replication != "sync" {
+                args.push(replication);
             }
             let url = exported(&script("pg-patroni.sh", &args), "HOOKGATE_PATRONI_URL");
             Self {
@@ -140,6 +141,7 @@ impl Cluster {
                 started
             }
             Case::LoseSync => {
+                patroni(&["await-sync", &dir]);
                 let sync = patroni(&["sync", &dir]).trim().to_owned();
                 patroni(&["kill", &dir, &sync]);
                 patroni(&["await-sync", &dir]);
