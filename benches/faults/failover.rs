@@ -8,8 +8,6 @@
 //! which answers the violations. Loopback only, bounded in time.
 
 use std::cell::RefCell;
-use std::path::Path;
-use std::process::Command;
 use std::rc::Rc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant, SystemTime};
@@ -32,28 +30,6 @@ const SENDER_TAIL: Duration = Duration::from_secs(30);
 
 /// Queue mode: longest wait after the senders for every accepted row to be done or dead.
 const DRAIN: Duration = Duration::from_secs(60);
-
-/// kill -9 of the postmaster of the server in `data`, then waits (at most 10 s) until every
-/// process of it has exited: no commit can land on it after that.
-pub fn kill_server(data: &Path) {
-    let pid = std::fs::read_to_string(data.join("postmaster.pid")).expect("postmaster.pid");
-    let pid = pid.lines().next().unwrap_or_default().trim().to_owned();
-    let _ = Command::new("kill").args(["-9", &pid]).status();
-    // Every PostgreSQL process works in its data directory; a zombie has exited.
-    let running = || {
-        std::fs::read_dir("/proc").is_ok_and(|procs| {
-            procs.flatten().any(|p| {
-                std::fs::read_link(p.path().join("cwd")).is_ok_and(|cwd| cwd == data)
-                    && std::fs::read_to_string(p.path().join("stat"))
-                        .is_ok_and(|stat| !stat.contains(") Z "))
-            })
-        })
-    };
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while running() && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(10));
-    }
-}
 
 /// The node's config. Sync mode: target timeout 2 s < lease 10 s < first backoff 12 s, so
 /// an outcome write held up by the promotion is retried well inside its lease. Queue mode:

@@ -119,7 +119,7 @@ impl Cluster {
         let gone = |at: Instant| (SystemTime::now(), at);
         let (dead_wall, dead_at) = match self.case {
             Case::Promote => {
-                crate::failover::kill_server(&self.dir.join("n1"));
+                kill_server(&self.dir.join("n1"));
                 let dead = gone(Instant::now());
                 script("pg-ha.sh", &["promote", &dir]);
                 dead
@@ -172,5 +172,27 @@ impl Drop for Cluster {
             .arg("stop")
             .arg(&self.dir)
             .output();
+    }
+}
+
+/// kill -9 of the postmaster of the server in `data`, then waits (at most 10 s) until every
+/// process of it has exited: no commit can land on it after that.
+fn kill_server(data: &Path) {
+    let pid = std::fs::read_to_string(data.join("postmaster.pid")).expect("postmaster.pid");
+    let pid = pid.lines().next().unwrap_or_default().trim().to_owned();
+    let _ = Command::new("kill").args(["-9", &pid]).status();
+    // Every PostgreSQL process works in its data directory; a zombie has exited.
+    let running = || {
+        std::fs::read_dir("/proc").is_ok_and(|procs| {
+            procs.flatten().any(|p| {
+                std::fs::read_link(p.path().join("cwd")).is_ok_and(|cwd| cwd == data)
+                    && std::fs::read_to_string(p.path().join("stat"))
+                        .is_ok_and(|stat| !stat.contains(") Z "))
+            })
+        })
+    };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while running() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
     }
 }
