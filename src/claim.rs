@@ -120,8 +120,11 @@ pub enum Path {
     /// An operator paused the provider: nothing is delivered (sync: 503; queue: accepted
     /// and held).
     Paused,
-    /// The target's filter did not accept the event: claim won, nothing delivered, the row
-    /// done with `200 {"status":"filtered"}` (its redeliveries are `duplicate_done`).
+    /// The main route's filter did not accept the event's first delivery: the main route's
+    /// row (the event's record) is claimed and done at once, nothing delivered to it — 200
+    /// `{"status":"filtered"}`, or 202 `{"status":"queued"}` when other routes took the
+    /// event; its redeliveries are `duplicate_done`. The row keeps the path: a retake of a
+    /// claim whose record was lost is filtered again, whatever the redelivery's headers.
     Filtered,
 }
 
@@ -198,13 +201,19 @@ pub struct StoredResult {
 }
 
 impl StoredResult {
-    /// The answer of an event its target's filter did not accept, kept on its row:
-    /// `200 {"status":"filtered"}`.
-    pub fn filtered() -> Self {
+    /// The answer of an event its main route's filter did not accept, kept on the main
+    /// route's row: `200 {"status":"filtered"}` — or, when other routes took it (`routed`:
+    /// hookgate delivers it to them), `202 {"status":"queued"}`.
+    pub fn filtered(routed: bool) -> Self {
+        let (status, body): (u16, &[u8]) = if routed {
+            (202, br#"{"status":"queued"}"#)
+        } else {
+            (200, br#"{"status":"filtered"}"#)
+        };
         Self {
-            status: 200,
+            status,
             content_type: Some("application/json".into()),
-            body: br#"{"status":"filtered"}"#.to_vec(),
+            body: body.to_vec(),
         }
     }
 }
@@ -214,6 +223,9 @@ impl StoredResult {
 pub struct RowState {
     /// The row's status.
     pub status: Status,
+    /// The mode the row was accepted in: a queue row's redeliveries are answered 202,
+    /// whoever asks (hookgate delivers it).
+    pub mode: Mode,
     /// Won claims so far (also the current lease's fencing token).
     pub attempts: i32,
     /// Fingerprint of the payload first claimed under this key.
@@ -259,16 +271,22 @@ fn kind(fingerprint: &str) -> &[u8] {
 ///
 /// A fingerprint mismatch wins over every status: the same key with another body is a
 /// sender bug or a collision, and must never be answered with another event's result.
-/// A `failed` row that was not won can only be seen in a race with another node that
-/// failed it between our statement's snapshot and its lock; the key is busy right now.
+/// A sync row that is `failed` and was not won can only be seen in a race with another
+/// node that failed it between our statement's snapshot and its lock; the key is busy
+/// right now. A queue row that is not final is hookgate's to deliver, whoever asks (a
+/// sync claim meets one when the main route's filter refuses a redelivery of a queued
+/// event, or after its provider moved from queue to sync mode): `duplicate_queued`.
 pub fn classify(row: &RowState, incoming_fingerprint: Option<&str>) -> Path {
     if fingerprints_differ(row.fingerprint.as_deref(), incoming_fingerprint) {
         return Path::PayloadMismatch;
     }
-    match row.status {
-        Status::Done => Path::DuplicateDone,
-        Status::Dead => Path::DuplicateDead,
-        Status::Queued | Status::InProgress | Status::Failed => Path::InProgressElsewhere,
+    match (row.status, row.mode) {
+        (Status::Done, _) => Path::DuplicateDone,
+        (Status::Dead, _) => Path::DuplicateDead,
+        (_, Mode::Queue) => Path::DuplicateQueued,
+        (Status::Queued | Status::InProgress | Status::Failed, Mode::Sync) => {
+            Path::InProgressElsewhere
+        }
     }
 }
 
@@ -279,6 +297,7 @@ mod tests {
     fn row(status: Status, fingerprint: Option<&str>) -> RowState {
         RowState {
             status,
+            mode: Mode::Sync,
             attempts: 1,
             fingerprint: fingerprint.map(str::to_owned),
             lease_left: Duration::ZERO,
@@ -304,6 +323,22 @@ mod tests {
             classify(&row(Status::InProgress, None), Some("a")),
             Path::InProgressElsewhere
         );
+    }
+
+    #[test]
+    fn a_queue_row_not_final_is_a_queued_duplicate_whoever_asks() {
+        for status in [Status::Queued, Status::InProgress, Status::Failed] {
+            let queued = RowState {
+                mode: Mode::Queue,
+                ..row(status, Some("a"))
+            };
+            assert_eq!(classify(&queued, Some("a")), Path::DuplicateQueued);
+        }
+        let done = RowState {
+            mode: Mode::Queue,
+            ..row(Status::Done, Some("a"))
+        };
+        assert_eq!(classify(&done, Some("a")), Path::DuplicateDone);
     }
 
     #[test]

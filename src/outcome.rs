@@ -37,9 +37,13 @@ pub enum DeliveryOutcome {
     /// The delivery code panicked; the worker was restarted. The attempt's outcome is
     /// unknown, so its row keeps its lease and is retaken after it expires.
     Crashed(String),
-    /// Not sent: the target's filter did not accept the event. The event is done, with
-    /// [`StoredResult::filtered`].
-    Filtered,
+    /// Not sent: the main route's filter did not accept the event's first delivery. The
+    /// event is done on the main route, with [`StoredResult::filtered`]; `routed` when
+    /// other routes took it (their rows were written with its claim).
+    Filtered {
+        /// Other routes have the event.
+        routed: bool,
+    },
 }
 
 /// Why an event became a dead letter.
@@ -186,7 +190,9 @@ pub fn judge(
     let replay = redeliverer == Redeliverer::Nobody;
     let (error, target_retry_after) = match outcome {
         DeliveryOutcome::Delivered { result, .. } => return Verdict::Done(result),
-        DeliveryOutcome::Filtered => return Verdict::Done(StoredResult::filtered()),
+        DeliveryOutcome::Filtered { routed } => {
+            return Verdict::Done(StoredResult::filtered(routed))
+        }
         DeliveryOutcome::Crashed(error) => {
             return Verdict::Unknown {
                 error: format!("worker crashed: {error}"),

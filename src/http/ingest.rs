@@ -1,7 +1,8 @@
 //! `POST /webhooks/{provider}`: read the body within its limit, verify the signature,
-//! derive the key and fingerprint, pick the routes whose filters accept the event (the first
-//! answers, the others are queued with its claim), answer a known-done key from the done
-//! cache, or hand the event to its shard — then
+//! derive the key and fingerprint, pick the routes whose filters accept the event (the
+//! main route's row is the event's record and answers; the other routes' rows are written
+//! with the claim that writes it), answer a known-done key from the done cache, or hand the
+//! event to its shard — then
 //! render the answer with `Hookgate-Path` and `Hookgate-Attempt`.
 //!
 //! Everything refused here is refused before any claim and logged as `webhook.rejected`.
@@ -199,10 +200,10 @@ async fn handle(
                 return Ok(render(answer));
             }
             let provider = &accepted.id.provider;
-            if accepted.mode == Mode::Sync && !accepted.filtered && dispatcher.gate().held(provider)
-            {
-                // Paused: the sender keeps the event and comes back. (A filtered event is
-                // delivered nowhere, so a pause does not hold it.)
+            if accepted.provider_mode == Mode::Sync && dispatcher.gate().held(provider) {
+                // Paused: the sender keeps the event and comes back. A delivery the main
+                // route's filter refuses is held too: whether it is delivered is the row's
+                // to say (a retry of an event the main route has is delivered there).
                 state.metrics.attempt(&accepted.id.provider, Path::Paused);
                 return Ok(render(Answer::paused(state.paused_retry_after)));
             }
@@ -272,10 +273,12 @@ struct Accepted {
     /// The body's bytes in the node's budget, held until the request is answered.
     _reserved: Reserved,
     target: Arc<Target>,
-    /// Sync for an event its target's filter did not accept, whatever the provider's mode:
-    /// it is answered at once (`filtered`), never queued.
+    /// Sync for an event its main route's filter did not accept, whatever the provider's
+    /// mode: a new one is recorded at once (`filtered`), never queued on the main route.
     mode: Mode,
-    /// No route's filter accepted it.
+    /// The provider's mode.
+    provider_mode: Mode,
+    /// The main route's filter did not accept this delivery.
     filtered: bool,
     /// The other routes that accept it (see [`Event::others`]).
     others: Vec<Arc<crate::provider::Route>>,
@@ -299,27 +302,31 @@ async fn accept(
     let parsed = Body::new(&body);
     let key = runtime.key.derive(req.headers(), &parsed)?;
     let fingerprint = runtime.fingerprint.fingerprint(&parsed);
-    // The routes whose filters accept the event; the first answers (the main route when
-    // it accepts), the others get rows of their own with its claim.
-    let mut accepting = runtime.routes.iter().filter(|r| {
+    // Every delivery goes to the main route's row, the event's record: it answers the
+    // sender and holds the fingerprint. The filters' choice below counts only if this is
+    // the event's first accepted delivery (its claim or enqueue writes that row, and the
+    // other routes' rows with it); a redelivery is answered from the row, whatever its
+    // headers would pick now.
+    let accepts = |r: &&Arc<crate::provider::Route>| {
         r.target
             .filter
             .as_ref()
             .is_none_or(|f| f.accepts(req.headers(), &parsed))
-    });
-    let answering = accepting.next();
-    let others = accepting.cloned().collect();
-    // No route accepts it: recorded on the main route's row as filtered, so that its
-    // redeliveries are duplicates too.
-    let filtered = answering.is_none();
-    let route = answering.unwrap_or(&runtime.routes[0]);
+    };
+    let (main, rest) = runtime
+        .routes
+        .split_first()
+        .ok_or_else(|| ApiError::UnknownProvider(excerpt(provider)))?;
+    let filtered = !accepts(&main);
+    let others = rest.iter().filter(accepts).cloned().collect();
     Ok(Accepted {
-        id: EventId::new(Arc::clone(&route.scope), key),
+        id: EventId::new(Arc::clone(&main.scope), key),
         fingerprint,
         body,
         _reserved: reserved,
-        target: Arc::clone(&route.target),
+        target: Arc::clone(&main.target),
         mode: if filtered { Mode::Sync } else { runtime.mode },
+        provider_mode: runtime.mode,
         filtered,
         others,
     })

@@ -44,8 +44,9 @@ impl Shard {
         match result {
             Ok(ClaimResult::Won { attempts, path }) => {
                 // A filtered event wins its claim like any other, so it is recorded once
-                // and its redeliveries are duplicates; its attempt delivers nothing.
-                let path = if event.filtered { Path::Filtered } else { path };
+                // and its redeliveries are duplicates; its attempt delivers nothing. The
+                // row says so (`path`), not this delivery's headers: a retry of an event
+                // its main route has is delivered there whatever its filter says now.
                 let lease = self.settings.lease;
                 let mut attempt = Attempt::held(Arc::clone(&event), attempts, path, sent, lease);
                 self.log_won(&attempt);
@@ -89,16 +90,18 @@ impl Shard {
         }
     }
 
-    /// A won claim: delivered; recorded done without reaching the target when its filter did
-    /// not accept it; or released without reaching the target once the node is draining.
+    /// A won claim: delivered; recorded done without reaching the target when its row says
+    /// the main route's filter did not accept the event (path `filtered`); or released without reaching the target once the node is draining.
     pub(super) fn run_on_worker(
         &mut self,
         running: Running,
         reply: oneshot::Sender<Answer>,
         ctx: &mut Context<Self>,
     ) {
-        if running.attempt.event.filtered {
-            self.record(running, reply, ctx, async { DeliveryOutcome::Filtered });
+        if running.attempt.path == Path::Filtered {
+            let routed = !running.attempt.event.others.is_empty();
+            let filtered = async move { DeliveryOutcome::Filtered { routed } };
+            self.record(running, reply, ctx, filtered);
         } else if self.busy.draining() {
             let released = async { DeliveryOutcome::NotStarted("released at shutdown".into()) };
             self.record(running, reply, ctx, released);
@@ -223,6 +226,7 @@ impl Shard {
                 }
             },
             Path::DuplicateDead => Reply::DeadLettered,
+            Path::DuplicateQueued => Reply::Queued,
             Path::PayloadMismatch => {
                 log_mismatch(
                     &self.log,

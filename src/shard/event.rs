@@ -27,11 +27,13 @@ pub struct Event {
     pub headers: HeaderMap,
     /// Sync (a sender waits) or queue (hookgate delivers and redelivers).
     pub mode: Mode,
-    /// Its target's filter did not accept it: a won claim records it done as
-    /// [`Path::Filtered`](crate::claim::Path::Filtered), and nothing is delivered.
+    /// The main route's filter did not accept this delivery: a claim that writes the
+    /// event's row writes it [`Path::Filtered`](crate::claim::Path::Filtered), recorded
+    /// done with nothing delivered. A redelivery's flag decides nothing: the row does.
     pub filtered: bool,
     /// The event's other routes that accept it: their rows are written in the commit that
-    /// wins this event's claim (or writes its queue row), and delivered from there.
+    /// writes this event's row (its first claim, or its queue row), and delivered from
+    /// there; a redelivery writes none.
     pub others: Vec<Arc<Route>>,
     /// The trace its attempts join (tracing on); `None` costs nothing.
     pub trace: Option<Arc<Traced>>,

@@ -18,7 +18,7 @@ use super::answer::{
 use super::attempt::Attempt;
 use super::event::Event;
 use super::slots::Pending;
-use crate::claim::{Mode, Path, RowState};
+use crate::claim::{Mode, Path};
 use crate::store::{Enqueued, StoreError};
 
 impl Shard {
@@ -193,7 +193,9 @@ impl Shard {
             Ok(Enqueued::Existing(row)) => {
                 self.give_back(worker.map(|(w, _)| w), &event, ctx);
                 for (event, reply) in std::iter::once((event, reply)).chain(waiters) {
-                    let answer = self.answer_existing_queued(&event, row.clone());
+                    // A queue row (the enqueue reports no other): as in sync mode for a done
+                    // or dead row or another payload; 202 while hookgate delivers it.
+                    let answer = self.answer_existing(&event, row.clone());
                     self.log_claim(&event, answer.path, answer.attempts);
                     let _ = reply.send(answer);
                 }
@@ -235,20 +237,6 @@ impl Shard {
         if let Some(worker) = worker {
             self.gate.release(&event.id.provider);
             self.free_worker(worker, ctx);
-        }
-    }
-
-    /// The answer for a known key in queue mode: as in sync mode for a done or dead row or
-    /// another payload; 202 `duplicate_queued` while hookgate still delivers it.
-    fn answer_existing_queued(&mut self, event: &Event, row: RowState) -> Answer {
-        let answer = self.answer_existing(event, row);
-        match answer.path {
-            Path::InProgressElsewhere => Answer {
-                path: Path::DuplicateQueued,
-                attempts: answer.attempts,
-                reply: Reply::Queued,
-            },
-            _ => answer,
         }
     }
 }

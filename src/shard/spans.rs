@@ -196,7 +196,7 @@ impl AttemptSpans {
 pub(super) fn was_sent(outcome: &DeliveryOutcome) -> bool {
     !matches!(
         outcome,
-        DeliveryOutcome::Filtered | DeliveryOutcome::NotStarted(_)
+        DeliveryOutcome::Filtered { .. } | DeliveryOutcome::NotStarted(_)
     )
 }
 

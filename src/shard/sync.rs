@@ -191,9 +191,17 @@ impl Shard {
             content_type: ev.content_type.clone(),
             headers: super::record::kept_headers(&ev),
         });
-        // The other routes' rows commit with a won claim, before its attempt starts.
+        // The other routes' rows commit with the claim that writes the event's row, before
+        // its attempt starts.
         let others = self.reserve_others(&ev);
         let rows = others.rows.clone();
+        // A new row is the event's record: claimed `filtered` when the main route's filter
+        // refused this, its first delivery. A redelivery's filter decides nothing.
+        let first = if ev.filtered {
+            Path::Filtered
+        } else {
+            Path::FirstRun
+        };
         let claim = async move {
             store
                 .claim_routed(
@@ -201,6 +209,7 @@ impl Shard {
                     ev.fingerprint.as_deref(),
                     lease,
                     keep.as_ref(),
+                    first,
                     &rows,
                 )
                 .await

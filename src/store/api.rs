@@ -9,7 +9,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::claim::{ClaimResult, Status, StoredResult};
+use crate::claim::{ClaimResult, Path, Status, StoredResult};
 use crate::key::EventId;
 
 use super::page::PageCursor;
@@ -67,23 +67,30 @@ pub trait Store: Send + Sync + 'static {
         lease: Duration,
         keep: Option<&'a Kept>,
     ) -> StoreFuture<'a, ClaimResult> {
-        let routed = self.claim_routed(id, fingerprint, lease, keep, &[]);
+        let routed = self.claim_routed(id, fingerprint, lease, keep, Path::FirstRun, &[]);
         Box::pin(async move { routed.await.map(|r| r.answer) })
     }
 
-    /// [`claim`](Self::claim) for an event with other routes: when the claim is won,
-    /// `others` (the event's rows for the other routes that accept it) are written as
-    /// [`enqueue`](Self::enqueue) writes a row, a key already known left as it stands, in
-    /// the same commit. So every route of an event has its row before the answering
-    /// route's attempt starts, and a redelivery that finds the event done writes none. An
-    /// other row with `start` is written taken for its first attempt (the caller runs it);
-    /// the answer says which rows this call wrote.
+    /// [`claim`](Self::claim) of an event's main route (its record), for an event with
+    /// other routes: when the claim writes the key's row (the event's first accepted
+    /// delivery), `others` (the event's rows for the other routes that accept it) are
+    /// written as [`enqueue`](Self::enqueue) writes a row, a key already known left as it
+    /// stands, in the same commit. So every route of an event has its row before the main
+    /// route's attempt starts, and a redelivery — won or not — writes none: it never
+    /// changes which routes an event has. An other row with `start` is written taken for
+    /// its first attempt (the caller runs it); the answer says which rows this call wrote.
+    ///
+    /// `first` is the path a new row is claimed under: `first_run`, or `filtered` when the
+    /// main route's filter did not accept the event (the caller records it done without a
+    /// delivery). A retake of a `filtered` row is won as `filtered` again; a won retry of
+    /// any other row is a delivery to the main route, whatever `first` says.
     fn claim_routed<'a>(
         &'a self,
         id: &'a EventId,
         fingerprint: Option<&'a str>,
         lease: Duration,
         keep: Option<&'a Kept>,
+        first: Path,
         others: &'a [QueueRow],
     ) -> StoreFuture<'a, Routed<ClaimResult>>;
 

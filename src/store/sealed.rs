@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use actix_web::web::Bytes;
 
-use crate::claim::{ClaimResult, RowState, Status, StoredResult};
+use crate::claim::{ClaimResult, Path, RowState, Status, StoredResult};
 use crate::key::EventId;
 use crate::seal::{Column, Keyring, OpenError, Place};
 
@@ -233,6 +233,7 @@ impl Store for SealedStore {
         fingerprint: Option<&'a str>,
         lease: Duration,
         keep: Option<&'a Kept>,
+        first: Path,
         others: &'a [QueueRow],
     ) -> StoreFuture<'a, Routed<ClaimResult>> {
         let sealed = self.keys.as_deref().map(|keys| {
@@ -247,7 +248,7 @@ impl Store for SealedStore {
             };
             let mut routed = self
                 .inner
-                .claim_routed(id, fingerprint, lease, keep, others)
+                .claim_routed(id, fingerprint, lease, keep, first, others)
                 .await?;
             if let ClaimResult::Existing(row) = &mut routed.answer {
                 self.open().row_state(id, row)?;

@@ -64,18 +64,18 @@ macro_rules! pg_claim_batch {
             "
 WITH input AS (
     SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::int8[], $5::bytea[],
-                         $6::text[], $7::text[])
+                         $6::text[], $7::text[], $8::text[])
         AS i(provider, event_key, fingerprint, lease_ms, payload, content_type,
-             request_headers)
+             request_headers, first_path)
 ),
 current AS (SELECT slot FROM hookgate_slots WHERE state = 'current'),
 found AS (
     SELECT i.*, s.slot, s.status, s.attempts, s.last_path, s.fingerprint AS row_fingerprint,
-           s.locked_until, s.result_status, s.result_content_type, s.result_body
+           s.locked_until, s.result_status, s.result_content_type, s.result_body, s.mode
     FROM input i
     LEFT JOIN LATERAL (
         SELECT w.slot, w.status, w.attempts, w.last_path, w.fingerprint, w.locked_until,
-               w.result_status, w.result_content_type, w.result_body
+               w.result_status, w.result_content_type, w.result_body, w.mode
         FROM webhook_events w
         WHERE w.provider = i.provider AND w.event_key = i.event_key
         LIMIT 1) s ON true
@@ -85,7 +85,7 @@ claimed AS (
         (provider, event_key, slot, status, attempts, last_path, fingerprint, locked_until,
          payload, content_type, request_headers, keep_payload)
     SELECT f.provider, f.event_key, COALESCE(f.slot, (SELECT slot FROM current)),
-           'in_progress', 1, 'first_run', f.fingerprint,
+           'in_progress', 1, f.first_path, f.fingerprint,
            now() + f.lease_ms * interval '1 millisecond',
            f.payload, f.content_type, f.request_headers, f.payload IS NOT NULL
     FROM found f
@@ -97,7 +97,7 @@ claimed AS (
             "
     RETURNING e.provider, e.event_key, true AS won, e.status, e.attempts, e.last_path,
               e.fingerprint, 0::bigint AS lease_left_ms,
-              e.result_status, e.result_content_type, e.result_body
+              e.result_status, e.result_content_type, e.result_body, e.mode
 )",
             $others,
             "
@@ -105,7 +105,7 @@ SELECT * FROM claimed
 UNION ALL
 SELECT f.provider, f.event_key, false, f.status, f.attempts, f.last_path, f.row_fingerprint,
        GREATEST(0, extract(epoch FROM f.locked_until - now()) * 1000)::bigint,
-       f.result_status, f.result_content_type, f.result_body
+       f.result_status, f.result_content_type, f.result_body, f.mode
 FROM found f
 -- Keys with a row; won keys are not reported (NOT IN: the keys are never NULL).
 WHERE f.status IS NOT NULL
@@ -169,26 +169,32 @@ others AS (",
 }
 
 /// The rows [`pg_others!`] wrote, as rows of a batch's answer with NULL in every column
-/// but the key.
+/// but the key (`$nulls`: one for each of the answer's other columns).
 macro_rules! pg_others_report {
-    () => {
-        "
+    ($nulls:literal) => {
+        concat!(
+            "
 UNION ALL
-SELECT provider, event_key, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL FROM others"
+SELECT provider, event_key, ",
+            $nulls,
+            " FROM others"
+        )
     };
 }
 
-/// [`CLAIM_BATCH`] for calls with other routes: the other routes' rows of the keys it won
-/// are written by the same statement (`$8`…`$16`: scope, key, the answering route's scope,
+/// [`CLAIM_BATCH`] for calls with other routes: the other routes' rows of the keys whose
+/// row it inserted (a won claim of attempt 1: the event's first accepted delivery; a won
+/// retry or retake writes none, so a redelivery never changes which routes an event has)
+/// are written by the same statement (`$9`…`$17`: scope, key, the main route's scope,
 /// fingerprint, payload, content type, headers, start lease in ms, keep payload), so an
 /// event's routes commit together with no transaction around them.
 pub(super) const CLAIM_ROUTED: &str = pg_claim_batch!(
     pg_others!(
-        "claimed",
-        "$8::text[], $9::text[], $10::text[], $11::text[], $12::bytea[], $13::text[],
-                         $14::text[], $15::int8[], $16::bool[]"
+        "claimed WHERE attempts = 1",
+        "$9::text[], $10::text[], $11::text[], $12::text[], $13::bytea[], $14::text[],
+                         $15::text[], $16::int8[], $17::bool[]"
     ),
-    pg_others_report!()
+    pg_others_report!("NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL")
 );
 
 /// The enqueue batch, with `$others` and `$report` as in [`pg_claim_batch!`]: see
@@ -249,7 +255,7 @@ pub(super) const ENQUEUE_ROUTED: &str = pg_enqueue_batch!(
         "$9::text[], $10::text[], $11::text[], $12::text[], $13::bytea[], $14::text[],
                          $15::text[], $16::int8[], $17::bool[]"
     ),
-    pg_others_report!()
+    pg_others_report!("NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL")
 );
 
 /// Completions for many attempts: the single-row `COMPLETE`, fenced per row.

@@ -283,6 +283,7 @@ impl Inner {
                         &payload,
                         &content_type,
                         &headers,
+                        &call.first.as_str(),
                     ],
                 )
                 .await

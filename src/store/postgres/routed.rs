@@ -15,7 +15,7 @@ use tokio_postgres::Row;
 
 use super::batch_sql::{CLAIM_BATCH, CLAIM_ROUTED, ENQUEUE_BATCH, ENQUEUE_ROUTED};
 use super::rows::{claim_result, db_error, existing, get};
-use crate::claim::ClaimResult;
+use crate::claim::{ClaimResult, Path};
 use crate::key::EventId;
 use crate::store::{millis, Enqueued, Kept, QueueRow, Routed, StoreError};
 
@@ -26,7 +26,9 @@ pub(crate) struct ClaimCall {
     pub(crate) lease_ms: i64,
     /// The payload to write with a new row (its provider keeps payloads always).
     pub(crate) keep: Option<Kept>,
-    /// The event's rows for its other routes, written with a won claim.
+    /// The path a new row is claimed under: `first_run`, or `filtered`.
+    pub(crate) first: Path,
+    /// The event's rows for its other routes, written with a claim that writes its row.
     pub(crate) others: Vec<QueueRow>,
 }
 
@@ -55,7 +57,7 @@ pub(super) fn coded(e: tokio_postgres::Error) -> BatchError {
 pub(super) type Report<T> = HashMap<(Arc<str>, Arc<str>), Result<T, StoreError>>;
 
 /// The claims of `calls` in one statement: each key won, or reported as it stands, with
-/// the other routes' rows of the keys it won.
+/// the other routes' rows of the keys whose row it inserted.
 pub(super) async fn claim_rows(
     client: &Client,
     calls: &[&ClaimCall],
@@ -80,6 +82,7 @@ pub(super) async fn claim_rows(
         .collect();
     let content_types = kept(|k| k.content_type.as_deref());
     let headers = kept(|k| k.headers.as_deref());
+    let firsts: Vec<&str> = calls.iter().map(|c| c.first.as_str()).collect();
     let mut params: Vec<&(dyn ToSql + Sync)> = vec![
         &providers,
         &keys,
@@ -88,6 +91,7 @@ pub(super) async fn claim_rows(
         &payloads,
         &content_types,
         &headers,
+        &firsts,
     ];
     params.extend(others.params());
     let rows = client.query(&stmt, &params).await.map_err(coded)?;
@@ -214,7 +218,7 @@ impl<'a> QueueArrays<'a> {
 }
 
 /// The other routes' rows of a statement's calls: the nine arrays of `pg_others!` (the
-/// queue arrays, with the answering route's scope after the key).
+/// queue arrays, with the main route's scope after the key).
 struct Others<'a> {
     rows: QueueArrays<'a>,
     owners: Vec<&'a str>,

@@ -23,6 +23,7 @@ pub(crate) fn claim_result(row: &Row) -> Result<ClaimResult, StoreError> {
 /// The row as a claim or an enqueue that did not win reports it.
 pub(crate) fn row_state(row: &Row) -> Result<RowState, StoreError> {
     Ok(RowState {
+        mode: parse_mode(&get::<String>(row, "mode")?)?,
         status: parse_status(&get::<String>(row, "status")?)?,
         attempts: get(row, "attempts")?,
         fingerprint: get(row, "fingerprint")?,
@@ -35,7 +36,7 @@ pub(crate) fn row_state(row: &Row) -> Result<RowState, StoreError> {
 /// [`Enqueued::SyncRow`]).
 pub(crate) fn existing(row: &Row) -> Result<Enqueued, StoreError> {
     let state = row_state(row)?;
-    Ok(match parse_mode(&get::<String>(row, "mode")?)? {
+    Ok(match state.mode {
         Mode::Sync => Enqueued::SyncRow(state),
         Mode::Queue => Enqueued::Existing(state),
     })

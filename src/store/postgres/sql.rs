@@ -12,7 +12,10 @@
 /// The claim's state rules in Postgres, shared by the single-row and the batched claim
 /// (`e` is the existing row): a sync row that is `failed`, or `in_progress` with its lease
 /// run out by the database's clock, is taken over — set back to `in_progress` with
-/// attempts + 1 — when its fingerprint matches; `done` and `dead` never match. A queue row
+/// attempts + 1 — when its fingerprint matches; `done` and `dead` never match. A row
+/// claimed `filtered` (the main route's filter refused the event's first delivery) keeps
+/// that path when it is retaken: the row, not the redelivery's headers, says what the
+/// attempt does. A queue row
 /// is never claimed, whatever the provider's mode is now: a row keeps the mode it was
 /// accepted in, and only a queue attempt (renewed, its outcome written however long the
 /// store takes) may deliver it; the sender's redelivery is answered from the row. The
@@ -22,8 +25,9 @@ macro_rules! pg_claim_conflict {
         "ON CONFLICT (provider, event_key, slot) DO UPDATE
     SET status = 'in_progress',
         attempts = e.attempts + 1,
-        last_path = CASE e.status WHEN 'failed' THEN 'retry_after_failure'
-                                  ELSE 'lease_retake' END,
+        last_path = CASE WHEN e.last_path = 'filtered' THEN 'filtered'
+                         WHEN e.status = 'failed' THEN 'retry_after_failure'
+                         ELSE 'lease_retake' END,
         locked_until = EXCLUDED.locked_until,
         updated_at = now()
     WHERE e.mode = 'sync'
@@ -55,7 +59,8 @@ macro_rules! pg_slot_of {
 pub(crate) use pg_slot_of;
 
 /// Claim, in one statement: insert the key, or take over a `failed` row or an expired
-/// lease; otherwise report the row as it stands.
+/// lease; otherwise report the row as it stands. A new row is claimed under the path `$8`:
+/// `first_run`, or `filtered` (see [`pg_claim_conflict!`]).
 ///
 /// `found` is the key's row as the statement's snapshot sees it, found by probing the
 /// slots' key indexes in turn up to the slot that holds it. A key whose row is `done` or
@@ -78,7 +83,7 @@ pub(crate) const CLAIM: &str = concat!(
     "
 WITH found AS (
     SELECT w.slot, w.status, w.attempts, w.last_path, w.fingerprint, w.locked_until,
-           w.result_status, w.result_content_type, w.result_body
+           w.result_status, w.result_content_type, w.result_body, w.mode
     FROM webhook_events w
     WHERE w.provider = $1 AND w.event_key = $2
     LIMIT 1
@@ -89,7 +94,7 @@ claimed AS (
          payload, content_type, request_headers, keep_payload)
     SELECT $1::text, $2::text,
            COALESCE(s.slot, (SELECT c.slot FROM hookgate_slots c WHERE c.state = 'current')),
-           'in_progress', 1, 'first_run', $3::text,
+           'in_progress', 1, $8::text, $3::text,
            now() + $4::bigint * interval '1 millisecond',
            $5::bytea, $6::text, $7::text, $5::bytea IS NOT NULL
     FROM (SELECT) one
@@ -100,13 +105,13 @@ claimed AS (
     "
     RETURNING true AS won, e.status, e.attempts, e.last_path, e.fingerprint,
               0::bigint AS lease_left_ms,
-              e.result_status, e.result_content_type, e.result_body
+              e.result_status, e.result_content_type, e.result_body, e.mode
 )
 SELECT * FROM claimed
 UNION ALL
 SELECT false, status, attempts, last_path, fingerprint,
        GREATEST(0, extract(epoch FROM locked_until - now()) * 1000)::bigint,
-       result_status, result_content_type, result_body
+       result_status, result_content_type, result_body, mode
 FROM found
 WHERE NOT EXISTS (SELECT 1 FROM claimed)"
 );

@@ -29,7 +29,7 @@ use super::queue;
 use super::rows::{db_error, get, parse_mode, record};
 use super::search;
 use super::sql::{FAIL, LOOKUP, REPLAY};
-use crate::claim::{ClaimResult, Status, StoredResult};
+use crate::claim::{ClaimResult, Path, Status, StoredResult};
 use crate::config::StoreConfig;
 use crate::key::EventId;
 use crate::store::batcher::Batcher;
@@ -211,6 +211,7 @@ impl Store for PgStore {
         fingerprint: Option<&'a str>,
         lease: Duration,
         keep: Option<&'a Kept>,
+        first: Path,
         others: &'a [QueueRow],
     ) -> StoreFuture<'a, Routed<ClaimResult>> {
         Box::pin(self.guarded_batch(self.claims.call(ClaimCall {
@@ -218,6 +219,7 @@ impl Store for PgStore {
             fingerprint: fingerprint.map(str::to_owned),
             lease_ms: millis(lease),
             keep: keep.cloned(),
+            first,
             others: others.to_vec(),
         })))
     }

@@ -187,7 +187,10 @@ pub(crate) fn enqueue(conn: &Connection, item: &QueueRow) -> Result<Enqueued, St
         })
         .map_err(sql_error)?;
     let (status, attempts, fingerprint, lease_ms, result_status, content_type, body, mode) = row;
+    let mode =
+        Mode::parse(&mode).ok_or_else(|| StoreError::Corrupt(format!("mode {mode:?}").into()))?;
     let state = RowState {
+        mode,
         status: crate::claim::Status::parse(&status)
             .ok_or_else(|| StoreError::Corrupt(format!("status {status:?}").into()))?,
         attempts,
@@ -199,8 +202,6 @@ pub(crate) fn enqueue(conn: &Connection, item: &QueueRow) -> Result<Enqueued, St
             body: body.unwrap_or_default(),
         }),
     };
-    let mode =
-        Mode::parse(&mode).ok_or_else(|| StoreError::Corrupt(format!("mode {mode:?}").into()))?;
     Ok(match mode {
         Mode::Sync => Enqueued::SyncRow(state),
         Mode::Queue => Enqueued::Existing(state),

@@ -18,21 +18,23 @@ pub(super) const MIGRATIONS: &[(i32, &str)] = &[
 ];
 
 /// Claim: insert the key, or take over a sync row that is `failed` or has an expired lease
-/// (never a queue row: see Postgres's `pg_claim_conflict`), in one upsert; `RETURNING`
-/// yields a row only when the claim was won. Runs under the transaction's write
+/// (never a queue row: see Postgres's `pg_claim_conflict`), in one upsert; a new row is
+/// claimed under the path `?8` (`first_run` or `filtered`, which a retake keeps);
+/// `RETURNING` yields a row only when the claim was won. Runs under the transaction's write
 /// lock, so the report that follows a lost claim reads the row as this upsert left it.
 pub(super) const CLAIM: &str = "
 INSERT INTO webhook_events
     (provider, event_key, status, attempts, last_path, fingerprint, locked_until,
      created_at, updated_at, payload, content_type, request_headers, keep_payload)
-VALUES (?1, ?2, 'in_progress', 1, 'first_run', ?3,
+VALUES (?1, ?2, 'in_progress', 1, ?8, ?3,
         unixepoch('subsec') + ?4 / 1000.0, unixepoch('subsec'), unixepoch('subsec'),
         ?5, ?6, ?7, ?5 IS NOT NULL)
 ON CONFLICT (provider, event_key) DO UPDATE
 SET status = 'in_progress',
     attempts = webhook_events.attempts + 1,
-    last_path = CASE webhook_events.status WHEN 'failed' THEN 'retry_after_failure'
-                                           ELSE 'lease_retake' END,
+    last_path = CASE WHEN webhook_events.last_path = 'filtered' THEN 'filtered'
+                     WHEN webhook_events.status = 'failed' THEN 'retry_after_failure'
+                     ELSE 'lease_retake' END,
     locked_until = excluded.locked_until,
     updated_at = excluded.updated_at
 WHERE webhook_events.mode = 'sync'

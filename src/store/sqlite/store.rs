@@ -164,6 +164,7 @@ impl Store for SqliteStore {
         fingerprint: Option<&'a str>,
         lease: Duration,
         keep: Option<&'a Kept>,
+        first: ClaimPath,
         others: &'a [QueueRow],
     ) -> StoreFuture<'a, Routed<ClaimResult>> {
         let (provider, key) = (id.provider.clone(), id.key.clone());
@@ -183,7 +184,8 @@ impl Store for SqliteStore {
                             millis(lease),
                             keep.map(|k| &k.payload[..]),
                             keep.and_then(|k| k.content_type.as_deref()),
-                            keep.and_then(|k| k.headers.as_deref())
+                            keep.and_then(|k| k.headers.as_deref()),
+                            first.as_str()
                         ],
                         |r| Ok((r.get::<_, i32>(0)?, r.get::<_, String>(1)?)),
                     )
@@ -194,8 +196,14 @@ impl Store for SqliteStore {
                 let path = ClaimPath::parse(&path)
                     .ok_or_else(|| StoreError::Corrupt(format!("last_path {path:?}").into()))?;
                 // The job runs in its own savepoint: the other routes' rows commit with
-                // the claim or not at all.
-                let written = write_others(conn, &others)?;
+                // the claim or not at all. Only the claim that wrote the row (attempt 1,
+                // the event's first accepted delivery) writes them: a redelivery never
+                // changes which routes an event has.
+                let written = if attempts == 1 {
+                    write_others(conn, &others)?
+                } else {
+                    vec![false; others.len()]
+                };
                 return Ok(Routed {
                     answer: ClaimResult::Won { attempts, path },
                     written,
@@ -207,6 +215,9 @@ impl Store for SqliteStore {
                 .map_err(sql_error)??;
             Ok(Routed {
                 answer: ClaimResult::Existing(RowState {
+                    mode: Mode::parse(&record.mode).ok_or_else(|| {
+                        StoreError::Corrupt(format!("mode {:?}", record.mode).into())
+                    })?,
                     status: record.status,
                     attempts: record.attempts,
                     fingerprint: record.fingerprint,

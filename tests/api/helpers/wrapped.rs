@@ -8,7 +8,7 @@ use std::ops::Deref;
 use std::sync::Arc;
 use std::time::Duration;
 
-use hookgate::claim::{ClaimResult, Status, StoredResult};
+use hookgate::claim::{ClaimResult, Path, Status, StoredResult};
 use hookgate::key::EventId;
 use hookgate::store::{
     Enqueued, EventRecord, EventSummary, Failure, Fenced, History, Kept, MigrationWait, PageCursor,
@@ -113,11 +113,12 @@ impl<H: Hooks> Store for Wrapped<H> {
         fingerprint: Option<&'a str>,
         lease: Duration,
         keep: Option<&'a Kept>,
+        first: Path,
         others: &'a [QueueRow],
     ) -> StoreFuture<'a, Routed<ClaimResult>> {
         let run = move || {
             self.inner
-                .claim_routed(id, fingerprint, lease, keep, others)
+                .claim_routed(id, fingerprint, lease, keep, first, others)
         };
         self.hooked(Op::Claim, Some(id), None, run, |r| match &r.answer {
             ClaimResult::Won { attempts, path } => {

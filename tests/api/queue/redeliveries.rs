@@ -279,9 +279,10 @@ async fn a_sync_rows_redelivery_reaches_a_queue_target_slower_than_the_lease(bac
 }
 
 /// A row keeps the mode it was accepted in: after its provider left queue mode, a sender's
-/// redelivery of a failed queue row is answered 409 from the row, not claimed and run as a
-/// sync attempt (which would neither renew its lease nor write its outcome past it); the
-/// node's scheduler delivers it as a queue attempt, and the next redelivery is a duplicate.
+/// redelivery of a failed queue row is answered 202 `duplicate_queued` from the row (hookgate
+/// delivers it), not claimed and run as a sync attempt (which would neither renew its lease
+/// nor write its outcome past it); the node's scheduler delivers it as a queue attempt, and
+/// the next redelivery is a duplicate.
 async fn a_sync_redelivery_leaves_a_queue_row_to_the_scheduler(backend: Backend) {
     let app = failed_queue_row_on_a_drained_node(backend, "evt_qs").await;
     let node = app
@@ -293,7 +294,7 @@ async fn a_sync_redelivery_leaves_a_queue_row_to_the_scheduler(backend: Backend)
     let again = node.deliver("evt_qs", "{}").await;
     assert_eq!(
         (again.status, again.path.as_str()),
-        (409, "in_progress_elsewhere")
+        (202, "duplicate_queued")
     );
     assert_eq!(app.target.count(&idem), 1, "only the first, failed attempt");
     app.db.make_due(PROVIDER, "evt_qs").await;

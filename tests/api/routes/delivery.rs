@@ -1,7 +1,7 @@
 //! Each route gets each event once: under parallel redeliveries in sync and queue mode, with
 //! one route failing (retried alone, the others not called again), with the answering
-//! route failing (the sender's redelivery retries only it), and with filters choosing which
-//! routes get an event and which one answers.
+//! (main) route failing (the sender's redelivery retries only it), and with filters choosing
+//! which routes get an event.
 
 use futures_util::future::join_all;
 use hookgate::claim::Mode;
@@ -137,10 +137,12 @@ async fn a_queue_provider_queues_every_route_before_its_202(backend: Backend) {
     assert_eq!(count(&routes.crm, "evt_rq"), 1);
 }
 
-/// The main route's filter does not take an event that another route does: that route
-/// answers the sender (its claim, its target's answer), and the main route has no row. An
-/// event no route takes is `filtered`, on the main route's row.
-async fn filters_choose_the_routes_and_the_first_answers(backend: Backend) {
+/// The main route's filter does not take an event that another route does: the main
+/// route's row records the event (`filtered`, done at once, nothing delivered to it) and
+/// answers the sender 202 — crm's row was written with that claim and hookgate delivers
+/// it; a redelivery is a duplicate of the record. An event no route takes is `filtered`
+/// too, answered 200.
+async fn filters_choose_the_routes_and_the_main_route_records_the_event(backend: Backend) {
     let routes = Routes::start().await;
     let app = spawn_app_on(backend, |c| {
         routes.add(c);
@@ -152,17 +154,22 @@ async fn filters_choose_the_routes_and_the_first_answers(backend: Backend) {
         .deliver("evt_fi", &event("evt_fi", "invoice.paid"))
         .await;
     assert_eq!(
-        (invoice.status, invoice.path.as_str()),
-        (201, "first_run"),
-        "crm answers: {invoice:?}"
+        (invoice.status, invoice.path.as_str(), invoice.body.as_str()),
+        (202, "filtered", r#"{"status":"queued"}"#),
+        "crm has it, hookgate delivers it: {invoice:?}"
     );
+    wait_row(&app, CRM, "evt_fi", "done").await;
     assert_eq!(count(&routes.crm, "evt_fi"), 1);
-    assert_eq!(app.db.status(PROVIDER, "evt_fi").await, None);
+    assert_eq!(
+        app.db.status(PROVIDER, "evt_fi").await.as_deref(),
+        Some("done"),
+        "the main route's row is the event's record"
+    );
     assert_eq!(app.db.status(ANALYTICS, "evt_fi").await, None);
     let again = app
         .deliver("evt_fi", &event("evt_fi", "invoice.paid"))
         .await;
-    assert_eq!((again.status, again.path.as_str()), (201, "duplicate_done"));
+    assert_eq!((again.status, again.path.as_str()), (202, "duplicate_done"));
 
     let nobody = app.deliver("evt_fn", &event("evt_fn", "payout.paid")).await;
     assert_eq!(
@@ -213,5 +220,5 @@ on_both_stores!(
     a_failing_route_is_retried_alone,
     a_redelivery_retries_only_the_answering_route,
     a_queue_provider_queues_every_route_before_its_202,
-    filters_choose_the_routes_and_the_first_answers,
+    filters_choose_the_routes_and_the_main_route_records_the_event,
 );

@@ -6,12 +6,15 @@
 //! * `changes.rs` — routes added and removed under existing rows; their config rules.
 //! * `console.rs` — the console shows an event's routes, in a real browser.
 //! * `operators.rs` — an event shows its routes; search, pauses and replays take a route.
+//! * `redeliveries.rs` — a redelivery whose headers or body would pick other routes changes
+//!   none of the event's routes.
 //! * `resilience.rs` — a node killed mid-delivery of a route, a route slower than the lease.
 
 mod changes;
 mod console;
 mod delivery;
 mod operators;
+mod redeliveries;
 mod resilience;
 
 use hookgate::config::{Config, TargetConfig};

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::future::join_all;
-use hookgate::claim::{ClaimResult, Status, StoredResult};
+use hookgate::claim::{ClaimResult, Path, Status, StoredResult};
 use hookgate::config::StoreConfig;
 use hookgate::key::EventId;
 use hookgate::store::operator::SearchFilter;
@@ -49,7 +49,7 @@ async fn claim_and_complete(store: &Arc<dyn Store>, keys: std::ops::Range<u32>, 
                 .into_iter()
                 .collect();
             let claimed = store
-                .claim_routed(&id, Some("fp"), lease, None, &others)
+                .claim_routed(&id, Some("fp"), lease, None, Path::FirstRun, &others)
                 .await
                 .map(|routed| routed.answer);
             if let Ok(ClaimResult::Won { attempts, .. }) = claimed {

@@ -7,7 +7,7 @@
 use std::sync::Arc;
 
 use futures_util::future::join_all;
-use hookgate::claim::{ClaimResult, Status};
+use hookgate::claim::{ClaimResult, Path, Status};
 use hookgate::key::EventId;
 use hookgate::store::{Enqueued, QueueRow, Routed, Store};
 
@@ -38,7 +38,14 @@ async fn claim_routed(store: &dyn Store, key: &str) -> ClaimResult {
 
 async fn routed_claim(store: &dyn Store, key: &str) -> Routed<ClaimResult> {
     store
-        .claim_routed(&super::id(key), Some("fp"), LEASE, None, &others(key))
+        .claim_routed(
+            &super::id(key),
+            Some("fp"),
+            LEASE,
+            None,
+            Path::FirstRun,
+            &others(key),
+        )
         .await
         .expect("claim")
 }
@@ -96,7 +103,14 @@ async fn a_won_claim_writes_the_other_routes_rows_and_nothing_else_does(store: A
     let mut started = others("r5");
     started[0].start = Some(LEASE);
     let claimed = store
-        .claim_routed(&super::id("r5"), Some("fp"), LEASE, None, &started)
+        .claim_routed(
+            &super::id("r5"),
+            Some("fp"),
+            LEASE,
+            None,
+            Path::FirstRun,
+            &started,
+        )
         .await
         .unwrap();
     assert_eq!(claimed.written, vec![true, true]);
@@ -185,8 +199,8 @@ async fn an_other_row_two_claims_carry_is_written_for_one(store: Arc<dyn Store>)
         }];
         let (main_id, a_id) = (super::id(&key), EventId::new("p.a", key.as_str()));
         let (main, a) = futures_util::join!(
-            store.claim_routed(&main_id, Some("fp"), LEASE, None, &b),
-            store.claim_routed(&a_id, Some("fp"), LEASE, None, &b),
+            store.claim_routed(&main_id, Some("fp"), LEASE, None, Path::FirstRun, &b),
+            store.claim_routed(&a_id, Some("fp"), LEASE, None, Path::FirstRun, &b),
         );
         let (main, a) = (main.unwrap(), a.unwrap());
         assert!(
@@ -219,7 +233,14 @@ async fn a_claim_whose_other_routes_rows_fail_is_not_committed() {
         ..queued("ra")
     }];
     let claimed = store
-        .claim_routed(&super::id("ra"), Some("fp"), LEASE, None, &bad)
+        .claim_routed(
+            &super::id("ra"),
+            Some("fp"),
+            LEASE,
+            None,
+            Path::FirstRun,
+            &bad,
+        )
         .await;
     assert!(claimed.is_err(), "{claimed:?}");
     assert_eq!(

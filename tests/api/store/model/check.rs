@@ -75,7 +75,11 @@ async fn run(store: &dyn Store, model: &Model, op: &Op) -> Result<Answer, String
     let e = |e: hookgate::store::StoreError| e.to_string();
     Ok(match *op {
         Op::Claim {
-            key, fp, routed, ..
+            key,
+            fp,
+            routed,
+            filtered,
+            ..
         } => {
             let fp = fp.map(String::from);
             let others = if routed {
@@ -83,12 +87,17 @@ async fn run(store: &dyn Store, model: &Model, op: &Op) -> Result<Answer, String
             } else {
                 Vec::new()
             };
+            let first = if filtered {
+                Path::Filtered
+            } else {
+                Path::FirstRun
+            };
             let routed = store
-                .claim_routed(&id(key), fp.as_deref(), lease, None, &others)
+                .claim_routed(&id(key), fp.as_deref(), lease, None, first, &others)
                 .await
                 .map_err(e)?;
-            let won = matches!(routed.answer, ClaimResult::Won { .. });
-            route_row_written(model, key, &others, won, &routed.written)?;
+            let wrote = matches!(routed.answer, ClaimResult::Won { attempts: 1, .. });
+            route_row_written(model, key, &others, wrote, &routed.written)?;
             match routed.answer {
                 ClaimResult::Won { attempts, path } => Answer::Won(attempts, path),
                 ClaimResult::Existing(row) => {

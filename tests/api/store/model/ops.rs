@@ -24,12 +24,14 @@ pub(super) enum FailKind {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) enum Op {
     /// `routed`: the event has one other route, whose row (the key's row in [`ROUTE`](
-    /// super::ROUTE)) a won claim writes too.
+    /// super::ROUTE)) a claim that writes the key's row writes too. `filtered`: the main
+    /// route's filter refused the delivery — a new row is claimed `filtered`.
     Claim {
         key: usize,
         fp: Option<char>,
         holder: usize,
         routed: bool,
+        filtered: bool,
     },
     /// With a holder: written already taken for its first attempt, held by it. `routed`:
     /// a new row writes the key's row in the other route too.
@@ -92,7 +94,11 @@ impl fmt::Display for Op {
                 fp: p,
                 holder,
                 routed: r,
-            } => write!(f, "claim k{key} {} h{holder}{}", fp(p), routed(r)),
+                filtered,
+            } => {
+                let filtered = if *filtered { " +f" } else { "" };
+                write!(f, "claim k{key} {} h{holder}{filtered}{}", fp(p), routed(r))
+            }
             Op::Enqueue {
                 key,
                 fp: p,
@@ -134,6 +140,10 @@ impl FromStr for Op {
         if routed {
             words.pop();
         }
+        let filtered = words.last() == Some(&"+f");
+        if filtered {
+            words.pop();
+        }
         let index = |w: &str, prefix: char| -> Result<usize, String> {
             w.strip_prefix(prefix)
                 .and_then(|n| n.parse().ok())
@@ -149,6 +159,7 @@ impl FromStr for Op {
                 fp: fp(p),
                 holder: index(h, 'h')?,
                 routed,
+                filtered,
             },
             ["enqueue", k, p] => Op::Enqueue {
                 key: index(k, 'k')?,
@@ -250,6 +261,7 @@ pub(super) fn generate(rng: &mut fastrand::Rng, steps: usize) -> Vec<Op> {
                 fp: fp(rng),
                 holder,
                 routed,
+                filtered: rng.u8(..10) < 2,
             },
             14..=23 => Op::Enqueue {
                 key,

@@ -24,6 +24,9 @@ pub(super) struct Row {
     pub(super) lease_end: Option<i64>,
     pub(super) next_at: Option<i64>,
     pub(super) updated: i64,
+    /// The row's path is `filtered` (claimed so, and not reopened since): a retake of it is
+    /// filtered again.
+    pub(super) filtered: bool,
 }
 
 impl Row {
@@ -88,9 +91,10 @@ pub(super) enum Answer {
 }
 
 impl Model {
-    /// Applies `op` and says what the store must answer. A routed claim that is won, or
-    /// a routed enqueue that writes its row, writes the key's row in the other route too
-    /// (queued, due now) unless it exists.
+    /// Applies `op` and says what the store must answer. A routed claim that writes the
+    /// key's row (won at attempt 1), or a routed enqueue that writes its row, writes the
+    /// key's row in the other route too (queued, due now) unless it exists; a won retry or
+    /// retake writes none.
     pub(super) fn apply(&mut self, op: &Op) -> Answer {
         let answer = self.apply_one(op);
         let routed = match *op {
@@ -99,7 +103,7 @@ impl Model {
                 fp,
                 routed: true,
                 ..
-            } if matches!(answer, Answer::Won(..)) => Some((key, fp)),
+            } if matches!(answer, Answer::Won(1, _)) => Some((key, fp)),
             Op::Enqueue {
                 key,
                 fp,
@@ -122,6 +126,7 @@ impl Model {
                 lease_end: None,
                 next_at: Some(now),
                 updated: now,
+                filtered: false,
             });
         }
         answer
@@ -131,7 +136,11 @@ impl Model {
         let now = self.now;
         match *op {
             Op::Claim {
-                key, fp, holder, ..
+                key,
+                fp,
+                holder,
+                filtered,
+                ..
             } => match self.rows.get_mut(&key) {
                 None => {
                     self.rows.insert(
@@ -148,10 +157,16 @@ impl Model {
                             lease_end: Some(now + LEASE),
                             next_at: None,
                             updated: now,
+                            filtered,
                         },
                     );
                     self.holders[holder] = Some((key, 1));
-                    Answer::Won(1, Path::FirstRun)
+                    let path = if filtered {
+                        Path::Filtered
+                    } else {
+                        Path::FirstRun
+                    };
+                    Answer::Won(1, path)
                 }
                 Some(row) => {
                     let same = matches!((row.fingerprint, fp), (Some(a), Some(b)) if a == b)
@@ -159,7 +174,11 @@ impl Model {
                         || fp.is_none();
                     // A queue row is never claimed: it keeps the mode it was accepted in.
                     if row.mode == Mode::Sync && row.takeable(now) && same {
-                        let path = row.path_of_take();
+                        let path = if row.filtered {
+                            Path::Filtered
+                        } else {
+                            row.path_of_take()
+                        };
                         row.attempts += 1;
                         row.status = Status::InProgress;
                         row.lease_end = Some(now + LEASE);
@@ -196,6 +215,7 @@ impl Model {
                             lease_end: started.then_some(now + LEASE),
                             next_at: Some(if started { now + LEASE } else { now }),
                             updated: now,
+                            filtered: false,
                         },
                     );
                     if let Some(holder) = start {
@@ -317,6 +337,7 @@ impl Model {
                 row.lease_end = Some(now + LEASE);
                 row.next_at = Some(now + LEASE);
                 row.updated = now;
+                row.filtered = false;
                 self.holders[holder] = Some((key, row.attempts));
                 Answer::Taken(Some((row.attempts, Path::Replay, 0)))
             }
@@ -396,6 +417,7 @@ impl Held<'_> {
 fn sender_path(row: &Row, fp: Option<char>) -> Path {
     let state = hookgate::claim::RowState {
         status: row.status,
+        mode: row.mode,
         attempts: row.attempts,
         fingerprint: row.fingerprint.map(String::from),
         lease_left: Duration::ZERO,
