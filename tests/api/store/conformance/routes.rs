@@ -216,8 +216,52 @@ async fn an_other_row_two_claims_carry_is_written_for_one(store: Arc<dyn Store>)
     }
 }
 
+/// A redelivery never changes an event's routes: a won retry of a row written without
+/// other routes (its first delivery picked none) writes none, whatever this call carries;
+/// and a row claimed `filtered` is won `filtered` again when its lease is retaken (the row,
+/// not the redelivery, says what the attempt does), while a failed row is won as a retry.
+async fn a_won_retry_or_retake_writes_no_route_row_and_keeps_a_filtered_claim(
+    store: Arc<dyn Store>,
+) {
+    assert!(won(&claim(&*store, "rr", LEASE).await).is_some());
+    store
+        .fail(&super::id("rr"), 1, &crate::helpers::failure(None))
+        .await
+        .unwrap();
+    let retried = routed_claim(&*store, "rr").await;
+    assert_eq!(
+        won(&retried.answer),
+        Some((2, Path::RetryAfterFailure)),
+        "{retried:?}"
+    );
+    assert_eq!(retried.written, vec![false, false]);
+    assert_eq!(status(&*store, "p.a", "rr").await, None);
+    assert_eq!(status(&*store, "p.b", "rr").await, None);
+
+    let filtered = store
+        .claim_routed(
+            &super::id("rf"),
+            Some("fp"),
+            super::EXPIRED,
+            None,
+            Path::Filtered,
+            &[],
+        )
+        .await
+        .unwrap();
+    assert_eq!(won(&filtered.answer), Some((1, Path::Filtered)));
+    let retaken = routed_claim(&*store, "rf").await;
+    assert_eq!(
+        won(&retaken.answer),
+        Some((2, Path::Filtered)),
+        "{retaken:?}"
+    );
+    assert_eq!(retaken.written, vec![false, false]);
+}
+
 conformance!(
     a_won_claim_writes_the_other_routes_rows_and_nothing_else_does,
+    a_won_retry_or_retake_writes_no_route_row_and_keeps_a_filtered_claim,
     parallel_routed_claims_write_each_routes_row_once,
     an_other_row_two_claims_carry_is_written_for_one,
 );
