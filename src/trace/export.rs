@@ -11,7 +11,7 @@ use std::time::Duration;
 use actix_web::http::header::{HeaderName, HeaderValue};
 use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, InstrumentationScope, KeyValue};
 use opentelemetry_proto::tonic::resource::v1::Resource;
-use opentelemetry_proto::tonic::trace::v1::{span, status};
+use opentelemetry_proto::tonic::trace::v1::{span, status, SpanFlags};
 use prost::encoding::{encode_key, encode_varint, encoded_len_varint, WireType};
 use prost::Message;
 use slog::{info, warn, Logger};
@@ -93,6 +93,7 @@ pub fn start(
         "endpoint" => shown, "sampling_ratio" => config.sampling_ratio);
     Ok(Arc::new(Tracer::new(
         config.sampling_ratio,
+        config.trust_incoming,
         queue,
         (full, config.batch_size.max(1)),
         flushes,
@@ -285,6 +286,22 @@ fn span(record: &SpanRecord, out: &mut Vec<u8>) {
     for (key, value) in &record.attributes {
         key_value(9, key, value, out);
     }
+    if let Some(to) = &record.link {
+        // Link { trace_id = 1, span_id = 2, trace_state = 3, flags = 6 (fixed32): the
+        // linked context's sampled flag, and that it came from another process }.
+        let mut link = Vec::with_capacity(48);
+        delimited(1, &to.trace_id, &mut link);
+        delimited(2, &to.span_id, &mut link);
+        if let Some(state) = to.state.as_deref() {
+            delimited(3, state.as_bytes(), &mut link);
+        }
+        let flags = u32::from(to.sampled)
+            | SpanFlags::ContextHasIsRemoteMask as u32
+            | SpanFlags::ContextIsRemoteMask as u32;
+        encode_key(6, WireType::ThirtyTwoBit, &mut link);
+        link.extend_from_slice(&flags.to_le_bytes());
+        delimited(13, &link, out); // Span.links
+    }
     if let Some(message) = &record.error {
         // Status { message = 2, code = 3 (ERROR) }.
         let mut status = Vec::with_capacity(message.len() + 8);
@@ -365,7 +382,14 @@ mod tests {
     fn a_batch_encodes_as_the_collectors_protobuf() {
         let (tx, mut rx) = mpsc::channel(4);
         let (flushes, _) = mpsc::unbounded_channel();
-        let tracer = Tracer::new(1.0, tx, (Arc::default(), 1), flushes, Counter::default());
+        let tracer = Tracer::new(
+            1.0,
+            true,
+            tx,
+            (Arc::default(), 1),
+            flushes,
+            Counter::default(),
+        );
         let mut ctx = TraceContext::root(true);
         ctx.state = Some(Arc::from("vendor=opaque"));
         let parent = crate::trace::new_span_id();
@@ -377,7 +401,13 @@ mod tests {
         attempt.set("server.address", String::from("app.example.com"));
         attempt.fail("the target answered 500");
         attempt.end(&tracer, 2_500);
-        let root = Timed::start("request", Kind::Server, &ctx.child(), None, 900);
+        let mut root = Timed::start("request", Kind::Server, &ctx.child(), None, 900);
+        let sender = TraceContext::parse(
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+            Some("rojo=00f067aa0ba902b7"),
+        )
+        .unwrap();
+        root.link(sender.clone());
         root.end(&tracer, 3_000);
         let records = [rx.try_recv().unwrap(), rx.try_recv().unwrap()];
         let body = encode(&Prefix::new(&resource("hookgate", "node-a")), &records);
@@ -423,8 +453,22 @@ mod tests {
                 ("server.address", text("app.example.com")),
             ]
         );
+        assert!(s.links.is_empty());
         let root = &spans[1];
         assert!(root.parent_span_id.is_empty() && root.status.is_none());
         assert_eq!(root.kind, span::SpanKind::Server as i32);
+        assert_eq!(root.links.len(), 1);
+        let link = &root.links[0];
+        assert_eq!(link.trace_id, sender.trace_id.to_vec());
+        assert_eq!(link.span_id, sender.span_id.to_vec());
+        assert_eq!(link.trace_state, "rojo=00f067aa0ba902b7");
+        assert_eq!(link.flags & SpanFlags::TraceFlagsMask as u32, 1, "sampled");
+        assert_ne!(link.flags & SpanFlags::ContextHasIsRemoteMask as u32, 0);
+        assert_ne!(
+            link.flags & SpanFlags::ContextIsRemoteMask as u32,
+            0,
+            "remote"
+        );
+        assert!(link.attributes.is_empty());
     }
 }

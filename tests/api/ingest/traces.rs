@@ -2,12 +2,13 @@
 //! request, each attempt and its claim, delivery and outcome write, and on to the
 //! application; a queued event's every attempt in the trace of the request that accepted
 //! it; log lines carrying their span's ids; an exporter that hangs or is refused costing
-//! requests nothing. The collector decodes the real OTLP/HTTP protobuf.
+//! requests nothing; a sender's context linked instead when it is not trusted. The
+//! collector decodes the real OTLP/HTTP protobuf.
 
 use std::time::Duration;
 
 use hookgate::config::Config;
-use opentelemetry_proto::tonic::trace::v1::{span::SpanKind, Span};
+use opentelemetry_proto::tonic::trace::v1::{span::SpanKind, Span, SpanFlags};
 
 use hookgate::secret::Secret;
 
@@ -431,6 +432,116 @@ async fn sampling_follows_the_sender_except_for_requests_refused_before_a_claim(
         .iter()
         .filter(|s| attr(s, "hookgate.rejected").is_some());
     assert_eq!(refused.count(), 0, "{spans:#?}");
+}
+
+/// A sender cannot steer the sampling of its refused requests with the trace id it picks:
+/// an id whose last 8 bytes are zero falls below any ratio's bound for ids, yet at one in a
+/// billion none of twenty refused requests carrying it is recorded — while an accepted
+/// request in that trace keeps its sender's decision (so the export did work).
+#[actix_web::test]
+async fn a_senders_chosen_trace_id_does_not_get_its_refused_requests_recorded() {
+    let collector = Collector::start(Answering::Accept).await;
+    let mut app = spawn_app_with(|c| {
+        traced(&collector)(c);
+        c.tracing.sampling_ratio = 1e-9;
+    })
+    .await;
+    let steering = format!("00-deadbeefdeadbeef0000000000000000-{SENDER_SPAN}-01");
+    for i in 0..20 {
+        let key = format!("evt_r{i}");
+        let headers = [
+            ("X-Idempotency-Key", key.as_str()),
+            ("traceparent", steering.as_str()),
+        ];
+        let answer = app.post("/webhooks/nobody", &headers, "{}".into()).await;
+        assert_eq!(answer.status, 404, "{key}");
+    }
+    let headers = [("X-Idempotency-Key", "evt_t10"), ("traceparent", &steering)];
+    let accepted = app
+        .post(&format!("/webhooks/{PROVIDER}"), &headers, "{}".into())
+        .await;
+    assert_eq!(accepted.status, 201);
+    app.shutdown().await;
+    let spans = collector.spans();
+    assert_eq!(named(&spans, "attempt", "evt_t10").len(), 1, "{spans:#?}");
+    let refused = spans
+        .iter()
+        .filter(|s| attr(s, "hookgate.rejected").is_some());
+    assert_eq!(refused.count(), 0, "{spans:#?}");
+}
+
+/// `tracing.trust_incoming = false`: a sender's context is linked, not continued. The
+/// request starts a trace of hookgate's own, its span linked to the sender's (with its
+/// `tracestate`, flagged remote), the attempt its child, and the application receives
+/// hookgate's trace under the delivery span.
+#[actix_web::test]
+async fn an_untrusted_senders_context_is_linked_and_the_application_gets_hookgates_trace() {
+    let collector = Collector::start(Answering::Accept).await;
+    let app = spawn_app_with(|c| {
+        traced(&collector)(c);
+        c.tracing.trust_incoming = false;
+    })
+    .await;
+    let answer = app
+        .post(
+            &format!("/webhooks/{PROVIDER}"),
+            &[
+                ("X-Idempotency-Key", "evt_t11"),
+                ("traceparent", &sender_traceparent()),
+                ("tracestate", "vendor=opaque"),
+            ],
+            "{}".into(),
+        )
+        .await;
+    assert_eq!(answer.status, 201);
+    let request = eventually_request(&collector, "evt_t11").await;
+    let spans = collector.wait_for("attempt", "evt_t11", 1).await;
+    assert_ne!(hex(&request.trace_id), SENDER_TRACE, "{request:#?}");
+    assert!(request.parent_span_id.is_empty(), "a root: {request:#?}");
+    assert_eq!(request.trace_state, "", "nothing continued from outside");
+    assert_eq!(request.links.len(), 1, "{request:#?}");
+    let link = &request.links[0];
+    assert_eq!(
+        (hex(&link.trace_id), hex(&link.span_id)),
+        (SENDER_TRACE.to_owned(), SENDER_SPAN.to_owned())
+    );
+    assert_eq!(link.trace_state, "vendor=opaque");
+    let remote = SpanFlags::ContextHasIsRemoteMask as u32 | SpanFlags::ContextIsRemoteMask as u32;
+    assert_eq!(link.flags, remote | 1, "sampled, remote");
+
+    let attempt = named(&spans, "attempt", "evt_t11")[0];
+    assert_eq!(attempt.trace_id, request.trace_id);
+    assert_eq!(attempt.parent_span_id, request.span_id);
+    let deliver = child(&spans, attempt, "deliver");
+    let received = app.target.traceparents(&TestApp::idem("evt_t11"));
+    assert_eq!(received.len(), 1);
+    let (trace, parent, flags) = parts(&received[0]);
+    assert_eq!(trace, hex(&request.trace_id));
+    assert_eq!((parent, flags.as_str()), (hex(&deliver.span_id), "01"));
+}
+
+/// Untrusted, a sender's `sampled` flag decides nothing: at a ratio of 0 its request is
+/// not recorded, and the application receives hookgate's own trace flagged not sampled,
+/// not the sender's.
+#[actix_web::test]
+async fn an_untrusted_senders_sampled_flag_does_not_decide_what_is_recorded() {
+    let collector = Collector::start(Answering::Accept).await;
+    let mut app = spawn_app_with(|c| {
+        traced(&collector)(c);
+        c.tracing.trust_incoming = false;
+        c.tracing.sampling_ratio = 0.0;
+    })
+    .await;
+    assert_eq!(deliver_in_senders_trace(&app, "evt_t12").await.status, 201);
+    let received = app.target.traceparents(&TestApp::idem("evt_t12"));
+    assert_eq!(received.len(), 1);
+    let (trace, parent, flags) = parts(&received[0]);
+    assert_ne!(trace, SENDER_TRACE);
+    assert_ne!(parent, SENDER_SPAN);
+    assert_eq!(flags, "00");
+    app.shutdown().await;
+    let spans = collector.spans();
+    assert!(spans.is_empty(), "{spans:#?}");
 }
 
 /// A sender that hangs up before its answer (the target is slow): its request's span is
