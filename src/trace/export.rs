@@ -3,12 +3,14 @@
 //! `tracing.flush_interval` — never woken per span — and POSTs each batch to the collector as an OTLP/HTTP protobuf
 //! `ExportTraceServiceRequest`. A collector that hangs or refuses costs this thread only:
 //! the queue fills and the tracer drops (and counts) what does not fit, so no request
-//! ever waits on an export. A failed export is counted and logged, not retried.
+//! ever waits on an export. A failed export, and the spans a collector's partial success
+//! rejected, are counted failed and logged, not retried.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use actix_web::http::header::{HeaderName, HeaderValue};
+use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceResponse;
 use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, InstrumentationScope, KeyValue};
 use opentelemetry_proto::tonic::resource::v1::Resource;
 use opentelemetry_proto::tonic::trace::v1::{span, status, SpanFlags};
@@ -180,25 +182,37 @@ impl Exporter {
         for (name, value) in &self.headers {
             request = request.insert_header((name.clone(), value.clone()));
         }
-        let failure = match request.send_body(body).await {
+        // How many of the batch's spans the collector did not take, and why.
+        let (rejected, failure) = match request.send_body(body).await {
             Ok(mut answer) if answer.status().is_success() => {
-                // The body (an ExportTraceServiceResponse) is read so the connection is
-                // reused; a partial success is not told apart.
-                let _ = answer.body().limit(64 * 1024).await;
-                None
+                // The body (an ExportTraceServiceResponse) is read, so the connection is
+                // reused and a partial success is told apart; a body that does not decode
+                // is no refusal (the status said the export was taken).
+                let answered = answer.body().limit(64 * 1024).await.ok();
+                let partial = answered
+                    .and_then(|b| ExportTraceServiceResponse::decode(b).ok())
+                    .and_then(|r| r.partial_success);
+                match partial {
+                    Some(p) if p.rejected_spans > 0 => {
+                        let rejected = u64::try_from(p.rejected_spans).unwrap_or(n).min(n);
+                        let why: String = p.error_message.chars().take(200).collect();
+                        let error = format!("the collector rejected {rejected} of {n}: {why}");
+                        (rejected, Some(error))
+                    }
+                    _ => (0, None),
+                }
             }
-            Ok(answer) => Some(format!("the collector answered {}", answer.status())),
-            Err(e) => Some(e.to_string()),
+            Ok(answer) => (
+                n,
+                Some(format!("the collector answered {}", answer.status())),
+            ),
+            Err(e) => (n, Some(e.to_string())),
         };
-        match failure {
-            None => {
-                self.counters.exported.inc_by(n);
-            }
-            Some(error) => {
-                self.counters.failed.inc_by(n);
-                warn!(self.log, "tracing.export_failed";
-                    "endpoint" => &self.shown, "spans" => n, "error" => error);
-            }
+        self.counters.exported.inc_by(n - rejected);
+        if let Some(error) = failure {
+            self.counters.failed.inc_by(rejected);
+            warn!(self.log, "tracing.export_failed";
+                "endpoint" => &self.shown, "spans" => rejected, "error" => error);
         }
     }
 }

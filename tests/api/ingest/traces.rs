@@ -362,6 +362,32 @@ async fn a_collector_that_hangs_or_refuses_costs_requests_nothing() {
     }
 }
 
+/// A collector that takes an export in part (200, `partial_success.rejected_spans` > 0):
+/// the spans it rejected are counted failed, not exported.
+#[actix_web::test]
+async fn spans_a_collector_rejects_in_a_partial_success_are_counted_failed() {
+    let collector = Collector::start(Answering::RejectOne).await;
+    let app = spawn_app_with(traced(&collector)).await;
+    assert_eq!(app.deliver("evt_t13", "{}").await.status, 201);
+    // A first run's five spans: the request, the attempt, its claim, delivery and record.
+    eventually("the five spans counted", || async {
+        spans_counted(&app, "exported").await + spans_counted(&app, "failed").await >= 5
+    })
+    .await;
+    let requests = collector.requests() as u64;
+    assert!(requests >= 1);
+    assert_eq!(
+        spans_counted(&app, "failed").await,
+        requests,
+        "one a request"
+    );
+    assert_eq!(
+        spans_counted(&app, "exported").await,
+        collector.spans().len() as u64
+    );
+    assert_eq!(spans_counted(&app, "exported").await + requests, 5);
+}
+
 /// A node's stop sends the spans still waiting for their batch: with a minute's
 /// `flush_interval`, the spans of a delivered event are only exported by the stop.
 #[actix_web::test]
