@@ -2,8 +2,8 @@
 //! request, each attempt and its claim, delivery and outcome write, and on to the
 //! application; a queued event's every attempt in the trace of the request that accepted
 //! it; log lines carrying their span's ids; an exporter that hangs or is refused costing
-//! requests nothing; a sender's context linked instead when it is not trusted. The
-//! collector decodes the real OTLP/HTTP protobuf.
+//! requests nothing; a sender's context linked instead when it is not trusted; the command
+//! line's replay traced. The collector decodes the real OTLP/HTTP protobuf.
 
 use std::time::Duration;
 
@@ -635,6 +635,51 @@ async fn an_operators_replay_is_a_trace_rooted_at_its_attempt() {
     assert_eq!(claims.len(), 1);
     assert_eq!(claims[0]["trace_id"], hex(&replay.trace_id));
     assert_eq!(claims[0]["span_id"], hex(&replay.span_id));
+}
+
+/// The command line's `hookgate dead replay` is traced as the admin API's replay is: a
+/// trace of its own rooted at its attempt, the target sent a `traceparent` under its
+/// delivery span — and the spans are sent before the command exits (with a minute's
+/// `flush_interval`, only its flush at the end sends them).
+#[actix_web::test]
+async fn the_command_lines_replay_is_a_trace_rooted_at_its_attempt_sent_before_it_exits() {
+    let collector = Collector::start(Answering::Accept).await;
+    // The node is not traced: every span the collector gets is the command line's.
+    let app = spawn_app_with(|_| {}).await;
+    dead_letter(&app, "evt_t14").await;
+    let tracing = format!(
+        "[tracing]\nendpoint = \"{}\"\nflush_interval = \"1m\"\n",
+        collector.url
+    );
+    let out = app
+        .run_cli_with(&["dead", "replay", PROVIDER, "evt_t14"], &tracing)
+        .await;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.contains("; done"),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let spans = collector.spans();
+    let attempts = named(&spans, "attempt", "evt_t14");
+    assert_eq!(attempts.len(), 1, "{spans:#?}");
+    let replay = attempts[0];
+    assert_eq!(attr(replay, "hookgate.path").as_deref(), Some("replay"));
+    assert_eq!(
+        attr(replay, "hookgate.outcome").as_deref(),
+        Some("delivered")
+    );
+    assert!(replay.parent_span_id.is_empty(), "a root: {replay:#?}");
+    child(&spans, replay, "claim");
+    child(&spans, replay, "record");
+    let deliver = child(&spans, replay, "deliver");
+    let received = app.target.traceparents(&TestApp::idem("evt_t14"));
+    assert_eq!(received.len(), 1, "only the replay was traced");
+    let (trace, parent, flags) = parts(&received[0]);
+    assert_eq!(
+        (trace, parent, flags.as_str()),
+        (hex(&replay.trace_id), hex(&deliver.span_id), "01")
+    );
 }
 
 /// Tracing off (the default): the target gets no trace context, whatever the sender sent,
