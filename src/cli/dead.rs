@@ -1,5 +1,7 @@
 //! `hookgate dead list|show|replay`: dead letters, and replaying them from this process,
-//! one (through the one attempt home, as a shard would) or in bulk (as a job).
+//! one (through the one attempt home, as a shard would) or in bulk (as a job). With
+//! `[tracing]` on, each replay is a trace of its own, as a node's is, and the command
+//! sends its spans before it ends.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -11,10 +13,11 @@ use super::events::show;
 use crate::claim::Status;
 use crate::config::Config;
 use crate::key::EventId;
-use crate::metrics::Metrics;
+use crate::metrics::{Metrics, TraceCounters};
 use crate::provider::Provider;
-use crate::shard::{replay_attempt, Event, Reply};
+use crate::shard::{replay_attempt, Event, Reply, Traced};
 use crate::store;
+use crate::trace::Tracer;
 use crate::worker::{Delivery, HttpDelivery};
 
 pub(super) async fn dead(config: &Config, command: DeadCommand) -> anyhow::Result<()> {
@@ -97,12 +100,28 @@ pub async fn bulk_replay(
     filter: crate::store::operator::SearchFilter,
     rate: f64,
 ) -> anyhow::Result<()> {
+    let filter =
+        crate::operator_work::jobs::normalize(filter).context("a bulk replay of dead letters")?;
+    anyhow::ensure!(rate.is_finite() && rate > 0.0, "--rate must be above 0");
+    let tracing = Tracing::start(config)?;
+    let replayed = run_bulk_replay(config, filter, rate, tracing.as_ref()).await;
+    if let Some(tracing) = tracing {
+        tracing.finish().await;
+    }
+    replayed
+}
+
+/// [`bulk_replay`]'s job, its replays traced by `tracing`.
+async fn run_bulk_replay(
+    config: &Config,
+    filter: crate::store::operator::SearchFilter,
+    rate: f64,
+    tracing: Option<&Tracing>,
+) -> anyhow::Result<()> {
     use crate::operator_work::jobs::{self, ItemOutcome};
     /// How often a job another process runs is looked at: its progress changes about as
     /// often, and half a second is nothing beside a bulk replay.
     const FOLLOW_EVERY: std::time::Duration = std::time::Duration::from_millis(500);
-    let filter = jobs::normalize(filter).context("a bulk replay of dead letters")?;
-    anyhow::ensure!(rate.is_finite() && rate > 0.0, "--rate must be above 0");
     let store = store::open(&config.store).await?;
     let operator = store.operator();
     let total = operator.count(&filter).await?;
@@ -119,7 +138,7 @@ pub async fn bulk_replay(
             Ok(None) => {}
             Err(e) => return ItemOutcome::Unavailable(format!("{e:#}")),
         }
-        match replay(config, event).await {
+        match replay_traced(config, event, tracing).await {
             Ok(line) if line.ends_with("; done") => ItemOutcome::Done,
             Ok(line) => ItemOutcome::Dead(line),
             Err(e) => ItemOutcome::Error(format!("{e:#}")),
@@ -160,8 +179,23 @@ pub async fn bulk_replay(
 /// Replays a dead letter from this process: reopen (of concurrent replays the store lets
 /// one win), then run it as one [`Attempt`](crate::shard::Attempt) — the same delivery,
 /// judgement and fenced write as a shard's, and for a queue event the same lease renewal
-/// (hanging up if it cannot be confirmed), so no scheduler takes the row meanwhile.
+/// (hanging up if it cannot be confirmed), so no scheduler takes the row meanwhile. With
+/// tracing on it is a trace of its own, sent before this returns.
 pub async fn replay(config: &Config, id: EventId) -> anyhow::Result<String> {
+    let tracing = Tracing::start(config)?;
+    let replayed = replay_traced(config, id, tracing.as_ref()).await;
+    if let Some(tracing) = tracing {
+        tracing.finish().await;
+    }
+    replayed
+}
+
+/// [`replay`], its attempt the root of a trace of `tracing`'s.
+async fn replay_traced(
+    config: &Config,
+    id: EventId,
+    tracing: Option<&Tracing>,
+) -> anyhow::Result<String> {
     let provider = config
         .provider(crate::key::provider_of(&id.provider))
         .with_context(|| format!("no provider {:?} in the config", id.provider))?;
@@ -199,7 +233,8 @@ pub async fn replay(config: &Config, id: EventId) -> anyhow::Result<String> {
             mode: reopened.mode,
             filtered: false,
             others: Vec::new(),
-            trace: None,
+            // An operator's replay starts a trace of its own, as a node's does.
+            trace: tracing.map(|t| Traced::root(&t.tracer)),
         }),
         reopened.attempts,
         sent,
@@ -229,6 +264,53 @@ pub async fn replay(config: &Config, id: EventId) -> anyhow::Result<String> {
         ),
         other => anyhow::bail!("replayed {id} (attempt {attempts}): unexpected {other:?}"),
     })
+}
+
+/// This process's trace exporter while it replays (`[tracing]` on), started as a node's
+/// is; [`Tracing::finish`] sends what is still queued before the command ends.
+struct Tracing {
+    tracer: Arc<Tracer>,
+    counters: TraceCounters,
+    /// How long the last flush may wait (`tracing.timeout`).
+    within: std::time::Duration,
+}
+
+impl Tracing {
+    /// The exporter for `config`'s `[tracing]`; `None` while it names no endpoint.
+    fn start(config: &Config) -> anyhow::Result<Option<Self>> {
+        if config.tracing.endpoint.is_none() {
+            return Ok(None);
+        }
+        let counters = Metrics::new().trace_counters();
+        // Its log lines would mix with the command's answer on stdout: what it could not
+        // send is told on stderr by `finish`.
+        let tracer = crate::trace::start(
+            &config.tracing,
+            &crate::node::name(),
+            counters.clone(),
+            crate::logging::discard(),
+        )
+        .map_err(anyhow::Error::msg)?;
+        Ok(Some(Self {
+            tracer,
+            counters,
+            within: config.tracing.timeout,
+        }))
+    }
+
+    /// Sends every span still queued, waiting at most `tracing.timeout`; says on stderr
+    /// how many spans the collector did not take.
+    async fn finish(self) {
+        self.tracer.flush(self.within).await;
+        let lost = self.counters.failed.get() + self.counters.dropped.get();
+        if lost > 0 {
+            eprintln!(
+                "tracing: {lost} span(s) not exported (the collector refused them or did not \
+                 answer within {} s)",
+                self.within.as_secs()
+            );
+        }
+    }
 }
 
 /// Why `provider`'s deliveries are held for every node, if an operator paused it (a

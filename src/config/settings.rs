@@ -238,8 +238,13 @@ pub struct TracingConfig {
     /// A PEM file of the CA to trust for an `https://` endpoint; unset: the system's.
     pub ca_file: Option<std::path::PathBuf>,
     /// Share of the traces that start here which are recorded (0.0–1.0). A request whose
-    /// `traceparent` says sampled (or not) keeps its sender's decision.
+    /// `traceparent` says sampled (or not) keeps its sender's decision while
+    /// `trust_incoming` holds.
     pub sampling_ratio: f64,
+    /// Whether a sender's `traceparent` is continued (the request's span its child, its
+    /// sampling decision kept). `false` (the trust boundary): every request starts a trace
+    /// of hookgate's own, sampled by `sampling_ratio`, its span linked to the sender's.
+    pub trust_incoming: bool,
     /// `service.name` of the exported spans.
     pub service_name: String,
     /// Most spans in one export request.
@@ -283,6 +288,7 @@ impl Default for TracingConfig {
             headers: Vec::new(),
             ca_file: None,
             sampling_ratio: 1.0,
+            trust_incoming: true,
             service_name: "hookgate".into(),
             batch_size: 512,
             queue_size: 8192,

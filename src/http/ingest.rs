@@ -28,7 +28,7 @@ use crate::claim::{Mode, Path};
 use crate::key::EventId;
 use crate::provider::Target;
 use crate::shard::{Answer, Event, Reply, Traced};
-use crate::trace::{Kind, Span, SpanId};
+use crate::trace::{Kind, Span, Upstream};
 
 /// The handler.
 pub async fn ingest(
@@ -118,8 +118,8 @@ impl Answered {
 /// child of, failed.
 struct RequestSpan {
     traced: Arc<Traced>,
-    /// The sender's span, this one's parent.
-    sender: Option<SpanId>,
+    /// The sender's span, this one's parent or link.
+    sender: Upstream,
     started: Instant,
     /// A configured provider's name (the caller's own text never reaches a span).
     provider: Option<Arc<str>>,
@@ -136,14 +136,22 @@ impl Drop for RequestSpan {
             return;
         }
         let rejected = self.answered.as_ref().is_some_and(|a| a.rejected.is_some());
-        if rejected && self.sender.is_some() && !traced.tracer.samples(&context.trace_id) {
+        let parent = match &self.sender {
+            Upstream::Parent(span) => Some(*span),
+            Upstream::None | Upstream::Link(_) => None,
+        };
+        if rejected && parent.is_some() && !traced.tracer.draws() {
             // Refused before any claim: a caller's `sampled` flag does not get its own
-            // requests recorded past the ratio (anyone can send one).
+            // requests recorded past the ratio (anyone can send one), drawn by hookgate:
+            // the trace id is the caller's choice too.
             return;
         }
         let name = "POST /webhooks/{provider}";
         let start = traced.clock.ns(self.started);
-        let mut span = Span::start(name, Kind::Server, context, self.sender, start);
+        let mut span = Span::start(name, Kind::Server, context, parent, start);
+        if let Upstream::Link(sender) = &self.sender {
+            span.link(sender.clone());
+        }
         span.set("http.request.method", "POST");
         span.set("http.route", "/webhooks/{provider}");
         match &self.provider {

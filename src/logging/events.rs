@@ -44,7 +44,8 @@ pub const EVENTS: &[(&str, &str)] = &[
     ),
     (
         "tracing.export_failed",
-        "an export of spans failed (the collector refused or did not answer); they are counted",
+        "an export of spans failed (the collector refused or did not answer), or the collector \
+         rejected some of its spans (a partial success); they are counted failed",
     ),
     (
         "webhook.hung_up",

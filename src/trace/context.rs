@@ -97,7 +97,9 @@ impl TraceContext {
 
 /// The sampling rule for a trace that starts here, by its id: a trace is sampled when the
 /// id's last 8 bytes, read as a number, fall below `ratio` of their range. Every node
-/// (and any SDK using the same rule) decides the same for one trace id.
+/// (and any SDK using the same rule) decides the same for one trace id. An id a sender
+/// chose is never decided this way (it could pick one that always passes): see
+/// [`Sampler::draws`].
 #[derive(Debug, Clone, Copy)]
 pub struct Sampler {
     /// Ids whose last 8 bytes, shifted right by one, are below this are sampled.
@@ -123,6 +125,12 @@ impl Sampler {
         let mut low = [0u8; 8];
         low.copy_from_slice(&trace_id[8..]);
         (u64::from_be_bytes(low) >> 1) < self.bound
+    }
+
+    /// A draw of hookgate's own at the ratio: true for `ratio` of the calls, whatever any
+    /// id says — the decision for a trace whose id the sender chose.
+    pub fn draws(&self) -> bool {
+        self.always || (fastrand::u64(..) >> 1) < self.bound
     }
 }
 
@@ -224,5 +232,21 @@ mod tests {
             .filter(|_| tenth.samples(&new_trace_id()))
             .count();
         assert!((1_500..2_500).contains(&kept), "{kept} of 20 000 at 0.1");
+    }
+
+    #[test]
+    fn the_samplers_own_draw_keeps_its_ratio_and_no_id_decides_it() {
+        assert!(Sampler::new(1.0).draws());
+        assert!(!Sampler::new(0.0).draws());
+        let tenth = Sampler::new(0.1);
+        let drawn = (0..20_000).filter(|_| tenth.draws()).count();
+        assert!((1_500..2_500).contains(&drawn), "{drawn} of 20 000 at 0.1");
+        // An id whose last 8 bytes are zero passes `samples` at any ratio above 0; the
+        // draw, at one in a billion, passes nothing.
+        let tiny = Sampler::new(1e-9);
+        let mut chosen = [0u8; 16];
+        chosen[..8].copy_from_slice(&[0xde, 0xad, 0xbe, 0xef, 0xde, 0xad, 0xbe, 0xef]);
+        assert!(tiny.samples(&chosen));
+        assert_eq!((0..20_000).filter(|_| tiny.draws()).count(), 0);
     }
 }

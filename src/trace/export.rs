@@ -3,15 +3,17 @@
 //! `tracing.flush_interval` — never woken per span — and POSTs each batch to the collector as an OTLP/HTTP protobuf
 //! `ExportTraceServiceRequest`. A collector that hangs or refuses costs this thread only:
 //! the queue fills and the tracer drops (and counts) what does not fit, so no request
-//! ever waits on an export. A failed export is counted and logged, not retried.
+//! ever waits on an export. A failed export, and the spans a collector's partial success
+//! rejected, are counted failed and logged, not retried.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use actix_web::http::header::{HeaderName, HeaderValue};
+use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceResponse;
 use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, InstrumentationScope, KeyValue};
 use opentelemetry_proto::tonic::resource::v1::Resource;
-use opentelemetry_proto::tonic::trace::v1::{span, status};
+use opentelemetry_proto::tonic::trace::v1::{span, status, SpanFlags};
 use prost::encoding::{encode_key, encode_varint, encoded_len_varint, WireType};
 use prost::Message;
 use slog::{info, warn, Logger};
@@ -93,6 +95,7 @@ pub fn start(
         "endpoint" => shown, "sampling_ratio" => config.sampling_ratio);
     Ok(Arc::new(Tracer::new(
         config.sampling_ratio,
+        config.trust_incoming,
         queue,
         (full, config.batch_size.max(1)),
         flushes,
@@ -179,25 +182,37 @@ impl Exporter {
         for (name, value) in &self.headers {
             request = request.insert_header((name.clone(), value.clone()));
         }
-        let failure = match request.send_body(body).await {
+        // How many of the batch's spans the collector did not take, and why.
+        let (rejected, failure) = match request.send_body(body).await {
             Ok(mut answer) if answer.status().is_success() => {
-                // The body (an ExportTraceServiceResponse) is read so the connection is
-                // reused; a partial success is not told apart.
-                let _ = answer.body().limit(64 * 1024).await;
-                None
+                // The body (an ExportTraceServiceResponse) is read, so the connection is
+                // reused and a partial success is told apart; a body that does not decode
+                // is no refusal (the status said the export was taken).
+                let answered = answer.body().limit(64 * 1024).await.ok();
+                let partial = answered
+                    .and_then(|b| ExportTraceServiceResponse::decode(b).ok())
+                    .and_then(|r| r.partial_success);
+                match partial {
+                    Some(p) if p.rejected_spans > 0 => {
+                        let rejected = u64::try_from(p.rejected_spans).unwrap_or(n).min(n);
+                        let why: String = p.error_message.chars().take(200).collect();
+                        let error = format!("the collector rejected {rejected} of {n}: {why}");
+                        (rejected, Some(error))
+                    }
+                    _ => (0, None),
+                }
             }
-            Ok(answer) => Some(format!("the collector answered {}", answer.status())),
-            Err(e) => Some(e.to_string()),
+            Ok(answer) => (
+                n,
+                Some(format!("the collector answered {}", answer.status())),
+            ),
+            Err(e) => (n, Some(e.to_string())),
         };
-        match failure {
-            None => {
-                self.counters.exported.inc_by(n);
-            }
-            Some(error) => {
-                self.counters.failed.inc_by(n);
-                warn!(self.log, "tracing.export_failed";
-                    "endpoint" => &self.shown, "spans" => n, "error" => error);
-            }
+        self.counters.exported.inc_by(n - rejected);
+        if let Some(error) = failure {
+            self.counters.failed.inc_by(rejected);
+            warn!(self.log, "tracing.export_failed";
+                "endpoint" => &self.shown, "spans" => rejected, "error" => error);
         }
     }
 }
@@ -285,6 +300,22 @@ fn span(record: &SpanRecord, out: &mut Vec<u8>) {
     for (key, value) in &record.attributes {
         key_value(9, key, value, out);
     }
+    if let Some(to) = &record.link {
+        // Link { trace_id = 1, span_id = 2, trace_state = 3, flags = 6 (fixed32): the
+        // linked context's sampled flag, and that it came from another process }.
+        let mut link = Vec::with_capacity(48);
+        delimited(1, &to.trace_id, &mut link);
+        delimited(2, &to.span_id, &mut link);
+        if let Some(state) = to.state.as_deref() {
+            delimited(3, state.as_bytes(), &mut link);
+        }
+        let flags = u32::from(to.sampled)
+            | SpanFlags::ContextHasIsRemoteMask as u32
+            | SpanFlags::ContextIsRemoteMask as u32;
+        encode_key(6, WireType::ThirtyTwoBit, &mut link);
+        link.extend_from_slice(&flags.to_le_bytes());
+        delimited(13, &link, out); // Span.links
+    }
     if let Some(message) = &record.error {
         // Status { message = 2, code = 3 (ERROR) }.
         let mut status = Vec::with_capacity(message.len() + 8);
@@ -365,7 +396,14 @@ mod tests {
     fn a_batch_encodes_as_the_collectors_protobuf() {
         let (tx, mut rx) = mpsc::channel(4);
         let (flushes, _) = mpsc::unbounded_channel();
-        let tracer = Tracer::new(1.0, tx, (Arc::default(), 1), flushes, Counter::default());
+        let tracer = Tracer::new(
+            1.0,
+            true,
+            tx,
+            (Arc::default(), 1),
+            flushes,
+            Counter::default(),
+        );
         let mut ctx = TraceContext::root(true);
         ctx.state = Some(Arc::from("vendor=opaque"));
         let parent = crate::trace::new_span_id();
@@ -377,7 +415,13 @@ mod tests {
         attempt.set("server.address", String::from("app.example.com"));
         attempt.fail("the target answered 500");
         attempt.end(&tracer, 2_500);
-        let root = Timed::start("request", Kind::Server, &ctx.child(), None, 900);
+        let mut root = Timed::start("request", Kind::Server, &ctx.child(), None, 900);
+        let sender = TraceContext::parse(
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+            Some("rojo=00f067aa0ba902b7"),
+        )
+        .unwrap();
+        root.link(sender.clone());
         root.end(&tracer, 3_000);
         let records = [rx.try_recv().unwrap(), rx.try_recv().unwrap()];
         let body = encode(&Prefix::new(&resource("hookgate", "node-a")), &records);
@@ -423,8 +467,22 @@ mod tests {
                 ("server.address", text("app.example.com")),
             ]
         );
+        assert!(s.links.is_empty());
         let root = &spans[1];
         assert!(root.parent_span_id.is_empty() && root.status.is_none());
         assert_eq!(root.kind, span::SpanKind::Server as i32);
+        assert_eq!(root.links.len(), 1);
+        let link = &root.links[0];
+        assert_eq!(link.trace_id, sender.trace_id.to_vec());
+        assert_eq!(link.span_id, sender.span_id.to_vec());
+        assert_eq!(link.trace_state, "rojo=00f067aa0ba902b7");
+        assert_eq!(link.flags & SpanFlags::TraceFlagsMask as u32, 1, "sampled");
+        assert_ne!(link.flags & SpanFlags::ContextHasIsRemoteMask as u32, 0);
+        assert_ne!(
+            link.flags & SpanFlags::ContextIsRemoteMask as u32,
+            0,
+            "remote"
+        );
+        assert!(link.attributes.is_empty());
     }
 }

@@ -8,4 +8,4 @@ mod span;
 
 pub use context::{new_span_id, Sampler, SpanId, TraceContext, TraceId};
 pub use export::{encode, settings, start};
-pub use span::{Kind, Span, SpanRecord, Tracer, Value, WallClock};
+pub use span::{Kind, Span, SpanRecord, Tracer, Upstream, Value, WallClock};

@@ -82,6 +82,22 @@ pub struct SpanRecord {
     pub error: Option<String>,
     /// The `tracestate` its context carried.
     pub state: Option<Arc<str>>,
+    /// A span it is linked to, not a child of: an untrusted sender's
+    /// (`tracing.trust_incoming = false`).
+    pub link: Option<TraceContext>,
+}
+
+/// What a request's span keeps of the sender's trace context.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Upstream {
+    /// Nothing: no valid `traceparent`, or one not sampled (passed on as it came, nothing
+    /// recorded here).
+    None,
+    /// The sender's span: the request span's parent (a trusted sender's sampled context).
+    Parent(SpanId),
+    /// The sender's context, linked from the request span, which starts a trace of
+    /// hookgate's own (the sender is not trusted).
+    Link(TraceContext),
 }
 
 /// This process's monotonic clock read against the wall clock once: instants (now or in
@@ -121,6 +137,8 @@ impl WallClock {
 #[derive(Debug)]
 pub struct Tracer {
     sampler: Sampler,
+    /// A sender's `traceparent` is continued (`tracing.trust_incoming`); otherwise linked.
+    trust_incoming: bool,
     queue: mpsc::Sender<SpanRecord>,
     /// Wakes the exporter once a batch's worth is queued (it is not woken per span: it
     /// drains the queue when told, or every `flush_interval`).
@@ -132,10 +150,12 @@ pub struct Tracer {
 }
 
 impl Tracer {
-    /// A tracer sampling `ratio` of the traces started here, its spans sent to `queue`
-    /// (and flushes asked on `flushes`), counting those a full queue dropped on `dropped`.
+    /// A tracer sampling `ratio` of the traces started here, continuing a sender's context
+    /// if `trust_incoming` (linking it otherwise), its spans sent to `queue` (and flushes
+    /// asked on `flushes`), counting those a full queue dropped on `dropped`.
     pub fn new(
         ratio: f64,
+        trust_incoming: bool,
         queue: mpsc::Sender<SpanRecord>,
         (full, batch_size): (Arc<Notify>, usize),
         flushes: mpsc::UnboundedSender<oneshot::Sender<()>>,
@@ -143,6 +163,7 @@ impl Tracer {
     ) -> Self {
         Self {
             sampler: Sampler::new(ratio),
+            trust_incoming,
             queue,
             full,
             batch_size,
@@ -165,25 +186,33 @@ impl Tracer {
         flushed
     }
 
-    /// Whether a trace with this id, started here, would be sampled.
-    pub fn samples(&self, trace_id: &super::context::TraceId) -> bool {
-        self.sampler.samples(trace_id)
+    /// A draw of hookgate's own at the ratio: whether a request refused before any claim,
+    /// in a sender's sampled trace, is recorded. Never decided by the trace id: the sender
+    /// chose it, and could choose one the ratio always passes.
+    pub fn draws(&self) -> bool {
+        self.sampler.draws()
     }
 
-    /// The context of a request's span: a child of the sender's `traceparent` (its
-    /// sampling decision kept), or the root of a new trace sampled by the ratio. Returns
-    /// the context and the sender's span id, the new span's parent.
+    /// The context of a request's span, and what it keeps of the sender's: trusted, a
+    /// child of the sender's `traceparent` (its sampling decision kept); untrusted, the
+    /// root of a new trace sampled by the ratio, linked to the sender's span; without one,
+    /// the root of a new trace sampled by the ratio.
     pub fn request(
         &self,
         traceparent: Option<&str>,
         tracestate: Option<&str>,
-    ) -> (TraceContext, Option<SpanId>) {
+    ) -> (TraceContext, Upstream) {
         match traceparent.and_then(|t| TraceContext::parse(t, tracestate)) {
-            Some(parent) if parent.sampled => (parent.child(), Some(parent.span_id)),
+            // Nothing continued from outside: not its id, its decision nor its tracestate.
+            Some(sender) if !self.trust_incoming => (self.root(), Upstream::Link(sender)),
+            Some(parent) if parent.sampled => {
+                let span = parent.span_id;
+                (parent.child(), Upstream::Parent(span))
+            }
             // Not sampled: nothing is recorded here, so the sender's context is passed on
             // as it came (the application's spans stay the sender's span's children).
-            Some(parent) => (parent, None),
-            None => (self.root(), None),
+            Some(parent) => (parent, Upstream::None),
+            None => (self.root(), Upstream::None),
         }
     }
 
@@ -238,8 +267,14 @@ impl Span {
                 attributes: Vec::new(),
                 error: None,
                 state: context.state.clone(),
+                link: None,
             },
         }
+    }
+
+    /// Links the span to `to` (a span of another trace, not its parent).
+    pub fn link(&mut self, to: TraceContext) {
+        self.record.link = Some(to);
     }
 
     /// Sets an attribute.
@@ -267,9 +302,16 @@ mod tests {
     async fn a_full_queue_drops_and_counts_never_blocks() {
         let (tx, mut rx) = mpsc::channel(2);
         let (flushes, _) = mpsc::unbounded_channel();
-        let tracer = Tracer::new(1.0, tx, (Arc::default(), 1), flushes, Counter::default());
+        let tracer = Tracer::new(
+            1.0,
+            true,
+            tx,
+            (Arc::default(), 1),
+            flushes,
+            Counter::default(),
+        );
         let (ctx, parent) = tracer.request(None, None);
-        assert!(ctx.sampled && parent.is_none());
+        assert!(ctx.sampled && parent == Upstream::None);
         for _ in 0..5 {
             Span::start("attempt", Kind::Internal, &ctx, None, 1).end(&tracer, 2);
         }
@@ -281,7 +323,14 @@ mod tests {
     fn a_senders_context_is_continued_with_its_decision() {
         let (tx, _rx) = mpsc::channel(1);
         let (flushes, _) = mpsc::unbounded_channel();
-        let tracer = Tracer::new(0.0, tx, (Arc::default(), 1), flushes, Counter::default());
+        let tracer = Tracer::new(
+            0.0,
+            true,
+            tx,
+            (Arc::default(), 1),
+            flushes,
+            Counter::default(),
+        );
         let sent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
         let (ctx, parent) = tracer.request(Some(sent), Some("k=v"));
         assert!(
@@ -292,13 +341,57 @@ mod tests {
             hex::encode(ctx.trace_id),
             "4bf92f3577b34da6a3ce929d0e0e4736"
         );
-        assert_eq!(parent.map(hex::encode).as_deref(), Some("00f067aa0ba902b7"));
+        let span = hex::decode("00f067aa0ba902b7").unwrap();
+        assert_eq!(parent, Upstream::Parent(span.try_into().unwrap()));
         assert_eq!(ctx.state.as_deref(), Some("k=v"));
         let unsampled = sent.replace("-01", "-00");
         let (passed, parent) = tracer.request(Some(&unsampled), None);
-        assert_eq!((passed.traceparent(), parent), (unsampled, None));
+        assert_eq!((passed.traceparent(), parent), (unsampled, Upstream::None));
         let (root, _) = tracer.request(Some("garbage"), None);
         assert!(!root.sampled, "a new trace follows the ratio (0 here)");
+    }
+
+    #[test]
+    fn an_untrusted_senders_context_is_linked_from_a_trace_of_hookgates_own() {
+        let (flushes, _) = mpsc::unbounded_channel();
+        let (tx, _rx) = mpsc::channel(1);
+        let tracer = Tracer::new(
+            0.0,
+            false,
+            tx,
+            (Arc::default(), 1),
+            flushes,
+            Counter::default(),
+        );
+        let sent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+        let (ctx, upstream) = tracer.request(Some(sent), Some("k=v"));
+        let Upstream::Link(sender) = upstream else {
+            panic!("linked: {upstream:?}");
+        };
+        assert_eq!(sender.traceparent(), sent);
+        assert_eq!(sender.state.as_deref(), Some("k=v"));
+        assert_ne!(ctx.trace_id, sender.trace_id);
+        assert!(
+            !ctx.sampled,
+            "hookgate's ratio (0 here) decides, not the sender's flag"
+        );
+        assert_eq!(ctx.state, None, "nothing continued from outside");
+        let (flushes, _) = mpsc::unbounded_channel();
+        let (tx, _rx) = mpsc::channel(1);
+        let all = Tracer::new(
+            1.0,
+            false,
+            tx,
+            (Arc::default(), 1),
+            flushes,
+            Counter::default(),
+        );
+        let (ctx, upstream) = all.request(Some(&sent.replace("-01", "-00")), None);
+        assert!(
+            ctx.sampled,
+            "an unsampled sender's request is still sampled here"
+        );
+        assert!(matches!(upstream, Upstream::Link(s) if !s.sampled));
     }
 
     #[test]

@@ -1,13 +1,14 @@
 //! An OpenTelemetry collector as far as hookgate's exporter can tell: an OTLP/HTTP
 //! receiver that decodes every export request with the official protobuf definitions
-//! (`opentelemetry-proto`) and keeps the spans — or one that hangs, or refuses.
+//! (`opentelemetry-proto`) and keeps the spans — or one that hangs, refuses, or takes each
+//! export in part.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use actix_web::{web, App, HttpResponse, HttpServer};
 use opentelemetry_proto::tonic::collector::trace::v1::{
-    ExportTraceServiceRequest, ExportTraceServiceResponse,
+    ExportTracePartialSuccess, ExportTraceServiceRequest, ExportTraceServiceResponse,
 };
 use opentelemetry_proto::tonic::common::v1::any_value::Value;
 use opentelemetry_proto::tonic::trace::v1::Span;
@@ -24,6 +25,9 @@ pub enum Answering {
     Hang,
     /// Answers 503 without reading.
     Refuse,
+    /// Takes an export in part: keeps all its spans but the last, and answers 200 with a
+    /// partial success saying one span was rejected.
+    RejectOne,
 }
 
 #[derive(Clone)]
@@ -105,8 +109,9 @@ async fn export(body: web::Bytes, state: web::Data<State>) -> HttpResponse {
     match state.answering {
         Answering::Hang => std::future::pending().await,
         Answering::Refuse => HttpResponse::ServiceUnavailable().finish(),
-        Answering::Accept => {
+        Answering::Accept | Answering::RejectOne => {
             let request = ExportTraceServiceRequest::decode(body).expect("an OTLP request");
+            let mut rejected = 0;
             for resource in request.resource_spans {
                 let service = resource.resource.and_then(|r| {
                     r.attributes
@@ -119,12 +124,22 @@ async fn export(body: web::Bytes, state: web::Data<State>) -> HttpResponse {
                 });
                 *state.service.lock().unwrap() = service;
                 for scope in resource.scope_spans {
-                    state.spans.lock().unwrap().extend(scope.spans);
+                    let mut spans = scope.spans;
+                    if state.answering == Answering::RejectOne && rejected == 0 {
+                        rejected += i64::from(spans.pop().is_some());
+                    }
+                    state.spans.lock().unwrap().extend(spans);
                 }
             }
+            let answer = ExportTraceServiceResponse {
+                partial_success: (rejected > 0).then(|| ExportTracePartialSuccess {
+                    rejected_spans: rejected,
+                    error_message: "one span refused".into(),
+                }),
+            };
             HttpResponse::Ok()
                 .content_type("application/x-protobuf")
-                .body(ExportTraceServiceResponse::default().encode_to_vec())
+                .body(answer.encode_to_vec())
         }
     }
 }

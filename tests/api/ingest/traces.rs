@@ -2,12 +2,13 @@
 //! request, each attempt and its claim, delivery and outcome write, and on to the
 //! application; a queued event's every attempt in the trace of the request that accepted
 //! it; log lines carrying their span's ids; an exporter that hangs or is refused costing
-//! requests nothing. The collector decodes the real OTLP/HTTP protobuf.
+//! requests nothing; a sender's context linked instead when it is not trusted; the command
+//! line's replay traced. The collector decodes the real OTLP/HTTP protobuf.
 
 use std::time::Duration;
 
 use hookgate::config::Config;
-use opentelemetry_proto::tonic::trace::v1::{span::SpanKind, Span};
+use opentelemetry_proto::tonic::trace::v1::{span::SpanKind, Span, SpanFlags};
 
 use hookgate::secret::Secret;
 
@@ -361,6 +362,32 @@ async fn a_collector_that_hangs_or_refuses_costs_requests_nothing() {
     }
 }
 
+/// A collector that takes an export in part (200, `partial_success.rejected_spans` > 0):
+/// the spans it rejected are counted failed, not exported.
+#[actix_web::test]
+async fn spans_a_collector_rejects_in_a_partial_success_are_counted_failed() {
+    let collector = Collector::start(Answering::RejectOne).await;
+    let app = spawn_app_with(traced(&collector)).await;
+    assert_eq!(app.deliver("evt_t13", "{}").await.status, 201);
+    // A first run's five spans: the request, the attempt, its claim, delivery and record.
+    eventually("the five spans counted", || async {
+        spans_counted(&app, "exported").await + spans_counted(&app, "failed").await >= 5
+    })
+    .await;
+    let requests = collector.requests() as u64;
+    assert!(requests >= 1);
+    assert_eq!(
+        spans_counted(&app, "failed").await,
+        requests,
+        "one a request"
+    );
+    assert_eq!(
+        spans_counted(&app, "exported").await,
+        collector.spans().len() as u64
+    );
+    assert_eq!(spans_counted(&app, "exported").await + requests, 5);
+}
+
 /// A node's stop sends the spans still waiting for their batch: with a minute's
 /// `flush_interval`, the spans of a delivered event are only exported by the stop.
 #[actix_web::test]
@@ -433,6 +460,116 @@ async fn sampling_follows_the_sender_except_for_requests_refused_before_a_claim(
     assert_eq!(refused.count(), 0, "{spans:#?}");
 }
 
+/// A sender cannot steer the sampling of its refused requests with the trace id it picks:
+/// an id whose last 8 bytes are zero falls below any ratio's bound for ids, yet at one in a
+/// billion none of twenty refused requests carrying it is recorded — while an accepted
+/// request in that trace keeps its sender's decision (so the export did work).
+#[actix_web::test]
+async fn a_senders_chosen_trace_id_does_not_get_its_refused_requests_recorded() {
+    let collector = Collector::start(Answering::Accept).await;
+    let mut app = spawn_app_with(|c| {
+        traced(&collector)(c);
+        c.tracing.sampling_ratio = 1e-9;
+    })
+    .await;
+    let steering = format!("00-deadbeefdeadbeef0000000000000000-{SENDER_SPAN}-01");
+    for i in 0..20 {
+        let key = format!("evt_r{i}");
+        let headers = [
+            ("X-Idempotency-Key", key.as_str()),
+            ("traceparent", steering.as_str()),
+        ];
+        let answer = app.post("/webhooks/nobody", &headers, "{}".into()).await;
+        assert_eq!(answer.status, 404, "{key}");
+    }
+    let headers = [("X-Idempotency-Key", "evt_t10"), ("traceparent", &steering)];
+    let accepted = app
+        .post(&format!("/webhooks/{PROVIDER}"), &headers, "{}".into())
+        .await;
+    assert_eq!(accepted.status, 201);
+    app.shutdown().await;
+    let spans = collector.spans();
+    assert_eq!(named(&spans, "attempt", "evt_t10").len(), 1, "{spans:#?}");
+    let refused = spans
+        .iter()
+        .filter(|s| attr(s, "hookgate.rejected").is_some());
+    assert_eq!(refused.count(), 0, "{spans:#?}");
+}
+
+/// `tracing.trust_incoming = false`: a sender's context is linked, not continued. The
+/// request starts a trace of hookgate's own, its span linked to the sender's (with its
+/// `tracestate`, flagged remote), the attempt its child, and the application receives
+/// hookgate's trace under the delivery span.
+#[actix_web::test]
+async fn an_untrusted_senders_context_is_linked_and_the_application_gets_hookgates_trace() {
+    let collector = Collector::start(Answering::Accept).await;
+    let app = spawn_app_with(|c| {
+        traced(&collector)(c);
+        c.tracing.trust_incoming = false;
+    })
+    .await;
+    let answer = app
+        .post(
+            &format!("/webhooks/{PROVIDER}"),
+            &[
+                ("X-Idempotency-Key", "evt_t11"),
+                ("traceparent", &sender_traceparent()),
+                ("tracestate", "vendor=opaque"),
+            ],
+            "{}".into(),
+        )
+        .await;
+    assert_eq!(answer.status, 201);
+    let request = eventually_request(&collector, "evt_t11").await;
+    let spans = collector.wait_for("attempt", "evt_t11", 1).await;
+    assert_ne!(hex(&request.trace_id), SENDER_TRACE, "{request:#?}");
+    assert!(request.parent_span_id.is_empty(), "a root: {request:#?}");
+    assert_eq!(request.trace_state, "", "nothing continued from outside");
+    assert_eq!(request.links.len(), 1, "{request:#?}");
+    let link = &request.links[0];
+    assert_eq!(
+        (hex(&link.trace_id), hex(&link.span_id)),
+        (SENDER_TRACE.to_owned(), SENDER_SPAN.to_owned())
+    );
+    assert_eq!(link.trace_state, "vendor=opaque");
+    let remote = SpanFlags::ContextHasIsRemoteMask as u32 | SpanFlags::ContextIsRemoteMask as u32;
+    assert_eq!(link.flags, remote | 1, "sampled, remote");
+
+    let attempt = named(&spans, "attempt", "evt_t11")[0];
+    assert_eq!(attempt.trace_id, request.trace_id);
+    assert_eq!(attempt.parent_span_id, request.span_id);
+    let deliver = child(&spans, attempt, "deliver");
+    let received = app.target.traceparents(&TestApp::idem("evt_t11"));
+    assert_eq!(received.len(), 1);
+    let (trace, parent, flags) = parts(&received[0]);
+    assert_eq!(trace, hex(&request.trace_id));
+    assert_eq!((parent, flags.as_str()), (hex(&deliver.span_id), "01"));
+}
+
+/// Untrusted, a sender's `sampled` flag decides nothing: at a ratio of 0 its request is
+/// not recorded, and the application receives hookgate's own trace flagged not sampled,
+/// not the sender's.
+#[actix_web::test]
+async fn an_untrusted_senders_sampled_flag_does_not_decide_what_is_recorded() {
+    let collector = Collector::start(Answering::Accept).await;
+    let mut app = spawn_app_with(|c| {
+        traced(&collector)(c);
+        c.tracing.trust_incoming = false;
+        c.tracing.sampling_ratio = 0.0;
+    })
+    .await;
+    assert_eq!(deliver_in_senders_trace(&app, "evt_t12").await.status, 201);
+    let received = app.target.traceparents(&TestApp::idem("evt_t12"));
+    assert_eq!(received.len(), 1);
+    let (trace, parent, flags) = parts(&received[0]);
+    assert_ne!(trace, SENDER_TRACE);
+    assert_ne!(parent, SENDER_SPAN);
+    assert_eq!(flags, "00");
+    app.shutdown().await;
+    let spans = collector.spans();
+    assert!(spans.is_empty(), "{spans:#?}");
+}
+
 /// A sender that hangs up before its answer (the target is slow): its request's span is
 /// still recorded, and the attempt that went on is its child.
 #[actix_web::test]
@@ -498,6 +635,51 @@ async fn an_operators_replay_is_a_trace_rooted_at_its_attempt() {
     assert_eq!(claims.len(), 1);
     assert_eq!(claims[0]["trace_id"], hex(&replay.trace_id));
     assert_eq!(claims[0]["span_id"], hex(&replay.span_id));
+}
+
+/// The command line's `hookgate dead replay` is traced as the admin API's replay is: a
+/// trace of its own rooted at its attempt, the target sent a `traceparent` under its
+/// delivery span — and the spans are sent before the command exits (with a minute's
+/// `flush_interval`, only its flush at the end sends them).
+#[actix_web::test]
+async fn the_command_lines_replay_is_a_trace_rooted_at_its_attempt_sent_before_it_exits() {
+    let collector = Collector::start(Answering::Accept).await;
+    // The node is not traced: every span the collector gets is the command line's.
+    let app = spawn_app_with(|_| {}).await;
+    dead_letter(&app, "evt_t14").await;
+    let tracing = format!(
+        "[tracing]\nendpoint = \"{}\"\nflush_interval = \"1m\"\n",
+        collector.url
+    );
+    let out = app
+        .run_cli_with(&["dead", "replay", PROVIDER, "evt_t14"], &tracing)
+        .await;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.contains("; done"),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let spans = collector.spans();
+    let attempts = named(&spans, "attempt", "evt_t14");
+    assert_eq!(attempts.len(), 1, "{spans:#?}");
+    let replay = attempts[0];
+    assert_eq!(attr(replay, "hookgate.path").as_deref(), Some("replay"));
+    assert_eq!(
+        attr(replay, "hookgate.outcome").as_deref(),
+        Some("delivered")
+    );
+    assert!(replay.parent_span_id.is_empty(), "a root: {replay:#?}");
+    child(&spans, replay, "claim");
+    child(&spans, replay, "record");
+    let deliver = child(&spans, replay, "deliver");
+    let received = app.target.traceparents(&TestApp::idem("evt_t14"));
+    assert_eq!(received.len(), 1, "only the replay was traced");
+    let (trace, parent, flags) = parts(&received[0]);
+    assert_eq!(
+        (trace, parent, flags.as_str()),
+        (hex(&replay.trace_id), hex(&deliver.span_id), "01")
+    );
 }
 
 /// Tracing off (the default): the target gets no trace context, whatever the sender sent,
