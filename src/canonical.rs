@@ -145,25 +145,56 @@ impl Fingerprinter {
             return None;
         }
         let mut canonical = Vec::new();
-        let bytes = match body.json() {
+        let bytes = self.canonical(body, &mut canonical);
+        Some(match &self.keyring {
+            Some(keyring) => keyring.fingerprint(bytes),
+            None => sha256_hex(bytes),
+        })
+    }
+
+    /// The fingerprint of `body` of the same kind as `stored` (one made before a key
+    /// rotation, or before encryption was on): a plain SHA-256, or keyed by the key its
+    /// kind names — an error naming that key when it is not configured (the payloads
+    /// cannot be compared).
+    pub fn fingerprint_as(&self, body: &Body<'_>, stored: &str) -> Result<String, String> {
+        let kind = crate::claim::fingerprint_kind(stored);
+        let mut canonical = Vec::new();
+        let bytes = self.canonical(body, &mut canonical);
+        if kind.is_empty() {
+            return Ok(sha256_hex(bytes));
+        }
+        let id = kind
+            .strip_prefix("k:")
+            .and_then(|k| k.strip_suffix(':'))
+            .ok_or_else(|| format!("a fingerprint of an unknown kind {kind:?}"))?;
+        self.keyring
+            .as_ref()
+            .and_then(|keys| keys.fingerprint_with(id, bytes))
+            .ok_or_else(|| {
+                format!(
+                    "fingerprinted under key {id:?}, which is not among [store.encryption] keys"
+                )
+            })
+    }
+
+    /// The bytes a fingerprint hashes: `body`'s canonical JSON with the excluded pointers
+    /// removed (written into `canonical`), or its raw bytes when it is not JSON.
+    fn canonical<'b>(&self, body: &'b Body<'_>, canonical: &'b mut Vec<u8>) -> &'b [u8] {
+        match body.json() {
             Some(json) if self.exclude.is_empty() => {
-                write_canonical(json, &mut canonical);
-                &canonical
+                write_canonical(json, canonical);
+                canonical
             }
             Some(json) => {
                 let mut json = json.clone();
                 for pointer in &self.exclude {
                     remove_pointer(&mut json, pointer);
                 }
-                write_canonical(&json, &mut canonical);
-                &canonical
+                write_canonical(&json, canonical);
+                canonical
             }
             None => body.raw(),
-        };
-        Some(match &self.keyring {
-            Some(keyring) => keyring.fingerprint(bytes),
-            None => sha256_hex(bytes),
-        })
+        }
     }
 }
 

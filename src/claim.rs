@@ -236,6 +236,20 @@ pub struct RowState {
     pub result: Option<StoredResult>,
 }
 
+impl RowState {
+    /// Whether a sender's claim would take the row over, its fingerprint matching: a sync
+    /// row that is `failed`, or `in_progress` with no live lease (the claim statements'
+    /// rule).
+    pub fn claimable(&self) -> bool {
+        self.mode == Mode::Sync
+            && match self.status {
+                Status::Failed => true,
+                Status::InProgress => self.lease_left.is_zero(),
+                Status::Queued | Status::Done | Status::Dead => false,
+            }
+    }
+}
+
 /// What the claim statement reported.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ClaimResult {
@@ -260,11 +274,26 @@ pub fn fingerprints_differ(stored: Option<&str>, incoming: Option<&str>) -> bool
 
 /// A fingerprint's kind: all but its last 64 characters (the digest) — `k:<id>:` for one
 /// keyed by key `id`, empty for a plain SHA-256. Fingerprints of two kinds cannot be
-/// compared (the row's was made before encryption was turned on, or under a key since
-/// rotated out of sealing), so they never differ. The claim statements hold the same rule.
-fn kind(fingerprint: &str) -> &[u8] {
-    let bytes = fingerprint.as_bytes();
-    &bytes[..bytes.len().saturating_sub(64)]
+/// compared as they stand (the row's was made before encryption was turned on, or under a
+/// key since rotated out of sealing), so they never differ here: the shard fingerprints
+/// the payload again under the row's kind ([`other_kind`]), and the claim statements never
+/// take a row over across kinds.
+pub fn fingerprint_kind(fingerprint: &str) -> &str {
+    let end = fingerprint.len().saturating_sub(64);
+    fingerprint.get(..end).unwrap_or("")
+}
+
+fn kind(fingerprint: &str) -> &str {
+    fingerprint_kind(fingerprint)
+}
+
+/// The stored fingerprint, when both are known and of two kinds: the incoming payload must
+/// be fingerprinted again under its kind to be compared.
+pub fn other_kind<'s>(stored: Option<&'s str>, incoming: Option<&str>) -> Option<&'s str> {
+    match (stored, incoming) {
+        (Some(stored), Some(incoming)) if kind(stored) != kind(incoming) => Some(stored),
+        _ => None,
+    }
 }
 
 /// The path for a row the claim did not win, given the incoming payload's fingerprint.

@@ -37,6 +37,9 @@ pub enum DeliveryOutcome {
     /// The delivery code panicked; the worker was restarted. The attempt's outcome is
     /// unknown, so its row keeps its lease and is retaken after it expires.
     Crashed(String),
+    /// Not sent: the row's kept body did not open (the reason names the key it needs).
+    /// The event is a dead letter `unreadable`, its stored body left as it was.
+    Unreadable(String),
     /// Not sent: the main route's filter did not accept the event's first delivery. The
     /// event is done on the main route, with [`StoredResult::filtered`]; `routed` when
     /// other routes took it (their rows were written with its claim).
@@ -62,6 +65,11 @@ pub enum DeadReason {
     ThrottledTooLong,
     /// A queue event whose provider was removed from the config: nobody can deliver it.
     ProviderRemoved,
+    /// A queue event whose kept body did not open when it was taken (its key is not
+    /// configured on the node that took it, encryption is off, the body was moved, or it
+    /// is plaintext where a sealed value is required): nothing was delivered; an operator
+    /// replays it once the key is back.
+    Unreadable,
 }
 
 impl DeadReason {
@@ -74,6 +82,7 @@ impl DeadReason {
             DeadReason::SenderGaveUp => "sender_gave_up",
             DeadReason::ThrottledTooLong => "throttled_too_long",
             DeadReason::ProviderRemoved => "provider_removed",
+            DeadReason::Unreadable => "unreadable",
         }
     }
 }
@@ -192,6 +201,12 @@ pub fn judge(
         DeliveryOutcome::Delivered { result, .. } => return Verdict::Done(result),
         DeliveryOutcome::Filtered { routed } => {
             return Verdict::Done(StoredResult::filtered(routed))
+        }
+        DeliveryOutcome::Unreadable(error) => {
+            return Verdict::Dead {
+                error,
+                reason: DeadReason::Unreadable,
+            }
         }
         DeliveryOutcome::Crashed(error) => {
             return Verdict::Unknown {

@@ -76,7 +76,7 @@ pub struct Provider {
     /// Its signature check.
     pub verifier: Verifier,
     /// Its payload fingerprints.
-    pub fingerprint: Fingerprinter,
+    pub fingerprint: Arc<Fingerprinter>,
     /// Where its events go: the main route's target (`routes[0]`).
     pub target: Arc<Target>,
     /// Every route, the main one first; an event goes to each whose filter accepts it.
@@ -247,7 +247,10 @@ impl Provider {
                 config.signing_keys.clone(),
                 config.tolerance.unwrap_or(DEFAULT_TOLERANCE),
             ),
-            fingerprint: Fingerprinter::new(config.fingerprint == Switch::On, exclude),
+            fingerprint: Arc::new(Fingerprinter::new(
+                config.fingerprint == Switch::On,
+                exclude,
+            )),
             target: Arc::clone(&routes[0].target),
             routes,
             mode: effective_mode(config),

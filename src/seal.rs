@@ -8,7 +8,8 @@
 //! A sealed byte value is `\0HG1`, the key id's length (one byte) and the id, the nonce,
 //! then the ciphertext and its 16-byte tag. A sealed text value is `~hg1:<id>:` and the
 //! base64 (standard, unpadded) of the nonce, ciphertext and tag. Anything else is a value
-//! written before encryption was turned on, and is read as it stands.
+//! written before encryption was turned on, and is read as it stands — unless the keyring
+//! requires every value sealed, when it is refused.
 
 use std::borrow::Cow;
 use std::fmt;
@@ -96,6 +97,10 @@ pub enum OpenError {
     /// It starts like a sealed value but is not one.
     #[error("a sealed value that is cut short or malformed")]
     Malformed,
+    /// Not sealed at all, where `store.encryption.require_sealed` wants every body sealed
+    /// (a value from before encryption was on, or written into the table by hand).
+    #[error("plaintext where a sealed value is required (store.encryption.require_sealed)")]
+    Plaintext,
 }
 
 /// One key: its id, its cipher, and the key its fingerprints are made with.
@@ -108,6 +113,9 @@ struct Key {
 /// The configured keys: the first seals, every one opens.
 pub struct Keyring {
     keys: Vec<Key>,
+    /// Every stored body must be sealed: plaintext is refused where it is read
+    /// ([`OpenError::Plaintext`]) instead of read as it stands.
+    require_sealed: bool,
 }
 
 impl fmt::Debug for Keyring {
@@ -181,7 +189,21 @@ impl Keyring {
                 fingerprint,
             });
         }
-        Ok(Self { keys: ring })
+        Ok(Self {
+            keys: ring,
+            require_sealed: false,
+        })
+    }
+
+    /// This keyring, refusing plaintext bodies where they are read when `on`.
+    pub fn require_sealed(mut self, on: bool) -> Self {
+        self.require_sealed = on;
+        self
+    }
+
+    /// Whether plaintext bodies are refused (`store.encryption.require_sealed`).
+    pub fn requires_sealed(&self) -> bool {
+        self.require_sealed
     }
 
     /// The id of the key that seals.
@@ -227,14 +249,15 @@ impl Keyring {
     }
 
     /// The plaintext of a stored byte value read at `place`: opened when sealed, as it
-    /// stands when written before encryption was on.
+    /// stands when written before encryption was on (refused when every body must be
+    /// sealed).
     pub fn open<'v>(
         &self,
         place: &Place<'_>,
         stored: &'v [u8],
     ) -> Result<Cow<'v, [u8]>, OpenError> {
         let Some(id) = sealed_id(stored) else {
-            return Ok(Cow::Borrowed(stored));
+            return self.plain(stored).map(Cow::Borrowed);
         };
         let key = self
             .key(id)
@@ -250,7 +273,7 @@ impl Keyring {
         stored: &'v str,
     ) -> Result<Cow<'v, str>, OpenError> {
         let Some((id, body)) = sealed_text(stored) else {
-            return Ok(Cow::Borrowed(stored));
+            return self.plain(stored).map(Cow::Borrowed);
         };
         let key = self
             .key(id)
@@ -262,16 +285,26 @@ impl Keyring {
             .map_err(|_| OpenError::Malformed)
     }
 
+    /// A value that is not sealed: read as it stands, unless every body must be sealed.
+    fn plain<'v, T: ?Sized>(&self, stored: &'v T) -> Result<&'v T, OpenError> {
+        if self.require_sealed {
+            Err(OpenError::Plaintext)
+        } else {
+            Ok(stored)
+        }
+    }
+
     /// The keyed fingerprint of canonical bytes: `k:<id>:<hex of HMAC-SHA256>` under a key
     /// derived from the sealing key.
     pub fn fingerprint(&self, canonical: &[u8]) -> String {
-        let key = &self.keys[0];
-        let mut mac = key.fingerprint.clone();
-        mac.update(canonical);
-        let mut digits = [0u8; 64];
-        // 32 bytes are exactly 64 hex digits: this cannot fail.
-        let _ = hex::encode_to_slice(mac.finalize().into_bytes(), &mut digits);
-        format!("k:{}:{}", key.id, String::from_utf8_lossy(&digits))
+        keyed_fingerprint(&self.keys[0], canonical)
+    }
+
+    /// The keyed fingerprint of canonical bytes under the key named `id` (one that opens,
+    /// no longer the sealing one: a row fingerprinted before a rotation), if it is
+    /// configured.
+    pub fn fingerprint_with(&self, id: &str, canonical: &[u8]) -> Option<String> {
+        self.key(id).map(|key| keyed_fingerprint(key, canonical))
     }
 
     /// Whether `stored` (bytes) needs a reseal to be under the sealing key: plaintext, or
@@ -298,6 +331,16 @@ impl Keyring {
     pub fn sealing_text_prefix(&self) -> String {
         format!("{TEXT_MAGIC}{}:", self.sealing_id())
     }
+}
+
+/// `canonical`'s fingerprint under `key`: `k:<id>:<hex of HMAC-SHA256>`.
+fn keyed_fingerprint(key: &Key, canonical: &[u8]) -> String {
+    let mut mac = key.fingerprint.clone();
+    mac.update(canonical);
+    let mut digits = [0u8; 64];
+    // 32 bytes are exactly 64 hex digits: this cannot fail.
+    let _ = hex::encode_to_slice(mac.finalize().into_bytes(), &mut digits);
+    format!("k:{}:{}", key.id, String::from_utf8_lossy(&digits))
 }
 
 /// The id of the key that sealed a byte value; `None` for a value that is not sealed.

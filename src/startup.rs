@@ -89,7 +89,10 @@ impl Application {
             .map(|p| {
                 let mut runtime = Provider::from_config(p, config.sender_horizon(p))?;
                 // Fingerprints are keyed whenever the store seals what it keeps.
-                runtime.fingerprint = runtime.fingerprint.keyed(store.keyring().cloned());
+                let keyed = (*runtime.fingerprint)
+                    .clone()
+                    .keyed(store.keyring().cloned());
+                runtime.fingerprint = Arc::new(keyed);
                 Ok((p.name.clone(), runtime))
             })
             .collect::<Result<HashMap<_, _>, String>>()

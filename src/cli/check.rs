@@ -43,9 +43,10 @@ pub(super) async fn check_config(config: &Config, rows: bool) -> anyhow::Result<
         .filter(|r| r.status == RuleStatus::Fail)
         .count();
     if rows {
-        let rule = sealed_rows(config).await;
-        out!("{rule}")?;
-        failed += usize::from(rule.status == RuleStatus::Fail);
+        for rule in sealed_rows(config).await {
+            out!("{rule}")?;
+            failed += usize::from(rule.status == RuleStatus::Fail);
+        }
     }
     if failed > 0 {
         anyhow::bail!("the config breaks {failed} rule(s)");
@@ -173,52 +174,102 @@ async fn durability(config: &Config) -> String {
 
 /// `--rows`: the store's bodies not under the sealing key, by the key that sealed them;
 /// fails when one needs a key that is not configured (it would not open where it is read).
-async fn sealed_rows(config: &Config) -> Rule {
+/// With keys, also the plaintext bodies: when none is left, `require_sealed` can be on;
+/// fails when it is on and some are (each would be refused where it is read).
+async fn sealed_rows(config: &Config) -> Vec<Rule> {
     const RULE: &str = "no stored body needs a key that is not configured";
+    const PLAIN: &str = "no stored body is plaintext (store.encryption.require_sealed)";
     let mut config = config.clone();
     if let Err(e) = config.resolve_secrets() {
-        return check(RULE, Err(format!("the keys could not be read: {e}")));
+        return vec![check(RULE, Err(format!("the keys could not be read: {e}")))];
     }
+    let required = config.store.encryption.require_sealed;
+    let keys = config.store.encryption.keyring.clone();
+    let counted = keyed_rows(&config, RULE).await;
+    let mut rules = vec![counted.rule];
+    if let (Some(_), Some(plain)) = (&keys, counted.plaintext) {
+        rules.push(match (plain, required) {
+            (0, true) => check(
+                PLAIN,
+                Ok("every body is sealed, as require_sealed wants".into()),
+            ),
+            (0, false) => check(
+                PLAIN,
+                Ok("every body is sealed: require_sealed = true can be set".into()),
+            ),
+            (n, true) => check(
+                PLAIN,
+                Err(format!(
+                    "{n} plaintext bodies would be refused where they are read: run \
+                     `hookgate store rekey` with require_sealed = false first"
+                )),
+            ),
+            (n, false) => check(
+                PLAIN,
+                Ok(format!(
+                    "{n} plaintext bodies, read as they stand: run `hookgate store rekey` \
+                     before setting require_sealed = true"
+                )),
+            ),
+        });
+    }
+    rules
+}
+
+/// A rule of `--rows`, with the plaintext bodies it counted (`None`: not read).
+struct Counted {
+    rule: Rule,
+    plaintext: Option<u64>,
+}
+
+/// The first rule of `--rows` (`name`): every sealed body's key is configured.
+async fn keyed_rows(config: &Config, name: &str) -> Counted {
     let keys = config.store.encryption.keyring.clone();
     let configured = |id: &str| keys.as_ref().is_some_and(|k| k.ids().any(|k| k == id));
     let counted = async {
         let store = store::open(&config.store).await?;
         super::rekey::run(store, 1000, f64::INFINITY, true, false).await
     };
-    match counted.await {
-        Err(e) => check(RULE, Err(format!("the store could not be read: {e:#}"))),
-        Ok(progress) => {
-            let missing: Vec<&String> = progress
-                .stale
-                .keys()
-                .filter(|id| *id != "plaintext" && !configured(id))
-                .collect();
-            let detail = super::rekey::summary(&progress);
-            if !missing.is_empty() {
-                check(
-                    RULE,
-                    Err(format!("sealed by {missing:?}, not configured: {detail}")),
-                )
-            } else if keys.is_none() {
-                check(
-                    RULE,
-                    Ok("encryption at rest is off, and no body is sealed".into()),
-                )
-            } else if progress.stale.is_empty() {
-                check(
-                    RULE,
-                    Ok(format!(
-                        "every body is sealed by {:?}",
-                        progress.sealing_key
-                    )),
-                )
-            } else {
-                Rule {
-                    name: RULE.into(),
-                    detail: format!("{detail}: run `hookgate store rekey` before removing a key"),
-                    status: RuleStatus::Warn,
-                }
+    let progress = match counted.await {
+        Err(e) => {
+            return Counted {
+                rule: check(name, Err(format!("the store could not be read: {e:#}"))),
+                plaintext: None,
             }
         }
-    }
+        Ok(progress) => progress,
+    };
+    let plaintext = Some(progress.stale.get("plaintext").copied().unwrap_or(0));
+    let missing: Vec<&String> = progress
+        .stale
+        .keys()
+        .filter(|id| *id != "plaintext" && !configured(id))
+        .collect();
+    let detail = super::rekey::summary(&progress);
+    let rule = if !missing.is_empty() {
+        check(
+            name,
+            Err(format!("sealed by {missing:?}, not configured: {detail}")),
+        )
+    } else if keys.is_none() {
+        check(
+            name,
+            Ok("encryption at rest is off, and no body is sealed".into()),
+        )
+    } else if progress.stale.is_empty() {
+        check(
+            name,
+            Ok(format!(
+                "every body is sealed by {:?}",
+                progress.sealing_key
+            )),
+        )
+    } else {
+        Rule {
+            name: name.into(),
+            detail: format!("{detail}: run `hookgate store rekey` before removing a key"),
+            status: RuleStatus::Warn,
+        }
+    };
+    Counted { rule, plaintext }
 }

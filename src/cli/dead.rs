@@ -233,6 +233,7 @@ async fn replay_traced(
             mode: reopened.mode,
             filtered: false,
             others: Vec::new(),
+            fingerprinter: None,
             // An operator's replay starts a trace of its own, as a node's does.
             trace: tracing.map(|t| Traced::root(&t.tracer)),
         }),

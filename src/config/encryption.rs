@@ -18,6 +18,11 @@ pub struct EncryptionConfig {
     /// seals, every one opens (keep a key listed until `hookgate store rekey` has moved its
     /// rows to the first).
     pub keys: Vec<KeyConfig>,
+    /// Every stored body must be sealed: a plaintext one (from before encryption was on,
+    /// or written into the table by hand) is refused where it is read — a queue row's
+    /// becomes an `unreadable` dead letter — instead of read as it stands. Turn it on once
+    /// `hookgate check-config --rows` counts no plaintext body.
+    pub require_sealed: bool,
     /// The keyring read from the keys' variables (never from the file); `None` until
     /// [`resolve`](EncryptionConfig::resolve), and when there are no keys.
     #[serde(skip)]
@@ -38,6 +43,7 @@ impl fmt::Debug for EncryptionConfig {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("EncryptionConfig")
             .field("keys", &self.keys)
+            .field("require_sealed", &self.require_sealed)
             .finish_non_exhaustive()
     }
 }
@@ -52,6 +58,15 @@ impl EncryptionConfig {
 /// The rules of `[store.encryption]`, when it has keys.
 pub(super) fn encryption_rules(config: &EncryptionConfig) -> Vec<Rule> {
     if config.is_off() {
+        if config.require_sealed {
+            return vec![rule(
+                "store.encryption.require_sealed needs keys",
+                false,
+                "require_sealed = true with no keys: every body would be refused; list keys, \
+                 or set require_sealed = false"
+                    .to_owned(),
+            )];
+        }
         return Vec::new();
     }
     let bad_ids: Vec<&str> = config
@@ -105,6 +120,7 @@ mod tests {
                     env: (*env).into(),
                 })
                 .collect(),
+            require_sealed: false,
             keyring: None,
         }
     }

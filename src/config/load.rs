@@ -83,7 +83,8 @@ impl EncryptionConfig {
             keys.push((key.id.clone(), bytes));
         }
         let keyring = Keyring::new(&keys)
-            .map_err(|why| ConfigError::Invalid(format!("store.encryption.keys: {why}")))?;
+            .map_err(|why| ConfigError::Invalid(format!("store.encryption.keys: {why}")))?
+            .require_sealed(self.require_sealed);
         self.keyring = Some(std::sync::Arc::new(keyring));
         Ok(())
     }
@@ -235,6 +236,7 @@ mod tests {
                 id: id.into(),
                 env: env.into(),
             }],
+            require_sealed: false,
             keyring: None,
         }
     }

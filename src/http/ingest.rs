@@ -229,6 +229,7 @@ async fn handle(
                 mode: accepted.mode,
                 filtered: accepted.filtered,
                 others: accepted.others,
+                fingerprinter: Some(accepted.fingerprinter),
                 trace: traced.cloned(),
             };
             Ok(render(match event.mode {
@@ -290,6 +291,8 @@ struct Accepted {
     filtered: bool,
     /// The other routes that accept it (see [`Event::others`]).
     others: Vec<Arc<crate::provider::Route>>,
+    /// The provider's fingerprints (see [`Event::fingerprinter`]).
+    fingerprinter: Arc<crate::canonical::Fingerprinter>,
 }
 
 /// Everything checked before a claim, in order: provider, body size, signature, key.
@@ -337,6 +340,7 @@ async fn accept(
         provider_mode: runtime.mode,
         filtered,
         others,
+        fingerprinter: Arc::clone(&runtime.fingerprint),
     })
 }
 

@@ -391,6 +391,7 @@ impl Metrics {
                 "replay_failed",
                 "sender_gave_up",
                 "throttled_too_long",
+                "unreadable",
             ] {
                 self.dead_letter_n(provider, reason, 0);
             }

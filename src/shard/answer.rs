@@ -12,7 +12,8 @@ use slog::{warn, Logger};
 
 use super::cache::{DoneCache, Hit};
 use super::event::Event;
-use crate::claim::{fingerprints_differ, Path, StoredResult};
+use crate::canonical::Body;
+use crate::claim::{fingerprints_differ, other_kind, Path, StoredResult};
 use crate::key::EventId;
 
 /// The answer to one delivery.
@@ -201,6 +202,33 @@ pub(crate) fn mismatch_with(
             reply: Reply::Mismatch,
         }
     })
+}
+
+/// How a request's payload compares with a row fingerprinted under another kind (before a
+/// key rotation, or before encryption was on), fingerprinted again under the row's.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Across {
+    /// The same payload: its fingerprint under the row's kind.
+    Same(String),
+    /// Another payload.
+    Differs,
+    /// It cannot be told: the row's key is not configured (why).
+    Unknown(String),
+}
+
+/// `incoming` against the row's `stored` fingerprint when the two are of different kinds
+/// (`None` when they are of one kind, either is unknown, or the event cannot be
+/// fingerprinted again: read back from its row).
+pub(super) fn across(incoming: &Event, stored: Option<&str>) -> Option<Across> {
+    let stored = other_kind(stored, incoming.fingerprint.as_deref())?;
+    let fingerprinter = incoming.fingerprinter.as_ref()?;
+    Some(
+        match fingerprinter.fingerprint_as(&Body::new(&incoming.body), stored) {
+            Ok(fingerprint) if fingerprint == stored => Across::Same(fingerprint),
+            Ok(_) => Across::Differs,
+            Err(why) => Across::Unknown(why),
+        },
+    )
 }
 
 /// Logs a payload mismatch with both fingerprints (never the payloads).

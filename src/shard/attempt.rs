@@ -73,6 +73,9 @@ pub struct Attempt {
     /// Queue mode: how much longer the event may wait for its delivery (its provider's
     /// horizon less its age); a throttle past it makes it a dead letter.
     pub horizon_left: Duration,
+    /// Queue mode: the row's kept body did not open (why, naming the key it needs): the
+    /// attempt delivers nothing and makes the row an `unreadable` dead letter.
+    pub unreadable: Option<String>,
     /// Its spans (tracing on, a sampled trace).
     spans: Option<AttemptSpans>,
 }
@@ -136,6 +139,7 @@ impl Attempt {
             lease_ends: crate::deadline::after(sent, lease),
             renew: None,
             horizon_left: Duration::MAX,
+            unreadable: None,
             spans,
         }
     }

@@ -20,7 +20,7 @@ use std::sync::Arc;
 use dashmap::DashMap;
 use prometheus_client::metrics::gauge::Gauge;
 
-use crate::claim::{fingerprints_differ, StoredResult};
+use crate::claim::{fingerprints_differ, other_kind, StoredResult};
 use crate::key::EventId;
 
 /// One cached done event.
@@ -91,6 +91,11 @@ impl DoneCache {
     /// What the cache says about `id` arriving with payload fingerprint `incoming`.
     pub fn lookup(&self, id: &EventId, incoming: Option<&str>) -> Option<Hit> {
         let entry = self.map.get(id)?;
+        if other_kind(entry.fingerprint.as_deref(), incoming).is_some() {
+            // Fingerprinted under another key (a rotation since): the store's path
+            // compares them, fingerprinting the payload again under the row's kind.
+            return None;
+        }
         Some(
             if fingerprints_differ(entry.fingerprint.as_deref(), incoming) {
                 Hit::Mismatch {

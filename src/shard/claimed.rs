@@ -16,7 +16,9 @@ use slog::info;
 use tokio::sync::oneshot;
 
 use super::actor::Shard;
-use super::answer::{log_mismatch, log_refusal, mismatch_with, Answer, Reply, RetryReason};
+use super::answer::{
+    across, log_mismatch, log_refusal, mismatch_with, Across, Answer, Reply, RetryReason,
+};
 use super::attempt::{ceil_secs, Attempt};
 use super::cache::CachedDone;
 use super::event::Event;
@@ -68,6 +70,21 @@ impl Shard {
                 self.run_on_worker(running, reply, ctx);
             }
             Ok(ClaimResult::Existing(row)) => {
+                if row.claimable() {
+                    if let Some(Across::Same(fingerprint)) =
+                        across(&event, row.fingerprint.as_deref())
+                    {
+                        // The same payload, fingerprinted under another key (or none)
+                        // than the row's: claimed again with the row's kind of it. The
+                        // statement never takes a row over across kinds.
+                        let event = Arc::new(Event {
+                            fingerprint: Some(fingerprint),
+                            ..(*event).clone()
+                        });
+                        self.claim(event, reply, token, worker, ctx);
+                        return;
+                    }
+                }
                 let waiters = self.in_flight.forget(&event.id, token);
                 self.free_worker(worker, ctx);
                 for (event, reply) in std::iter::once((event, reply)).chain(waiters) {
@@ -91,14 +108,20 @@ impl Shard {
     }
 
     /// A won claim: delivered; recorded done without reaching the target when its row says
-    /// the main route's filter did not accept the event (path `filtered`); or released without reaching the target once the node is draining.
+    /// the main route's filter did not accept the event (path `filtered`); a dead letter
+    /// `unreadable` when its kept body did not open; or released without reaching the target once the node is draining.
     pub(super) fn run_on_worker(
         &mut self,
         running: Running,
         reply: oneshot::Sender<Answer>,
         ctx: &mut Context<Self>,
     ) {
-        if running.attempt.path == Path::Filtered {
+        if let Some(why) = &running.attempt.unreadable {
+            // Taken, but its body did not open: ended as a dead letter, never delivered.
+            self.metrics.store_error("sealed");
+            let unreadable = DeliveryOutcome::Unreadable(why.clone());
+            self.record(running, reply, ctx, async move { unreadable });
+        } else if running.attempt.path == Path::Filtered {
             let routed = !running.attempt.event.others.is_empty();
             let filtered = async move { DeliveryOutcome::Filtered { routed } };
             self.record(running, reply, ctx, filtered);
@@ -195,7 +218,27 @@ impl Shard {
 
     /// The answer for a row the claim did not win; caches it when it is done.
     pub(super) fn answer_existing(&mut self, event: &Event, row: RowState) -> Answer {
-        let path = classify(&row, event.fingerprint.as_deref());
+        let path = match across(event, row.fingerprint.as_deref()) {
+            // Fingerprinted again under the row's kind: another payload is a mismatch
+            // whatever the row's state; one that cannot be compared (the row's key is
+            // gone) never takes a row over unchecked.
+            Some(Across::Differs) => Path::PayloadMismatch,
+            Some(Across::Unknown(why)) if row.claimable() => {
+                slog::warn!(self.log, "webhook.payload_mismatch";
+                    "provider" => &*event.id.provider, "event_key" => &*event.id.key,
+                    "stored_fingerprint" => row.fingerprint.as_deref(),
+                    "incoming_fingerprint" => event.fingerprint.as_deref(),
+                    "error" => why);
+                let attempts = Some(row.attempts);
+                return Answer {
+                    path: Path::PayloadMismatch,
+                    attempts,
+                    reply: Reply::Mismatch,
+                };
+            }
+            Some(Across::Same(fingerprint)) => classify(&row, Some(&fingerprint)),
+            _ => classify(&row, event.fingerprint.as_deref()),
+        };
         let attempts = Some(row.attempts);
         let reply = match path {
             Path::DuplicateDone => match row.result {

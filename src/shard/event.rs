@@ -5,6 +5,7 @@ use std::sync::Arc;
 use actix_web::http::header::HeaderMap;
 use actix_web::web::Bytes;
 
+use crate::canonical::Fingerprinter;
 use crate::claim::Mode;
 use crate::key::EventId;
 use crate::provider::{Route, Target};
@@ -35,6 +36,10 @@ pub struct Event {
     /// writes this event's row (its first claim, or its queue row), and delivered from
     /// there; a redelivery writes none.
     pub others: Vec<Arc<Route>>,
+    /// Its provider's fingerprints, to fingerprint the body again under a stored row's
+    /// kind (a row fingerprinted before a key rotation, or before encryption was on);
+    /// `None` for an event read back from its row.
+    pub fingerprinter: Option<Arc<Fingerprinter>>,
     /// The trace its attempts join (tracing on); `None` costs nothing.
     pub trace: Option<Arc<Traced>>,
 }
@@ -105,6 +110,7 @@ impl Event {
             mode: Mode::Sync,
             filtered: false,
             others: Vec::new(),
+            fingerprinter: None,
             trace: None,
         }
     }

@@ -215,6 +215,7 @@ mod tests {
             mode: crate::claim::Mode::Sync,
             filtered: false,
             others: Vec::new(),
+            fingerprinter: None,
             trace: None,
         })
     }

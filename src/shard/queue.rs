@@ -292,6 +292,7 @@ impl Event {
             mode: Mode::Queue,
             filtered: false,
             others: Vec::new(),
+            fingerprinter: None,
             trace: None,
         }
     }

@@ -112,6 +112,7 @@ impl Shard {
                     mode: row.mode,
                     filtered: false,
                     others: Vec::new(),
+                    fingerprinter: None,
                     // An operator's replay starts a trace of its own.
                     trace: self.settings.tracer.as_ref().map(Traced::root),
                 });

@@ -39,7 +39,7 @@ impl Attempt {
             metrics.outcome_written(&self.event.id.provider, writing.as_secs_f64());
         }
         let reply = match written {
-            Some(Ok(Fenced::Applied)) | None => self.reply(verdict, took, lease, log),
+            Some(Ok(Fenced::Applied)) | None => self.reply(verdict, took, lease, metrics, log),
             Some(Ok(Fenced::Stale)) => self.stale(log),
             Some(Err(e)) => self.unrecorded(&e, metrics, log),
         };
@@ -77,7 +77,14 @@ impl Attempt {
     }
 
     /// The reply for a verdict the row now holds (or, after a crash, did not need).
-    fn reply(&self, verdict: Verdict, took: Duration, lease: Duration, log: &Logger) -> Reply {
+    fn reply(
+        &self,
+        verdict: Verdict,
+        took: Duration,
+        lease: Duration,
+        metrics: &Metrics,
+        log: &Logger,
+    ) -> Reply {
         let id = &self.event.id;
         let duration_ms = u64::try_from(took.as_millis()).unwrap_or(u64::MAX);
         let (provider, key, attempts) = (&*id.provider, &*id.key, self.attempts);
@@ -101,6 +108,7 @@ impl Attempt {
                 }
             }
             Verdict::Dead { error, reason } => {
+                metrics.dead_letter(provider, reason.as_str());
                 warn!(log, "webhook.dead";
                     "provider" => provider, "event_key" => key, "error" => &error,
                     "reason" => reason.as_str(), "attempts" => attempts,

@@ -135,6 +135,7 @@ impl Shard {
             content_type: row.content_type.clone(),
             fingerprint: row.fingerprint.clone(),
             trace_headers: row.headers.clone(),
+            unreadable: None,
         };
         let event = self.taken_event(&taken, target);
         self.metrics.queue_taken(&event.id.provider);

@@ -191,12 +191,14 @@ impl AttemptSpans {
     }
 }
 
-/// Whether a request went to the target (a filtered event's and one never started did
-/// not: their attempt has no delivery span).
+/// Whether a request went to the target (a filtered event's, an unreadable one's and one
+/// never started did not: their attempt has no delivery span).
 pub(super) fn was_sent(outcome: &DeliveryOutcome) -> bool {
     !matches!(
         outcome,
-        DeliveryOutcome::Filtered { .. } | DeliveryOutcome::NotStarted(_)
+        DeliveryOutcome::Filtered { .. }
+            | DeliveryOutcome::Unreadable(_)
+            | DeliveryOutcome::NotStarted(_)
     )
 }
 

@@ -102,11 +102,13 @@ impl Shard {
     pub(super) fn queue_attempt(&self, event: Arc<Event>, taken: &Taken, sent: Instant) -> Attempt {
         let lease = self.settings.lease;
         let horizon_left = event.target.horizon.saturating_sub(taken.age);
-        Attempt::held(event, taken.attempts, taken.path, sent, lease).renewed(
+        let mut attempt = Attempt::held(event, taken.attempts, taken.path, sent, lease).renewed(
             lease,
             taken.tries,
             horizon_left,
-        )
+        );
+        attempt.unreadable = taken.unreadable.clone();
+        attempt
     }
 
     /// Starts a taken row on `worker`, unless its lease no longer covers a start: then it

@@ -15,6 +15,7 @@ use actix_web::web::Bytes;
 
 use crate::claim::{ClaimResult, Path, RowState, Status, StoredResult};
 use crate::key::EventId;
+use crate::outcome::DeadReason;
 use crate::seal::{Column, Keyring, OpenError, Place};
 
 use super::api::Store;
@@ -120,6 +121,7 @@ impl Open<'_> {
         stored: Vec<u8>,
     ) -> Result<Vec<u8>, StoreError> {
         let opened = match (self.0, crate::seal::sealed_id(&stored)) {
+            (Some(keys), None) if keys.requires_sealed() => Err(OpenError::Plaintext),
             (_, None) => return Ok(stored),
             (None, Some(key)) if !crate::seal::valid_id(key) => return Ok(stored),
             (None, Some(key)) => Err(OpenError::UnknownKey(key.to_owned())),
@@ -135,6 +137,7 @@ impl Open<'_> {
         stored: String,
     ) -> Result<String, StoreError> {
         let opened = match (self.0, crate::seal::sealed_text_id(&stored)) {
+            (Some(keys), None) if keys.requires_sealed() => Err(OpenError::Plaintext),
             (_, None) => return Ok(stored),
             (None, Some(key)) if !crate::seal::valid_id(key) => return Ok(stored),
             (None, Some(key)) => Err(OpenError::UnknownKey(key.to_owned())),
@@ -146,7 +149,8 @@ impl Open<'_> {
     }
 
     fn open_payload(&self, id: &EventId, stored: Bytes) -> Result<Bytes, StoreError> {
-        if crate::seal::sealed_id(&stored).is_none() {
+        let required = self.0.is_some_and(Keyring::requires_sealed);
+        if !required && crate::seal::sealed_id(&stored).is_none() {
             return Ok(stored);
         }
         self.open_bytes(id, Column::Payload, stored.to_vec())
@@ -177,7 +181,24 @@ impl Open<'_> {
         Ok(record)
     }
 
-    fn taken(&self, mut taken: Taken) -> Result<Taken, StoreError> {
+    /// A taken row with its bodies opened — or, when one does not open, marked
+    /// [`unreadable`](Taken::unreadable) with why, its stored payload kept as it is for the
+    /// dead letter its attempt makes of it (the row was leased and counted by the take: it
+    /// must be ended, not dropped and taken again forever).
+    fn taken(&self, mut taken: Taken) -> Taken {
+        let stored = taken.payload.clone();
+        match self.open_taken(&mut taken) {
+            Ok(()) => taken,
+            Err(e) => Taken {
+                payload: stored,
+                trace_headers: None,
+                unreadable: Some(e.to_string()),
+                ..taken
+            },
+        }
+    }
+
+    fn open_taken(&self, taken: &mut Taken) -> Result<(), StoreError> {
         taken.payload = self.open_payload(&taken.id, std::mem::take(&mut taken.payload))?;
         if let Some(headers) = taken.trace_headers.take() {
             // The store hands sealed headers back whole (it cannot look inside them):
@@ -185,7 +206,7 @@ impl Open<'_> {
             let headers = self.open_text(&taken.id, Column::RequestHeaders, headers)?;
             taken.trace_headers = headers.contains("\"traceparent\"").then_some(headers);
         }
-        Ok(taken)
+        Ok(())
     }
 }
 
@@ -290,6 +311,19 @@ impl Store for SealedStore {
             return self.inner.fail(id, attempts, failure);
         };
         let seal = Seal(keys);
+        if failure.dead == Some(DeadReason::Unreadable) {
+            // Its payload is the stored value that did not open (`Taken::unreadable`):
+            // written back as it is, so the dead letter opens once its key is back.
+            let failure = Failure {
+                headers: None,
+                history: failure
+                    .history
+                    .as_ref()
+                    .map(|h| seal.history(id, attempts, h)),
+                ..failure.clone()
+            };
+            return Box::pin(async move { self.inner.fail(id, attempts, &failure).await });
+        }
         let failure = Failure {
             payload: Bytes::from(seal.bytes(id, Column::Payload, &failure.payload)),
             headers: failure
@@ -382,10 +416,11 @@ impl Store for SealedStore {
 
     fn take<'a>(&'a self, id: &'a EventId, lease: Duration) -> StoreFuture<'a, Option<Taken>> {
         Box::pin(async move {
-            match self.inner.take(id, lease).await? {
-                Some(taken) => self.open().taken(taken).map(Some),
-                None => Ok(None),
-            }
+            Ok(self
+                .inner
+                .take(id, lease)
+                .await?
+                .map(|taken| self.open().taken(taken)))
         })
     }
 
@@ -399,12 +434,9 @@ impl Store for SealedStore {
         Box::pin(async move {
             let taken = self.inner.take_due(provider, limit, lease, busy).await?;
             let open = self.open();
-            // A row whose body does not open is left out (taken, it is tried again once
-            // its lease runs out, and `take` names why): it never holds up the others.
-            Ok(taken
-                .into_iter()
-                .filter_map(|t| open.taken(t).ok())
-                .collect())
+            // A row whose body does not open never holds up the others: it is handed over
+            // marked unreadable, and its attempt ends it as a dead letter.
+            Ok(taken.into_iter().map(|t| open.taken(t)).collect())
         })
     }
 

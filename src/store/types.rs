@@ -138,6 +138,10 @@ pub struct Taken {
     /// come back from the backend whole; the sealed store opens them and keeps them only
     /// when they hold one.)
     pub trace_headers: Option<String>,
+    /// Its kept body did not open (the sealed store says why, naming the key it needs):
+    /// `payload` is the stored value as it is, never delivered; the attempt makes the row
+    /// an `unreadable` dead letter, writing that value back unchanged.
+    pub unreadable: Option<String>,
 }
 
 /// One provider's queue, for metrics.

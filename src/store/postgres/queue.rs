@@ -101,6 +101,7 @@ fn taken(id: EventId, row: &tokio_postgres::Row) -> Result<Taken, StoreError> {
         content_type: get(row, "content_type")?,
         fingerprint: get(row, "fingerprint")?,
         trace_headers: get(row, "trace_headers")?,
+        unreadable: None,
     })
 }
 

@@ -12,7 +12,10 @@
 /// The claim's state rules in Postgres, shared by the single-row and the batched claim
 /// (`e` is the existing row): a sync row that is `failed`, or `in_progress` with its lease
 /// run out by the database's clock, is taken over — set back to `in_progress` with
-/// attempts + 1 — when its fingerprint matches; `done` and `dead` never match. A row
+/// attempts + 1 — when its fingerprint equals the claim's (or either is unknown: fingerprints
+/// off); `done` and `dead` never match. Fingerprints of two kinds (one made before a key
+/// rotation, or before encryption was on) never match: the row is reported, and the shard
+/// fingerprints the payload again under the row's kind and claims again with it. A row
 /// claimed `filtered` (the main route's filter refused the event's first delivery) keeps
 /// that path when it is retaken: the row, not the redelivery's headers, says what the
 /// attempt does. A queue row
@@ -33,8 +36,7 @@ macro_rules! pg_claim_conflict {
     WHERE e.mode = 'sync'
       AND (e.status = 'failed' OR (e.status = 'in_progress' AND e.locked_until <= now()))
       AND (e.fingerprint IS NULL OR EXCLUDED.fingerprint IS NULL
-           OR e.fingerprint = EXCLUDED.fingerprint
-           OR left(e.fingerprint, -64) <> left(EXCLUDED.fingerprint, -64))"
+           OR e.fingerprint = EXCLUDED.fingerprint)"
     };
 }
 pub(crate) use pg_claim_conflict;

@@ -287,6 +287,7 @@ fn taken(id: EventId, columns: TakenColumns) -> Result<Taken, StoreError> {
         content_type,
         fingerprint,
         trace_headers,
+        unreadable: None,
     })
 }
 

@@ -42,9 +42,7 @@ WHERE webhook_events.mode = 'sync'
        OR (webhook_events.status = 'in_progress'
            AND webhook_events.locked_until <= unixepoch('subsec')))
   AND (webhook_events.fingerprint IS NULL OR excluded.fingerprint IS NULL
-       OR webhook_events.fingerprint = excluded.fingerprint
-       OR substr(webhook_events.fingerprint, 1, max(0, length(webhook_events.fingerprint) - 64))
-          <> substr(excluded.fingerprint, 1, max(0, length(excluded.fingerprint) - 64)))
+       OR webhook_events.fingerprint = excluded.fingerprint)
 RETURNING attempts, last_path";
 
 /// Complete, fenced by the attempt (see Postgres's `COMPLETE`).

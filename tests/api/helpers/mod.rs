@@ -32,7 +32,7 @@ use hookgate::worker::{Delivery, DeliveryRequest, HttpDelivery};
 pub use binary::BinaryNode;
 pub use chaos::{AttemptNote, Call, ChaosStore, Journal, Outage, Span, Weather};
 pub use collector::{attr, Answering, Collector};
-pub use db::{failure, keyring, test_key, Backend, TestDb};
+pub use db::{failure, key_text, keyring, test_key, Backend, TestDb};
 pub use early_hints::early_hints_target;
 pub use faults::{FaultyStore, WritesHeld};
 pub use ha::HaPair;
@@ -318,6 +318,41 @@ impl TestApp {
 
     /// [`TestApp::run_cli`] with `provider` (TOML) added to the provider's entry.
     pub async fn run_cli_with(&self, args: &[&str], provider: &str) -> std::process::Output {
+        self.run_cli_in(args, "", provider, Vec::new()).await
+    }
+
+    /// [`TestApp::run_cli`] on a store sealing with the test keys `ids` (their variables
+    /// set), refusing plaintext bodies if `strict`.
+    pub async fn run_cli_sealed(
+        &self,
+        args: &[&str],
+        ids: &[&str],
+        strict: bool,
+    ) -> std::process::Output {
+        let keys: Vec<String> = ids
+            .iter()
+            .map(|id| format!("{{ id = \"{id}\", env = \"HOOKGATE_TEST_KEY_{id}\" }}"))
+            .collect();
+        let store = format!(
+            "encryption = {{ keys = [{}], require_sealed = {strict} }}\n",
+            keys.join(", ")
+        );
+        let env = ids
+            .iter()
+            .map(|id| (format!("HOOKGATE_TEST_KEY_{id}"), db::key_text(id)))
+            .collect();
+        self.run_cli_in(args, &store, "", env).await
+    }
+
+    /// The command line with `store` (TOML) added to `[store]`, `provider` to the
+    /// provider's entry, and `env` set.
+    async fn run_cli_in(
+        &self,
+        args: &[&str],
+        store: &str,
+        provider: &str,
+        env: Vec<(String, String)>,
+    ) -> std::process::Output {
         let dir = std::env::temp_dir().join(format!("hookgate-cli-{}", fastrand::u32(..)));
         std::fs::create_dir_all(&dir).expect("config dir");
         let config = dir.join("hookgate.toml");
@@ -329,7 +364,7 @@ impl TestApp {
         std::fs::write(
             &config,
             format!(
-                "[store]\nurl = \"{}\"\n{schema}[[providers]]\nname = \"{PROVIDER}\"\n\
+                "[store]\nurl = \"{}\"\n{schema}{store}[[providers]]\nname = \"{PROVIDER}\"\n\
                  preset = \"none\"\nkey = [{{ header = \"X-Idempotency-Key\" }}]\n\
                  target = {{ url = \"{}\" }}\n{provider}\n",
                 self.db.url, self.target.url
@@ -342,6 +377,7 @@ impl TestApp {
                 .args(args)
                 .arg("--config")
                 .arg(&config)
+                .envs(env)
                 .output()
                 .expect("run hookgate")
         })

@@ -14,7 +14,7 @@ use hookgate::store::StoreError;
 use serde_json::Value;
 
 use crate::helpers::{
-    bearer, dead_letter, eventually, keyring, spawn_app_on, test_key, Backend, Behaviour, TestApp,
+    bearer, dead_letter, eventually, key_text, keyring, spawn_app_on, Backend, Behaviour, TestApp,
     PROVIDER,
 };
 
@@ -242,8 +242,9 @@ async fn a_key_no_longer_configured_is_named_where_a_row_is_read(backend: Backen
     );
 }
 
-/// A queue row whose payload does not open is left out of a batch take, which hands over
-/// the others; a read of that row names why.
+/// A queue row whose payload does not open never holds up a batch take: the others are
+/// handed over opened, and it is handed over marked unreadable (why, naming the column),
+/// its stored value as it is, for its attempt to end it; a read of that row names why.
 async fn a_row_that_does_not_open_never_holds_up_a_batch_take(backend: Backend) {
     let db = crate::helpers::TestDb::on(backend).await;
     let store = db.sealed_store(&["q"]).await;
@@ -264,8 +265,20 @@ async fn a_row_that_does_not_open_never_holds_up_a_batch_take(backend: Backend) 
     let taken = store.take_due(PROVIDER, 10, lease, &[]).await.unwrap();
     let mut keys: Vec<&str> = taken.iter().map(|t| &*t.id.key).collect();
     keys.sort_unstable();
-    assert_eq!(keys, ["evt_q1", "evt_q3"]);
-    assert!(taken.iter().all(|t| t.payload.starts_with(b"{\"id\"")));
+    assert_eq!(keys, ["evt_q1", "evt_q2", "evt_q3"]);
+    for t in &taken {
+        if &*t.id.key == "evt_q2" {
+            let why = t.unreadable.as_deref().unwrap_or_default();
+            assert!(why.contains("evt_q2") && why.contains("payload"), "{why}");
+            assert!(
+                sealed_id(&t.payload).is_some(),
+                "the stored value, as it is"
+            );
+        } else {
+            assert_eq!(t.unreadable, None);
+            assert!(t.payload.starts_with(b"{\"id\""));
+        }
+    }
     let read = store
         .operator()
         .event(&EventId::new(PROVIDER, "evt_q2"))
@@ -457,12 +470,6 @@ fn contains(haystack: &[u8], needle: &str) -> bool {
     haystack
         .windows(needle.len())
         .any(|w| w == needle.as_bytes())
-}
-
-/// The test key `id` as its variable holds it (base64).
-fn key_text(id: &str) -> String {
-    use base64::Engine as _;
-    base64::engine::general_purpose::STANDARD.encode(test_key(id))
 }
 
 /// Runs the command line on `app`'s store sealing with `keys` (`(id, variable)`), with

@@ -5,19 +5,24 @@
 //! * `conformance/` — the conformance suite: every rule of the row, against each backend.
 //! * `encryption.rs` — encryption at rest: the raw tables, moved bodies, missing keys,
 //!   keyed fingerprints, plaintext rows sealed by a rekey, rotation under live traffic.
+//! * `fingerprint_kinds.rs` — payloads compared across a key rotation.
 //! * `model/` — the row protocol against a reference model, by seeded random sequences
 //!   (`model_regressions.txt`: every sequence that once failed, replayed first).
 //! * `plans.rs` — the hot statements' plans, whatever the table's size and statistics.
 //! * `ring.rs` — the Postgres slot ring: the promise across its boundaries, its upkeep.
 //! * `tls.rs` — TLS to the database and to targets.
+//! * `unreadable.rs` — rows whose bodies do not open: `unreadable` dead letters, once;
+//!   `require_sealed` refusing plaintext.
 //! * `upgrades.rs` — schema upgrades, beside live claims and in place.
 
 mod conformance;
 mod encryption;
+mod fingerprint_kinds;
 mod model;
 mod plans;
 mod ring;
 mod tls;
+mod unreadable;
 mod upgrades;
 
 use std::sync::Arc;

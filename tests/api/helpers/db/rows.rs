@@ -363,6 +363,37 @@ impl TestDb {
         }
     }
 
+    /// How the row of `key` ended, read raw (no body opened): its attempts, dead reason
+    /// and last error.
+    pub async fn ending(&self, provider: &str, key: &str) -> Ending {
+        const SQL_PG: &str = "SELECT attempts, dead_reason, last_error FROM webhook_events \
+                              WHERE provider = $1 AND event_key = $2";
+        const SQL_LITE: &str = "SELECT attempts, dead_reason, last_error FROM webhook_events \
+                                WHERE provider = ?1 AND event_key = ?2";
+        match &self.inspect {
+            Inspect::Pg(client) => {
+                let row = client
+                    .query_one(SQL_PG, &[&provider, &key])
+                    .await
+                    .expect("the row");
+                Ending {
+                    attempts: row.get(0),
+                    dead_reason: row.get(1),
+                    last_error: row.get(2),
+                }
+            }
+            Inspect::Sqlite(file) => Self::sqlite(file)
+                .query_row(SQL_LITE, [provider, key], |r| {
+                    Ok(Ending {
+                        attempts: r.get(0)?,
+                        dead_reason: r.get(1)?,
+                        last_error: r.get(2)?,
+                    })
+                })
+                .expect("the row"),
+        }
+    }
+
     pub async fn count_rows(&self) -> i64 {
         match &self.inspect {
             Inspect::Pg(client) => client
@@ -390,4 +421,12 @@ impl TestDb {
             .expect("request_headers")
             .get(0)
     }
+}
+
+/// How a row ended, as [`TestDb::ending`] reads it.
+#[derive(Debug)]
+pub struct Ending {
+    pub attempts: i32,
+    pub dead_reason: Option<String>,
+    pub last_error: Option<String>,
 }

@@ -15,6 +15,12 @@ pub fn test_key(id: &str) -> [u8; KEY_BYTES] {
     Sha256::digest(id.as_bytes()).into()
 }
 
+/// The test key `id` as its variable holds it (base64).
+pub fn key_text(id: &str) -> String {
+    use base64::Engine as _;
+    base64::engine::general_purpose::STANDARD.encode(test_key(id))
+}
+
 /// A keyring of the test keys `ids`, the first sealing.
 pub fn keyring(ids: &[&str]) -> Arc<Keyring> {
     let keys: Vec<(String, [u8; KEY_BYTES])> = ids
@@ -151,5 +157,26 @@ impl TestDb {
                 .expect("copy the payload") as u64,
         };
         assert_eq!(n, 1, "no row {provider}:{to}");
+    }
+
+    /// Writes `payload` in plain over the stored payload of `key`, as someone who can
+    /// write the table but holds no key might.
+    pub async fn write_payload(&self, provider: &str, key: &str, payload: &[u8]) {
+        let n = match &self.inspect {
+            Inspect::Pg(client) => client
+                .execute(
+                    "UPDATE webhook_events SET payload = $3 WHERE provider = $1 AND event_key = $2",
+                    &[&provider, &key, &payload],
+                )
+                .await
+                .expect("write the payload"),
+            Inspect::Sqlite(file) => Self::sqlite(file)
+                .execute(
+                    "UPDATE webhook_events SET payload = ?3 WHERE provider = ?1 AND event_key = ?2",
+                    rusqlite::params![provider, key, payload],
+                )
+                .expect("write the payload") as u64,
+        };
+        assert_eq!(n, 1, "no row {provider}:{key}");
     }
 }

@@ -138,6 +138,7 @@ impl Case {
             mode,
             filtered: false,
             others: Vec::new(),
+            fingerprinter: None,
             trace: None,
         }
     }
