@@ -5,11 +5,15 @@
 -- history ends after its event was created (an outcome is written after its claim, both
 -- by the database's clock), so nothing of a live event's own history goes.
 -- Only where rows can have been left behind: a table whose cascade 0011 restored (the
--- previous release may still be serving: the delete holds no lock its statements wait for
--- but the rows it deletes, which none of them touches), or the slot-0 partitions of a ring
--- that an earlier build's last step made of such tables, until that slot is emptied (the
--- truncation takes what is left). Each reads the history once, with one probe of its
--- events' key index per row.
+-- previous release may still be serving), or the slot-0 partitions of a ring that an
+-- earlier build's last step made of such tables, until that slot is emptied (the
+-- truncation takes what is left). Each reads the history once against its events (one
+-- anti-join), while writes go on. Locks: ROW EXCLUSIVE on the history
+-- table (or its slot-0 partition), which no claim, outcome or sweep waits for, and the
+-- rows it deletes, which no sender's statement touches (a rekey's update of one waits for
+-- the commit; slot 0's truncation, asked without waiting, is left for the next pass).
+-- A concurrent statement sees the rows until the commit; a history row written meanwhile
+-- is newer than the delete's snapshot and stays.
 DO $$
 BEGIN
     IF EXISTS (SELECT 1 FROM pg_constraint
