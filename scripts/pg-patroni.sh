@@ -3,15 +3,18 @@
 # store, three Patroni members (m1, m2, m3) each running PostgreSQL on a free port of
 # 127.0.0.1, `synchronous_mode: true` (with `strict`: `synchronous_mode_strict: true`;
 # with `async`: `synchronous_mode: false`, asynchronous replication),
-# everything (data, configs, logs, sockets) under DIR. Installs what is missing from
-# Debian's packages (postgresql, patroni, etcd-server; needs root); as root the members run
-# as the `postgres` user. The timings are short so a run is short: ttl 20 s (Patroni's
-# least), loop_wait 1 s, retry_timeout 5 s.
+# everything (data, configs, logs, sockets) under DIR. Installs what it uses and is missing
+# from Debian's packages (postgresql, patroni, etcd-server, and etcd-client for `etcdctl`;
+# the package lists updated first; needs root); as root the members run as the `postgres`
+# user. The timings are short so a run is short: ttl 20 s (Patroni's least), loop_wait 1 s,
+# retry_timeout 5 s. Every wait is bounded by the clock, and a start that fails stops
+# whatever it started and removes DIR.
 #
 # Usage:
 #   eval "$(scripts/pg-patroni.sh start DIR [strict|async])"
 #       Starts etcd and the three members, returns once there is a leader and (unless
-#       async) a synchronous standby, and both replicas stream. Prints:
+#       async) a synchronous standby, and both replicas stream; DIR must not exist. On
+#       failure it stops what it started, removes DIR and exits non-zero. Prints:
 #         export HOOKGATE_PATRONI_URL='postgres://postgres@127.0.0.1:P1,127.0.0.1:P2,127.0.0.1:P3/postgres?target_session_attrs=read-write'
 #   scripts/pg-patroni.sh leader DIR            the leader's name (m1, m2 or m3)
 #   scripts/pg-patroni.sh sync DIR              the synchronous standby's name
@@ -29,7 +32,8 @@
 #       rejoins as a replica (pg_rewind when needed), waiting until it streams
 #   scripts/pg-patroni.sh status DIR            `patronictl list`
 #   scripts/pg-patroni.sh stop DIR              stops everything (kill -9 what remains) and
-#       removes DIR; never fails
+#       removes DIR; never fails. It kills only what it started under DIR: a pid file's pid
+#       only if the file holds a pid and that process's arguments name its file in DIR
 set -euo pipefail
 
 cmd=${1:?start|leader|sync|kill|kill-leader|switchover|rejoin|status|stop}
@@ -58,14 +62,63 @@ alive() {
   state=$(sed -n 's/^State:[[:space:]]*\([A-Z]\).*/\1/p' "/proc/$1/status" 2>/dev/null) || return 1
   [ -n "$state" ] && [ "$state" != Z ] && [ "$state" != X ]
 }
+# Tries COMMAND every 0.1 s until it succeeds, for SECONDS by the clock (however long each
+# try takes); its output is dropped, and the last try's errors shown when it gives up.
 wait_for() {  # SECONDS WHAT COMMAND...
-  local secs=$1 what=$2 i
+  local secs=$1 what=$2 deadline errors
   shift 2
-  for ((i = 0; i < secs * 10; i++)); do
-    "$@" && return 0
+  deadline=$((SECONDS + secs))
+  while :; do
+    errors=$("$@" 2>&1 >/dev/null) && return 0
+    ((SECONDS < deadline)) || break
     sleep 0.1
   done
+  [ -z "$errors" ] || printf '%s\n' "$errors" | tail -n 5 >&2
   die "gave up after ${secs}s waiting for $what"
+}
+# Installs from Debian's packages whatever of the commands this script runs is missing:
+# PostgreSQL's server binaries, patroni and patronictl, etcd and etcdctl (etcd-client). The
+# package lists are updated first (a fresh machine's are empty, or old); PostgreSQL's
+# package is kept from creating and starting a cluster of its own.
+install_missing() {
+  local missing=()
+  [ -n "$(find_bin)" ] || missing+=(postgresql)
+  { command -v patroni && command -v patronictl; } >/dev/null || missing+=(patroni)
+  command -v etcd >/dev/null || missing+=(etcd-server)
+  command -v etcdctl >/dev/null || missing+=(etcd-client)
+  [ "${#missing[@]}" -gt 0 ] || return 0
+  [ "$(id -u)" = 0 ] || die "missing ${missing[*]}: install them (Debian's packages) or run as root"
+  echo "pg-patroni: installing ${missing[*]} from Debian's packages" >&2
+  if [ "${missing[0]}" = postgresql ]; then
+    mkdir -p /etc/postgresql-common/createcluster.d
+    echo "create_main_cluster = false" > /etc/postgresql-common/createcluster.d/00-hookgate.conf
+  fi
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq >&2 || die "apt-get update failed"
+  apt-get install -y -qq "${missing[@]}" >&2 || die "could not install ${missing[*]}"
+}
+# Whether process $1 was started with the argument $2 (exactly).
+has_arg() {
+  local a
+  while IFS= read -r -d '' a; do [ "$a" != "$2" ] || return 0; done 2>/dev/null <"/proc/$1/cmdline"
+  return 1
+}
+# kill -9 of what this script started with the argument $2 (Patroni's config file, etcd's
+# data directory, both in DIR), and its pid file $1 removed. The pid in the file is killed
+# only if the file holds nothing but digits and that process has the argument, so a stale
+# file (its process gone, the pid reused by another) kills nothing; a process whose file is
+# lost or damaged is found by its argument all the same.
+kill_started() {
+  local pid p
+  pid=$(cat "$1" 2>/dev/null || true)
+  rm -f "$1"
+  case "$pid" in
+  '' | *[!0-9]*) ;;
+  *) ! has_arg "$pid" "$2" || kill -9 "$pid" 2>/dev/null || true ;;
+  esac
+  for p in /proc/[0-9]*; do
+    ! has_arg "${p#/proc/}" "$2" || kill -9 "${p#/proc/}" 2>/dev/null || true
+  done
 }
 ctl() { patronictl -c "$dir/m1.yml" "$@"; }
 # The member holding ROLE (Leader, "Sync Standby", Replica) in `patronictl list`.
@@ -98,10 +151,13 @@ start_member() {
 kill_member() {
   local m=$1 pid data p left i
   data="$dir/$m/data"
-  pid=$(cat "$dir/$m.pid" 2>/dev/null || true)
-  [ -n "$pid" ] && kill -9 "$pid" 2>/dev/null || true
+  kill_started "$dir/$m.pid" "$dir/$m.yml"
+  # The postmaster, if it is still the one of this data directory (it works in it).
   pid=$(head -n 1 "$data/postmaster.pid" 2>/dev/null || true)
-  case "$pid" in '' | *[!0-9]*) ;; *) kill -9 "$pid" 2>/dev/null || true ;; esac
+  case "$pid" in
+  '' | *[!0-9]*) ;;
+  *) [ "$(readlink "/proc/$pid/cwd" 2>/dev/null)" != "$data" ] || kill -9 "$pid" 2>/dev/null || true ;;
+  esac
   for ((i = 0; i < 200; i++)); do
     left=""
     for p in /proc/[0-9]*; do
@@ -114,6 +170,14 @@ kill_member() {
   rm -f "$data/postmaster.pid"
 }
 
+# Everything under DIR stopped, and DIR removed.
+stop_all() {
+  [ -d "$dir" ] || return 0
+  for m in $members; do kill_member "$m" 2>/dev/null || true; done
+  kill_started "$dir/etcd.pid" "$dir/etcd"
+  rm -rf "$dir"
+}
+
 case "$cmd" in
 start)
   strict=false
@@ -124,14 +188,15 @@ start)
   async) synchronous=false ;;
   *) die "unknown option ${3} (strict or async)" ;;
   esac
-  bin=$(find_bin)
-  if [ -z "$bin" ] || ! command -v patroni >/dev/null || ! command -v etcd >/dev/null; then
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -q postgresql patroni etcd-server >/dev/null \
-      || die "could not install postgresql, patroni and etcd-server"
-    bin=$(find_bin)
-  fi
   [ -e "$dir" ] && die "$dir exists"
+  install_missing
+  bin=$(find_bin)
   mkdir -p "$dir"
+  # From here a start that does not finish (a wait given up, a command failed, a signal)
+  # leaves nothing running: the benches build their cluster's guard only from a start that
+  # succeeded.
+  trap 'stop_all' EXIT
+  trap 'exit 1' INT TERM HUP
   chmod 755 "$dir"
   [ "$(id -u)" = 0 ] && chown postgres: "$dir"
   client=$(free_port)
@@ -211,6 +276,7 @@ YAML
   wait_for 60 "m2 to stream" streams m2
   wait_for 60 "m3 to stream" streams m3
   hosts=$(for m in $members; do printf '127.0.0.1:%s,' "$(port_of "$m")"; done)
+  trap - EXIT INT TERM HUP
   echo "export HOOKGATE_PATRONI_URL='postgres://postgres@${hosts%,}/postgres?target_session_attrs=read-write'"
   ;;
 leader) member_with Leader ;;
@@ -240,12 +306,6 @@ rejoin)
   wait_for 90 "$m to stream" streams "$m"
   ;;
 status) ctl list ;;
-stop)
-  [ -d "$dir" ] || exit 0
-  for m in $members; do kill_member "$m" 2>/dev/null || true; done
-  pid=$(cat "$dir/etcd.pid" 2>/dev/null || true)
-  [ -n "$pid" ] && kill -9 "$pid" 2>/dev/null || true
-  rm -rf "$dir"
-  ;;
+stop) stop_all ;;
 *) die "unknown command $cmd" ;;
 esac

@@ -4,7 +4,9 @@
 //! step that must not hold a table's writes while it reads the table (an index built
 //! concurrently), run outside a transaction. A migration that converts a large table is
 //! split so that every step that reads the whole table runs while writes go on, and the
-//! step that holds the table's writes only renames and attaches.
+//! step that holds the table's writes only renames and attaches. `hookgate migrate
+//! --online` stops before the first step that nodes of the previous release cannot run
+//! beside.
 
 use std::time::Duration;
 
@@ -23,7 +25,10 @@ enum Migration {
     UniqueIndexOnline(&'static [(&'static str, &'static str, &'static str)]),
 }
 
-/// The migrations, applied in order, each once.
+/// The migrations, applied in this order (not their versions'), each once. 11 and 12 came
+/// after 10 but run before it: they repair what an earlier build's 0007 left beside nodes
+/// of the previous release, which only the online steps run beside (on a database whose 10
+/// that earlier build applied, they repair its slot 0).
 const MIGRATIONS: &[(i32, Migration)] = &[
     (
         1,
@@ -73,16 +78,26 @@ const MIGRATIONS: &[(i32, Migration)] = &[
         ]),
     ),
     (
+        11,
+        Migration::InTransaction(include_str!("migrations/0011_history_cascade.sql")),
+    ),
+    (
+        12,
+        Migration::InTransaction(include_str!("migrations/0012_history_left_behind.sql")),
+    ),
+    (
         10,
         Migration::InTransaction(include_str!("migrations/0010_slot_ring.sql")),
     ),
 ];
 
-/// The last migration that nodes of the previous release run beside: up to here the
-/// migrations only add (a column with a constant default, a check, unique indexes built
-/// concurrently) and the tables keep every index those nodes' statements name; the next
-/// one makes the tables partitioned, which only this version's statements use.
-pub(crate) const LAST_ONLINE_MIGRATION: i32 = 9;
+/// The migrations that nodes of the previous release cannot run beside, which `hookgate
+/// migrate --online` stops before. The others only add (a column with a constant default,
+/// a check, unique indexes built concurrently) or repair, and the tables keep every index,
+/// key and cascade those nodes' statements rely on; 10 makes the tables partitioned, which
+/// only this version's statements use, and drops the history's foreign key, whose cascade
+/// their sweep relies on.
+const OFFLINE_MIGRATIONS: &[i32] = &[10];
 
 /// Records a migration as applied.
 const RECORD: &str = "INSERT INTO hookgate_migrations (version) VALUES ($1)";
@@ -117,18 +132,19 @@ impl Inner {
     /// a migration that waits longer than [`MIGRATION_LOCK_TIMEOUT`] for a table's lock
     /// rolls that migration back (nothing of it applied, nothing recorded; the migrations
     /// before it stay applied): it is tried again after a pause, at most
-    /// [`MIGRATION_TRIES`] times, each wait reported to `on_wait`. With `until`, the
-    /// migrations after that version are left for a later run.
+    /// [`MIGRATION_TRIES`] times, each wait reported to `on_wait`. With `online_only`, the
+    /// first migration not applied yet that is one of [`OFFLINE_MIGRATIONS`], and those
+    /// after it, are left for a later run.
     pub(crate) async fn migrate(
         &self,
         on_wait: &(dyn Fn(&MigrationWait) + Send + Sync),
-        until: Option<i32>,
+        online_only: bool,
     ) -> Result<(), StoreError> {
         let mut pause = MIGRATION_FIRST_PAUSE;
         let mut attempt = 0;
         loop {
             attempt += 1;
-            let error = match self.migrate_once(until).await {
+            let error = match self.migrate_once(online_only).await {
                 Err(e) if is_lock_timeout(&e) => e,
                 done => return done,
             };
@@ -158,7 +174,7 @@ impl Inner {
     /// One try of [`migrate`](Self::migrate): every migration not applied yet, each in its
     /// own transaction (or, online, in none), so that a step that reads a large table holds
     /// no lock another took before it.
-    async fn migrate_once(&self, until: Option<i32>) -> Result<(), StoreError> {
+    async fn migrate_once(&self, online_only: bool) -> Result<(), StoreError> {
         let mut client = self.client().await?;
         client
             .batch_execute("SET statement_timeout = 0")
@@ -187,7 +203,7 @@ impl Inner {
             ))
             .await
             .map_err(db_error)?;
-        let applied = self.apply_pending(&mut client, until).await;
+        let applied = self.apply_pending(&mut client, online_only).await;
         // The session's lock goes with the connection if this fails; it is given back here
         // so the pooled connection carries nothing into its next use.
         let unlocked = client
@@ -200,16 +216,13 @@ impl Inner {
     }
 
     /// The migrations not applied yet, in order, with the migrator's lock held; with
-    /// `until`, none after that version.
+    /// `online_only`, none from the first offline one not applied yet on.
     async fn apply_pending(
         &self,
         client: &mut Object,
-        until: Option<i32>,
+        online_only: bool,
     ) -> Result<(), StoreError> {
         for (version, migration) in MIGRATIONS {
-            if until.is_some_and(|last| *version > last) {
-                break;
-            }
             let applied = client
                 .query_opt(
                     "SELECT 1 FROM hookgate_migrations WHERE version = $1",
@@ -219,6 +232,9 @@ impl Inner {
                 .map_err(db_error)?;
             if applied.is_some() {
                 continue;
+            }
+            if online_only && OFFLINE_MIGRATIONS.contains(version) {
+                break;
             }
             match migration {
                 Migration::InTransaction(sql) => {

@@ -21,7 +21,6 @@ use tokio::sync::Semaphore;
 
 use super::batch;
 use super::durability::{risks, Standbys};
-use super::migrate::LAST_ONLINE_MIGRATION;
 use super::operator::PgOperator;
 use super::pool::{ClaimCall, CompleteCall, EnqueueCall, Inner};
 use super::pools::{self, Pools};
@@ -135,14 +134,14 @@ impl Store for PgStore {
         &'a self,
         on_wait: &'a (dyn Fn(&MigrationWait) + Send + Sync),
     ) -> StoreFuture<'a, ()> {
-        Box::pin(self.inner.migrate(on_wait, None))
+        Box::pin(self.inner.migrate(on_wait, false))
     }
 
     fn migrate_online<'a>(
         &'a self,
         on_wait: &'a (dyn Fn(&MigrationWait) + Send + Sync),
     ) -> StoreFuture<'a, ()> {
-        Box::pin(self.inner.migrate(on_wait, Some(LAST_ONLINE_MIGRATION)))
+        Box::pin(self.inner.migrate(on_wait, true))
     }
 
     fn ping(&self) -> StoreFuture<'_, ()> {

@@ -9,17 +9,21 @@
 //! * `model/` — the row protocol against a reference model, by seeded random sequences
 //!   (`model_regressions.txt`: every sequence that once failed, replayed first).
 //! * `plans.rs` — the hot statements' plans, whatever the table's size and statistics.
+//! * `previous_release.rs` — the previous release's statements (`previous_release.sql`)
+//!   replayed on the schema an upgrade's online steps leave.
 //! * `ring.rs` — the Postgres slot ring: the promise across its boundaries, its upkeep.
 //! * `tls.rs` — TLS to the database and to targets.
 //! * `unreadable.rs` — rows whose bodies do not open: `unreadable` dead letters, once;
 //!   `require_sealed` refusing plaintext.
-//! * `upgrades.rs` — schema upgrades, beside live claims and in place.
+//! * `upgrades.rs` — schema upgrades, beside live claims and the previous release's
+//!   statements, and in place; the repair of an earlier build's online steps.
 
 mod conformance;
 mod encryption;
 mod fingerprint_kinds;
 mod model;
 mod plans;
+mod previous_release;
 mod ring;
 mod tls;
 mod unreadable;

@@ -5,6 +5,18 @@
 -- tables and the ring's state. hookgate_slots says which slot takes new keys (current),
 -- which hold older ones (sealed) and which are empty; slot 0 is sealed and emptied
 -- row by row (row_by_row) until the ring comes round to it.
+-- The history's foreign key goes first (the primary key it references goes below): a key's
+-- history moves with its event from slot to slot, and is truncated with it. It is dropped
+-- here, not in 0007, because the previous release's sweep relies on its cascade until its
+-- nodes are stopped; a database whose 0007 (an earlier build) dropped it has none left.
+DO $$
+DECLARE fk text;
+BEGIN
+    FOR fk IN SELECT conname FROM pg_constraint
+              WHERE conrelid = 'webhook_attempts'::regclass AND contype = 'f' LOOP
+        EXECUTE format('ALTER TABLE webhook_attempts DROP CONSTRAINT %I', fk);
+    END LOOP;
+END $$;
 ALTER TABLE webhook_events RENAME TO webhook_events_s0;
 ALTER TABLE webhook_events_s0 DROP CONSTRAINT webhook_events_pkey;
 ALTER INDEX webhook_events_status_updated RENAME TO webhook_events_s0_status_updated;

@@ -26,6 +26,18 @@ impl TestDb {
         client.query_one(sql, params).await.expect(sql)
     }
 
+    /// The rows of `sql` (no parameters) on the test's own connection (Postgres), or the
+    /// error the server answered.
+    pub async fn try_query(
+        &self,
+        sql: &str,
+    ) -> Result<Vec<tokio_postgres::Row>, tokio_postgres::Error> {
+        let Inspect::Pg(client) = &self.inspect else {
+            panic!("a Postgres test");
+        };
+        client.query(sql, &[]).await
+    }
+
     /// `(connections, encrypted ones)` of this cluster whose `application_name` is `name`.
     pub async fn tls_connections(&self, name: &str) -> (i64, i64) {
         let Inspect::Pg(client) = &self.inspect else {
