@@ -7,7 +7,11 @@
 //!   by the target, the other two rows are written in the claim's commit and delivered by
 //!   the scheduler;
 //! * `three_providers` — three providers of one route each, the sender sending each event
-//!   to all three (three requests an event).
+//!   to all three (three requests an event);
+//! * `past_main` — the provider of `three_routes` whose main route's filter refuses every
+//!   event: the main route's row records it (`filtered`, answered 202) and the other two
+//!   routes' rows, written with that claim, are delivered by the scheduler — what the
+//!   event's record costs where the main route does not take the event.
 //!
 //! With `--rate`, events arrive at that pace (the sender's latency at one load for all three
 //! shapes); without, as fast as the connections go (the most each shape delivers). One line
@@ -30,6 +34,7 @@ enum Shape {
     OneRoute,
     ThreeRoutes,
     ThreeProviders,
+    PastMain,
 }
 
 impl Shape {
@@ -38,6 +43,7 @@ impl Shape {
             Shape::OneRoute => "one_route",
             Shape::ThreeRoutes => "three_routes",
             Shape::ThreeProviders => "three_providers",
+            Shape::PastMain => "past_main",
         }
     }
 
@@ -45,7 +51,17 @@ impl Shape {
     fn pairs(self) -> u64 {
         match self {
             Shape::OneRoute => 1,
+            Shape::PastMain => 2,
             Shape::ThreeRoutes | Shape::ThreeProviders => 3,
+        }
+    }
+
+    /// Targets it starts: one an application (the main route's, in `past_main`, is
+    /// never sent anything).
+    fn targets(self) -> u64 {
+        match self {
+            Shape::PastMain => 3,
+            _ => self.pairs(),
         }
     }
 }
@@ -53,7 +69,13 @@ impl Shape {
 /// Runs the three shapes; answers the duplicates seen.
 pub async fn run(args: &Args) -> u64 {
     let mut duplicates = 0;
-    for shape in [Shape::OneRoute, Shape::ThreeRoutes, Shape::ThreeProviders] {
+    let shapes = [
+        Shape::OneRoute,
+        Shape::ThreeRoutes,
+        Shape::ThreeProviders,
+        Shape::PastMain,
+    ];
+    for shape in shapes {
         duplicates += one(args, shape).await;
     }
     duplicates
@@ -79,7 +101,7 @@ async fn postmaster(args: &Args) -> Option<u32> {
 
 async fn one(args: &Args, shape: Shape) -> u64 {
     let mut targets = Vec::new();
-    for _ in 0..shape.pairs() {
+    for _ in 0..shape.targets() {
         targets.push(Target::start_with(Setup::bench("127.0.0.1:0"), Behaviour::Accept).await);
     }
     let (mut config, sqlite_file) = config(args, shape.name(), &targets[0].url);
@@ -206,6 +228,19 @@ fn shape_config(config: &mut Config, shape: Shape, targets: &[Target]) {
             let main = &provider.target;
             config.providers[0].routes =
                 vec![route("b", &targets[1], main), route("c", &targets[2], main)];
+        }
+        Shape::PastMain => {
+            let main = &provider.target;
+            config.providers[0].routes =
+                vec![route("b", &targets[1], main), route("c", &targets[2], main)];
+            // The bench's bodies have no `/never`: the main route takes none of them.
+            config.providers[0].target.filter = Some(hookgate::filter::Filter {
+                all: vec![hookgate::filter::Condition {
+                    json: Some("/never".into()),
+                    exists: Some(true),
+                    ..Default::default()
+                }],
+            });
         }
         Shape::ThreeProviders => {
             config.providers = targets
