@@ -69,6 +69,10 @@ pub async fn metrics(state: web::Data<AppState>) -> HttpResponse {
         let left = gate.target_pause_left(provider).unwrap_or_default();
         state.metrics.target_pause(provider, left.as_secs_f64());
     }
+    for scope in state.routes.keys() {
+        let window = gate.window(scope).unwrap_or(0);
+        state.metrics.gate_window(scope, window);
+    }
     HttpResponse::Ok()
         .content_type("text/plain; version=0.0.4; charset=utf-8")
         .body(state.metrics.render())

@@ -137,6 +137,14 @@ impl Metrics {
             .set(seconds);
     }
 
+    /// The window of deliveries at once `provider` ramps up through after a pause, 0 when it
+    /// does not ramp (set when `/metrics` is read).
+    pub fn gate_window(&self, provider: &str, window: usize) {
+        self.gate_window
+            .get_or_create(&ProviderLabels::of(provider))
+            .set(i64::try_from(window).unwrap_or(i64::MAX));
+    }
+
     /// How far past retention the oldest kept row is, after a retention pass.
     pub fn retention_backlog(&self, seconds: f64) {
         self.retention_backlog.set(seconds);

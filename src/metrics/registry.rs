@@ -118,6 +118,7 @@ pub struct Metrics {
     pub(super) panics: Family<ActorLabels, Counter>,
     pub(super) paused: Family<ProviderLabels, Gauge>,
     pub(super) target_pause: Family<ProviderLabels, Gauge<f64, std::sync::atomic::AtomicU64>>,
+    pub(super) gate_window: Family<ProviderLabels, Gauge>,
     pub(super) retention_backlog: Gauge<f64, std::sync::atomic::AtomicU64>,
     pub(super) table_bytes: Family<TableLabels, Gauge>,
     pub(super) spans: TraceCounters,
@@ -205,6 +206,13 @@ impl Metrics {
             "Seconds left of the pause the provider's target asked for with Retry-After, on \
              this node (at most queue.max_target_pause; 0 when none)",
             target_pause.clone(),
+        );
+        let gate_window = Family::<ProviderLabels, Gauge>::default();
+        registry.register(
+            "gate_window",
+            "Deliveries at once this node allows the route while it ramps up after a pause \
+             (1 at first, one more per success; 0 when it is not ramping)",
+            gate_window.clone(),
         );
         registry.register(
             "log_lines_dropped",
@@ -346,6 +354,7 @@ impl Metrics {
             panics,
             paused,
             target_pause,
+            gate_window,
             retention_backlog,
             table_bytes,
         }
@@ -398,6 +407,7 @@ impl Metrics {
             self.queue_depth(provider, 0, 0.0);
             self.paused(provider, false);
             self.target_pause(provider, 0.0);
+            self.gate_window(provider, 0);
             self.queue_taken
                 .get_or_create(&ProviderLabels::of(provider))
                 .inc_by(0);

@@ -22,6 +22,7 @@ use super::answer::{
 use super::attempt::{ceil_secs, Attempt};
 use super::cache::CachedDone;
 use super::event::Event;
+use super::ramp::Report;
 use super::slots::{Claiming, Running};
 use crate::claim::{classify, ClaimResult, Path, RowState};
 use crate::outcome::{DeliveryOutcome, Verdict};
@@ -171,6 +172,11 @@ impl Shard {
             let provider = &attempt.event.id.provider;
             if running.gated {
                 act.gate.release(provider);
+                // What the delivery says of its target moves the ramp after a pause.
+                let (first_backoff, most) =
+                    (act.settings.retry.delay(1), act.settings.max_target_pause);
+                let report = Report::of(&recorded.verdict, first_backoff, most);
+                act.gate.report(provider, report);
             }
             if let Verdict::Throttled { retry_after, .. } = recorded.verdict {
                 // The event itself waits `retry_after`; the provider, a bounded part of it.

@@ -74,7 +74,7 @@ impl Dispatcher {
             settings: Arc::new(settings),
             metrics: Arc::clone(&metrics),
             done: DoneCache::with_bytes_gauge(metrics.cache_bytes_gauge()),
-            gate: Gate::default(),
+            gate: Gate::new(shards * workers_per_shard),
             room: (0..shards).map(|_| AtomicUsize::new(0)).collect(),
             signals: Arc::default(),
             in_flight: NodeKeys::default(),

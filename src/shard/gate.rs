@@ -1,13 +1,17 @@
 //! The queue's protection of the application, per provider and per node: a token bucket
 //! (`target.max_rate` deliveries a second), a cap on deliveries at once
-//! (`target.max_in_flight`), and a pause while the target asked for one (its own
-//! `Retry-After` on 429/503). Shared by every shard and the scheduler of a node.
+//! (`target.max_in_flight`), a pause while the target asked for one (its own
+//! `Retry-After` on 429/503) or an operator holds it, and the ramp after a pause (one
+//! delivery first, more as deliveries succeed: `ramp.rs`). Shared by every shard and the
+//! scheduler of a node.
 //!
 //! A plain mutex: held for a few instructions, never across an `.await`.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+
+use super::ramp::{Ramp, Report};
 
 /// Most rows one provider's scheduler pass may take, whatever its limits say.
 pub const MAX_TAKE: usize = 256;
@@ -22,9 +26,54 @@ struct Bucket {
     paused_until: Option<Instant>,
     /// An operator paused the provider (for every node, through the store).
     held: bool,
+    /// Set by every pause, in force once it ends, gone once the window reaches `ceiling`.
+    ramp: Option<Ramp>,
+    /// Where a ramp ends: `max_in_flight`, at most the node's workers.
+    ceiling: usize,
 }
 
 impl Bucket {
+    fn new(rate: Option<f64>, max_in_flight: Option<usize>, workers: usize, now: Instant) -> Self {
+        Self {
+            rate,
+            tokens: rate.map_or(0.0, |r| r.max(1.0)),
+            refilled: now,
+            max_in_flight,
+            in_flight: 0,
+            paused_until: None,
+            held: false,
+            ramp: None,
+            ceiling: max_in_flight.map_or(workers, |max| max.min(workers)),
+        }
+    }
+
+    /// Whether nothing may start at `now`: an operator's pause, or the target's.
+    fn stopped(&self, now: Instant) -> bool {
+        self.held || self.paused_until.is_some_and(|t| now < t)
+    }
+
+    /// Starts nothing until `until` (a later pause already running stays), then ramps.
+    fn pause_until(&mut self, until: Instant) {
+        self.paused_until = Some(self.paused_until.map_or(until, |t| t.max(until)));
+        self.ramp = Some(Ramp::start(self.ceiling));
+    }
+
+    /// A delivery of the scope ended, saying `report` of its target. While the scope is
+    /// stopped it says nothing of the ramp that follows (it started before the pause).
+    fn report(&mut self, report: Report, now: Instant) {
+        let Some(ramp) = self.ramp.filter(|_| !self.stopped(now)) else {
+            return;
+        };
+        match report {
+            Report::Answered => self.ramp = ramp.succeeded(),
+            Report::Failed(wait) => match ramp.failed() {
+                Some(narrower) => self.ramp = Some(narrower),
+                None => self.pause_until(crate::deadline::after(now, wait)),
+            },
+            Report::Nothing => {}
+        }
+    }
+
     fn refill(&mut self, now: Instant) {
         if let Some(rate) = self.rate {
             let earned = now.duration_since(self.refilled).as_secs_f64() * rate;
@@ -35,7 +84,7 @@ impl Bucket {
     }
 
     fn available(&mut self, now: Instant) -> usize {
-        if self.held || self.paused_until.is_some_and(|t| now < t) {
+        if self.stopped(now) {
             return 0;
         }
         self.refill(now);
@@ -47,14 +96,16 @@ impl Bucket {
             Some(max) => max.saturating_sub(self.in_flight),
             None => MAX_TAKE,
         };
-        by_rate.min(by_room).min(MAX_TAKE)
+        let by_ramp = self.ramp.map_or(MAX_TAKE, |ramp| ramp.room(self.in_flight));
+        by_rate.min(by_room).min(by_ramp).min(MAX_TAKE)
     }
 }
 
 /// When a provider whose gate has no room may have some again, as far as the gate knows.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum NextRoom {
-    /// When one of its deliveries ends (its `max_in_flight`), or the gate does not know it.
+    /// When one of its deliveries ends (its `max_in_flight`, or its ramp's window), or the
+    /// gate does not know it.
     Freed,
     /// After this long: its rate's next token, or the end of the pause its target asked for.
     After(Duration),
@@ -63,12 +114,22 @@ pub enum NextRoom {
 }
 
 /// The gates of one node's queue-mode providers.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct Gate {
     buckets: Arc<Mutex<HashMap<Arc<str>, Bucket>>>,
+    /// The node's delivery workers: where a ramp ends for a scope without `max_in_flight`.
+    workers: usize,
 }
 
 impl Gate {
+    /// The gates of a node with `workers` delivery workers (every shard's).
+    pub fn new(workers: usize) -> Self {
+        Self {
+            buckets: Arc::default(),
+            workers,
+        }
+    }
+
     /// Limits for `provider` (queue mode).
     pub fn configure(
         &self,
@@ -77,18 +138,8 @@ impl Gate {
         max_in_flight: Option<usize>,
     ) {
         let mut buckets = self.buckets.lock().unwrap_or_else(|e| e.into_inner());
-        buckets.insert(
-            Arc::clone(provider),
-            Bucket {
-                rate: max_rate,
-                tokens: max_rate.map_or(0.0, |r| r.max(1.0)),
-                refilled: Instant::now(),
-                max_in_flight,
-                in_flight: 0,
-                paused_until: None,
-                held: false,
-            },
-        );
+        let bucket = Bucket::new(max_rate, max_in_flight, self.workers, Instant::now());
+        buckets.insert(Arc::clone(provider), bucket);
     }
 
     /// Deliveries `provider` may start now (0 while paused); the scheduler reserves them
@@ -151,7 +202,7 @@ impl Gate {
         let buckets = self.buckets.lock().unwrap_or_else(|e| e.into_inner());
         buckets
             .get(provider)
-            .is_some_and(|b| b.held || b.paused_until.is_some_and(|t| Instant::now() < t))
+            .is_some_and(|b| b.stopped(Instant::now()))
     }
 
     /// When `provider`, with no room now, may have some again.
@@ -189,11 +240,32 @@ impl Gate {
         }
     }
 
-    /// Holds (or lets go of) every delivery of `provider`: an operator's pause. A provider
-    /// not configured here is unknown to this node and stays so.
+    /// A delivery of `provider` that held one of its slots ended: what it says of the
+    /// target widens or narrows the ramp after a pause, and a failed probe pauses the
+    /// provider again (the caller bounds the wait by `queue.max_target_pause`).
+    pub fn report(&self, provider: &str, report: Report) {
+        let mut buckets = self.buckets.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(bucket) = buckets.get_mut(provider) {
+            bucket.report(report, Instant::now());
+        }
+    }
+
+    /// The ramp's window of `provider` — deliveries it may have open at once since its
+    /// last pause — while it ramps up (`None` when it does not).
+    pub fn window(&self, provider: &str) -> Option<usize> {
+        let buckets = self.buckets.lock().unwrap_or_else(|e| e.into_inner());
+        Some(buckets.get(provider)?.ramp?.window())
+    }
+
+    /// Holds (or lets go of) every delivery of `provider`: an operator's pause, after which
+    /// the provider ramps up as after its target's. A provider not configured here is
+    /// unknown to this node and stays so.
     pub fn hold(&self, provider: &str, held: bool) {
         let mut buckets = self.buckets.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(bucket) = buckets.get_mut(provider) {
+            if held {
+                bucket.ramp = Some(Ramp::start(bucket.ceiling));
+            }
             bucket.held = held;
         }
     }
@@ -205,12 +277,11 @@ impl Gate {
     }
 
     /// Starts no delivery of `provider` for `pause` (the target asked for it; the caller
-    /// bounds it by `queue.max_target_pause`).
+    /// bounds it by `queue.max_target_pause`), then ramps up.
     pub fn pause(&self, provider: &str, pause: Duration) {
         let mut buckets = self.buckets.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(bucket) = buckets.get_mut(provider) {
-            let until = crate::deadline::from_now(pause);
-            bucket.paused_until = Some(bucket.paused_until.map_or(until, |t| t.max(until)));
+            bucket.pause_until(crate::deadline::from_now(pause));
         }
     }
 
@@ -236,7 +307,8 @@ impl Gate {
             .filter(|left| !left.is_zero())
     }
 
-    /// Ends the pause `provider`'s target asked for (an operator resumed the provider).
+    /// Ends the pause `provider`'s target asked for (an operator resumed the provider); its
+    /// ramp goes on.
     pub fn end_target_pause(&self, provider: &str) {
         let mut buckets = self.buckets.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(bucket) = buckets.get_mut(provider) {
@@ -268,94 +340,5 @@ impl Hold {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn gate(rate: Option<f64>, in_flight: Option<usize>) -> Gate {
-        let gate = Gate::default();
-        gate.configure(&Arc::from("p"), rate, in_flight);
-        gate
-    }
-
-    #[test]
-    fn in_flight_is_capped_and_released() {
-        let g = gate(None, Some(2));
-        assert!(g.try_acquire("p") && g.try_acquire("p"));
-        assert!(!g.try_acquire("p"));
-        assert_eq!(g.available("p"), 0);
-        g.release("p");
-        assert_eq!(g.available("p"), 1);
-    }
-
-    #[test]
-    fn the_rate_allows_a_seconds_burst_then_refills() {
-        let g = gate(Some(3.0), None);
-        assert_eq!(g.available("p"), 3);
-        for _ in 0..3 {
-            assert!(g.try_acquire("p"));
-        }
-        assert!(!g.try_acquire("p"), "the bucket is empty");
-    }
-
-    #[test]
-    fn a_gate_without_room_says_when_it_has_some() {
-        let g = gate(Some(2.0), Some(5));
-        assert_eq!(g.reserve("p", 10), 2);
-        match g.next_room("p") {
-            NextRoom::After(d) => assert!(d > Duration::ZERO && d <= Duration::from_millis(500)),
-            other => panic!("the next token, not {other:?}"),
-        }
-        let capped = gate(None, Some(1));
-        assert_eq!(capped.reserve("p", 10), 1);
-        assert_eq!(capped.next_room("p"), NextRoom::Freed);
-        capped.hold("p", true);
-        assert_eq!(capped.next_room("p"), NextRoom::Resumed);
-        let paused = gate(None, None);
-        paused.pause("p", Duration::from_secs(30));
-        assert!(matches!(paused.next_room("p"), NextRoom::After(d) if d > Duration::from_secs(29)));
-    }
-
-    #[test]
-    fn a_reservation_holds_its_room_until_given_back() {
-        let g = gate(Some(3.0), Some(2));
-        assert_eq!(g.reserve("p", 10), 2);
-        assert!(!g.try_acquire("p"), "the reserved slots are spoken for");
-        g.unreserve("p", 1);
-        assert_eq!(g.available("p"), 1);
-        assert!(g.try_acquire("p"));
-        assert_eq!(g.available("p"), 0);
-        g.release("p");
-        g.release("p");
-        // Two tokens spent (one reserved and kept, one acquired), one given back.
-        assert_eq!(g.available("p"), 1);
-        assert_eq!(g.reserve("other", 7), 7, "an unknown provider is unlimited");
-    }
-
-    #[test]
-    fn a_hold_names_the_operators_pause_first_and_a_targets_pause_ends_on_demand() {
-        let g = gate(None, None);
-        assert_eq!(g.hold_of("p"), None);
-        g.pause("p", Duration::from_secs(60));
-        assert!(
-            matches!(g.hold_of("p"), Some(Hold::Target(left)) if left <= Duration::from_secs(60))
-        );
-        g.hold("p", true);
-        assert_eq!(g.hold_of("p"), Some(Hold::Operator));
-        g.hold("p", false);
-        g.end_target_pause("p");
-        assert_eq!(g.hold_of("p"), None);
-        assert_eq!(g.target_pause_left("p"), None);
-        assert!(!g.stopped("p"));
-    }
-
-    #[test]
-    fn a_pause_stops_every_start_and_unknown_providers_are_unlimited() {
-        let g = gate(None, None);
-        assert!(!g.stopped("p"));
-        g.pause("p", Duration::from_secs(60));
-        assert!(g.stopped("p"));
-        assert_eq!(g.available("p"), 0);
-        assert!(!g.try_acquire("p"));
-        assert!(g.try_acquire("other"));
-    }
-}
+#[path = "gate_tests.rs"]
+mod tests;

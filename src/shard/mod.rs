@@ -22,6 +22,7 @@ pub mod gate;
 mod in_flight;
 mod messages;
 mod queue;
+pub mod ramp;
 mod record;
 mod replay;
 mod reply;

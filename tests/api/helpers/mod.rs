@@ -38,7 +38,7 @@ pub use faults::{FaultyStore, WritesHeld};
 pub use ha::HaPair;
 pub use hookgate_kit::eventually;
 pub use hookgate_kit::proxy::StoreProxy;
-pub use hookgate_kit::target::{Behaviour, Target as TestTarget, ERROR_PAGE};
+pub use hookgate_kit::target::{Arrival, Behaviour, Target as TestTarget, ERROR_PAGE};
 pub use log::CapturedLog;
 pub use setups::{
     bearer, dead_letter, failed_sync_row_and_a_queue_node, long_deliveries, queue_mode,

@@ -3,7 +3,9 @@
 //! keeps when each key first arrived, and can be told to fail, throttle, slow down or
 //! hang. For the tests it also keeps the last delivery of each key and, through a TCP
 //! watch in front of the server, when each delivery started and ended (answered, or the
-//! client hung up); a bench's target keeps neither ([`Setup::bench`]).
+//! client hung up); a bench's target keeps neither ([`Setup::bench`]). Every target counts
+//! the requests it has open at once, and what each request found when it arrived
+//! ([`Arrival`]).
 //!
 //! The per-key counts are split over many locks ([`Shards`]), so a bench's millions of
 //! keys never stall a delivery while one big map grows.
@@ -110,6 +112,23 @@ pub struct Seen {
     pub body: Vec<u8>,
 }
 
+/// What one request found when it arrived at the target.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Arrival {
+    /// Requests open at the target at once, this one included.
+    pub open: usize,
+    /// Requests the target had answered with a success (2xx) before this one arrived.
+    pub succeeded: u64,
+}
+
+/// The requests open at the target now, and what each arrival found.
+#[derive(Debug, Default)]
+struct Concurrency {
+    open: usize,
+    succeeded: u64,
+    arrivals: Vec<Arrival>,
+}
+
 /// What the target knows of one key.
 #[derive(Debug)]
 struct Key {
@@ -138,6 +157,7 @@ struct State {
     /// Each key's `traceparent`s, in the order received (tests only: with `last`).
     traceparents: Mutex<HashMap<String, Vec<String>>>,
     spans: Mutex<HashMap<String, Vec<Span>>>,
+    concurrency: Mutex<Concurrency>,
     behaviour: Mutex<Behaviour>,
     release: watch::Sender<bool>,
 }
@@ -182,6 +202,7 @@ impl Target {
             last: setup.last.then(Mutex::default),
             traceparents: Mutex::default(),
             spans: Mutex::default(),
+            concurrency: Mutex::default(),
             behaviour: Mutex::new(behaviour),
             release,
         });
@@ -276,10 +297,34 @@ impl Target {
             .count()
     }
 
-    /// Forgets every count and last delivery (between sub-cases of one test).
+    /// What each request found when it arrived, in arrival order (since the last
+    /// [`reset`](Self::reset)).
+    pub fn arrivals(&self) -> Vec<Arrival> {
+        self.state.concurrency.lock().unwrap().arrivals.clone()
+    }
+
+    /// The most requests the target had open at once (since the last
+    /// [`reset`](Self::reset)).
+    pub fn max_open(&self) -> usize {
+        let concurrency = self.state.concurrency.lock().unwrap();
+        concurrency
+            .arrivals
+            .iter()
+            .map(|a| a.open)
+            .max()
+            .unwrap_or(0)
+    }
+
+    /// Forgets every count and last delivery (between sub-cases of one test); the requests
+    /// open now stay counted as open.
     pub fn reset(&self) {
         self.state.keys.each_mut(HashMap::clear);
         self.state.deliveries.store(0, Ordering::SeqCst);
+        {
+            let mut concurrency = self.state.concurrency.lock().unwrap();
+            concurrency.succeeded = 0;
+            concurrency.arrivals.clear();
+        }
         if let Some(last) = &self.state.last {
             last.lock().unwrap().clear();
         }
@@ -384,7 +429,46 @@ fn answer(behaviour: Behaviour, key: &str) -> HttpResponse {
     }
 }
 
+/// One request open at the target, counted from its arrival until its answer — or until
+/// the client hangs up, which drops the handler (and this) without an answer.
+struct Open {
+    state: web::Data<State>,
+    succeeded: bool,
+}
+
+impl Open {
+    fn arrive(state: &web::Data<State>) -> Self {
+        let mut concurrency = state.concurrency.lock().unwrap();
+        concurrency.open += 1;
+        let arrival = Arrival {
+            open: concurrency.open,
+            succeeded: concurrency.succeeded,
+        };
+        concurrency.arrivals.push(arrival);
+        Self {
+            state: state.clone(),
+            succeeded: false,
+        }
+    }
+}
+
+impl Drop for Open {
+    fn drop(&mut self) {
+        let mut concurrency = self.state.concurrency.lock().unwrap();
+        concurrency.open = concurrency.open.saturating_sub(1);
+        concurrency.succeeded += u64::from(self.succeeded);
+    }
+}
+
 async fn receive(req: HttpRequest, body: web::Bytes, state: web::Data<State>) -> HttpResponse {
+    let mut open = Open::arrive(&state);
+    let answer = respond(req, body, state).await;
+    open.succeeded = answer.status().is_success();
+    answer
+}
+
+/// The answer to one request, as the target's behaviour says, once counted.
+async fn respond(req: HttpRequest, body: web::Bytes, state: web::Data<State>) -> HttpResponse {
     let now = Instant::now();
     let header = |name: &str| {
         req.headers()
@@ -584,6 +668,31 @@ mod tests {
         );
         assert_eq!(target.last("b").attempt.as_deref(), Some("1"));
         assert_eq!(target.spans("b").len(), 2);
+    }
+
+    #[actix_rt::test]
+    async fn each_arrival_finds_the_requests_open_and_the_successes_before_it() {
+        let target = Target::start_with(Setup::test(), Behaviour::Hang).await;
+        let (a, b) = (target.clone(), target.clone());
+        let first = actix_rt::spawn(async move { deliver(&a, "a", 1).await });
+        let second = actix_rt::spawn(async move { deliver(&b, "b", 1).await });
+        eventually("both requests to be held", || async { target.total() == 2 }).await;
+        target.release();
+        assert_eq!((first.await.unwrap(), second.await.unwrap()), (201, 201));
+        target.set(Behaviour::Status(500));
+        assert_eq!(deliver(&target, "c", 1).await, 500);
+        assert_eq!(deliver(&target, "d", 1).await, 500);
+        let found: Vec<_> = target
+            .arrivals()
+            .iter()
+            .map(|a| (a.open, a.succeeded))
+            .collect();
+        // Two at once with no success yet; then one at a time, after the two successes (a
+        // 500 is none).
+        assert_eq!(found, [(1, 0), (2, 0), (1, 2), (1, 2)]);
+        assert_eq!(target.max_open(), 2);
+        target.reset();
+        assert_eq!((target.arrivals().len(), target.max_open()), (0, 0));
     }
 
     #[actix_rt::test]
