@@ -364,10 +364,13 @@ impl Attempt {
     }
 
     /// The history row of this attempt, unless its story is a plain first run that ended
-    /// done (the event's own row tells that one whole) or nothing is written (a crash).
+    /// done, or a first claim recorded `filtered` (the event's own row tells either whole:
+    /// its `last_path`, attempt 1, its answer), or nothing is written (a crash).
     fn history(&self, verdict: &Verdict, seen: Seen, took: Duration) -> Option<History> {
+        let first = self.attempts == 1;
         let outcome = match verdict {
             Verdict::Done(_) if self.path == Path::FirstRun => return None,
+            Verdict::Done(_) if self.path == Path::Filtered && first => return None,
             Verdict::Done(_) if self.path == Path::Filtered => "filtered",
             Verdict::Done(_) => "done",
             Verdict::Retry { .. } => "failed",

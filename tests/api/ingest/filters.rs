@@ -48,6 +48,12 @@ async fn a_filtered_event_is_recorded_once_and_delivered_nowhere(backend: Backen
     assert_eq!(first.body, FILTERED);
     assert_eq!(first.attempt, Some(1));
     app.wait_status("evt_f1", "done").await;
+    // The row tells it whole, as a plain first run's does: its path, no history row.
+    let id = hookgate::key::EventId::new(PROVIDER, "evt_f1");
+    let row = app.store.lookup(&id).await.unwrap().unwrap();
+    assert_eq!(row.last_path, Some(hookgate::claim::Path::Filtered));
+    let history = app.store.operator().history(&id, None, 10).await.unwrap();
+    assert!(history.attempts.is_empty(), "{history:?}");
     let again = app
         .deliver("evt_f1", &event("evt_f1", "invoice.created"))
         .await;
