@@ -32,7 +32,7 @@ use hookgate::worker::{Delivery, DeliveryRequest, HttpDelivery};
 pub use binary::BinaryNode;
 pub use chaos::{AttemptNote, Call, ChaosStore, Journal, Outage, Span, Weather};
 pub use collector::{attr, Answering, Collector};
-pub use db::{failure, key_text, keyring, test_key, Backend, TestDb};
+pub use db::{failure, key_text, keyring, seal_config, Backend, TestDb};
 pub use early_hints::early_hints_target;
 pub use faults::{FaultyStore, WritesHeld};
 pub use ha::HaPair;
@@ -308,6 +308,16 @@ impl TestApp {
             retry_after,
             body: String::from_utf8_lossy(&body).into_owned(),
         }
+    }
+
+    /// The value of the first `/metrics` sample whose line starts with `prefix`, or 0.
+    pub async fn metric(&self, prefix: &str) -> f64 {
+        let text = self.get("/metrics").await.body;
+        text.lines()
+            .find(|l| l.starts_with(prefix))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0.0)
     }
 
     /// Runs the `hookgate` command line with `args` on this node's store, with a config

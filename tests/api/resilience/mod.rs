@@ -19,10 +19,5 @@ use crate::helpers::TestApp;
 
 /// The value of the first `/metrics` sample whose line starts with `prefix`, or 0.
 async fn metric(app: &TestApp, prefix: &str) -> f64 {
-    let text = app.get("/metrics").await.body;
-    text.lines()
-        .find(|l| l.starts_with(prefix))
-        .and_then(|l| l.rsplit(' ').next())
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0.0)
+    app.metric(prefix).await
 }

@@ -5,19 +5,7 @@
 //! it; and a row whose key is gone cannot be compared, so a redelivery that would take it
 //! over is refused 422 rather than delivered unchecked.
 
-use crate::helpers::{keyring, spawn_app_on, Backend, Behaviour, TestApp};
-
-/// Sealing with the test keys `ids` (the first seals).
-fn sealed(c: &mut hookgate::config::Config, ids: &[&str]) {
-    c.store.encryption.keys = ids
-        .iter()
-        .map(|id| hookgate::config::KeyConfig {
-            id: (*id).into(),
-            env: format!("HOOKGATE_TEST_KEY_{id}"),
-        })
-        .collect();
-    c.store.encryption.keyring = Some(keyring(ids));
-}
+use crate::helpers::{seal_config, spawn_app_on, Backend, Behaviour, TestApp};
 
 const BODY: &str = r#"{"id":"x","amount":100}"#;
 const OTHER: &str = r#"{"id":"x","amount":999}"#;
@@ -27,7 +15,7 @@ const OTHER: &str = r#"{"id":"x","amount":999}"#;
 async fn rotated(backend: Backend, before: &'static [&'static str], after: &[&str]) -> TestApp {
     let app = spawn_app_on(backend, |c| {
         if !before.is_empty() {
-            sealed(c, before);
+            seal_config(c, before, false);
         }
     })
     .await;
@@ -36,7 +24,7 @@ async fn rotated(backend: Backend, before: &'static [&'static str], after: &[&st
     assert_eq!(app.deliver("evt_failed", BODY).await.status, 503);
     app.wait_status("evt_failed", "failed").await;
     app.target.set(Behaviour::Accept);
-    app.second_node(|c| sealed(c, after)).await
+    app.second_node(|c| seal_config(c, after, false)).await
 }
 
 /// After a rotation (`k2` seals, `k1` still opens) and after encryption was turned on

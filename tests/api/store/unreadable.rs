@@ -5,38 +5,17 @@
 //! refuses a plaintext body written into the table where a sealed one belongs, as
 //! `check-config --rows` says when it can be turned on.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use hookgate::config::Config;
-use hookgate::seal::Keyring;
 use hookgate::secret::Secret;
 
 use crate::helpers::{
-    bearer, eventually, queue_mode, spawn_app_on, test_key, Backend, Behaviour, TestApp, PROVIDER,
+    bearer, eventually, queue_mode, seal_config, spawn_app_on, Backend, Behaviour, TestApp,
+    PROVIDER,
 };
 
 const TOKEN: &str = "unreadable-admin-token";
-
-/// Sealing with the test keys `ids` (the first seals), refusing plaintext if `strict`.
-fn seal_with(c: &mut Config, ids: &[&str], strict: bool) {
-    let keys: Vec<(String, [u8; 32])> = ids
-        .iter()
-        .map(|id| ((*id).to_owned(), test_key(id)))
-        .collect();
-    c.store.encryption.keys = ids
-        .iter()
-        .map(|id| hookgate::config::KeyConfig {
-            id: (*id).into(),
-            env: format!("HOOKGATE_TEST_KEY_{id}"),
-        })
-        .collect();
-    c.store.encryption.require_sealed = strict;
-    let keyring = Keyring::new(&keys)
-        .expect("test keys")
-        .require_sealed(strict);
-    c.store.encryption.keyring = Some(Arc::new(keyring));
-}
 
 /// Queue mode, the scheduler by hand, backoffs no test waits out, the admin API on.
 fn queued(c: &mut Config) {
@@ -44,16 +23,6 @@ fn queued(c: &mut Config) {
     c.retry.base = Duration::from_secs(600);
     c.retry.cap = Duration::from_secs(1200);
     c.admin.token = Some(Secret::new(TOKEN));
-}
-
-/// The value of a metric line starting with `prefix` (0 when absent).
-async fn metric(app: &TestApp, prefix: &str) -> f64 {
-    let text = app.get("/metrics").await.body;
-    text.lines()
-        .find(|l| l.starts_with(prefix))
-        .and_then(|l| l.rsplit(' ').next())
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0.0)
 }
 
 /// Queue events accepted on `app`, each one's first attempt (started at once, a worker
@@ -79,7 +48,7 @@ async fn failed_rows(app: &TestApp, keys: &[&str]) {
 async fn a_queue_row_sealed_by_a_missing_key_is_an_unreadable_dead_letter_once(backend: Backend) {
     let app = spawn_app_on(backend, |c| {
         queued(c);
-        seal_with(c, &["old"], false);
+        seal_config(c, &["old"], false);
     })
     .await;
     app.scheduler.by_hand().await;
@@ -87,7 +56,7 @@ async fn a_queue_row_sealed_by_a_missing_key_is_an_unreadable_dead_letter_once(b
     let node = app
         .second_node(|c| {
             queued(c);
-            seal_with(c, &["new"], false);
+            seal_config(c, &["new"], false);
         })
         .await;
     node.scheduler.by_hand().await;
@@ -110,11 +79,13 @@ async fn a_queue_row_sealed_by_a_missing_key_is_an_unreadable_dead_letter_once(b
         assert_eq!(dead[0]["reason"], "unreadable", "{dead:?}");
     }
     assert_eq!(app.target.total(), before, "nothing delivered");
-    let sealed = metric(&node, "hookgate_store_errors_total{kind=\"sealed\"}").await;
+    let sealed = node
+        .metric("hookgate_store_errors_total{kind=\"sealed\"}")
+        .await;
     assert_eq!(sealed, 2.0);
     let reason =
         r#"hookgate_dead_letters_total{provider="stripe",route="main",reason="unreadable"}"#;
-    assert_eq!(metric(&node, reason).await, 2.0);
+    assert_eq!(node.metric(reason).await, 2.0);
 
     // Ended once: nothing is due, nothing more is tried.
     let attempts = node.db.ending(PROVIDER, "evt_u1").await.attempts;
@@ -146,7 +117,7 @@ async fn a_queue_row_whose_payload_was_moved_is_ended_not_taken_forever(backend:
     let app = spawn_app_on(backend, |c| {
         queued(c);
         c.retry.max_attempts = 3;
-        seal_with(c, &["k"], false);
+        seal_config(c, &["k"], false);
     })
     .await;
     app.scheduler.by_hand().await;
@@ -176,7 +147,7 @@ async fn a_queue_row_whose_payload_was_moved_is_ended_not_taken_forever(backend:
 async fn require_sealed_refuses_a_plaintext_body_written_into_the_table(backend: Backend) {
     let app = spawn_app_on(backend, |c| {
         queued(c);
-        seal_with(c, &["k"], true);
+        seal_config(c, &["k"], true);
     })
     .await;
     app.scheduler.by_hand().await;
@@ -221,7 +192,7 @@ async fn require_sealed_refuses_a_plaintext_body_written_into_the_table(backend:
 async fn without_require_sealed_a_plaintext_body_is_read_as_it_stands(backend: Backend) {
     let app = spawn_app_on(backend, |c| {
         queued(c);
-        seal_with(c, &["k"], false);
+        seal_config(c, &["k"], false);
     })
     .await;
     app.scheduler.by_hand().await;

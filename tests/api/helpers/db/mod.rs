@@ -13,7 +13,7 @@ mod postgres;
 mod rows;
 mod sealed;
 
-pub use sealed::{key_text, keyring, test_key};
+pub use sealed::{key_text, keyring, seal_config};
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};

@@ -21,6 +21,25 @@ pub fn key_text(id: &str) -> String {
     base64::engine::general_purpose::STANDARD.encode(test_key(id))
 }
 
+/// `c`'s store sealing with the test keys `ids` (the first seals, each named by a variable
+/// `HOOKGATE_TEST_KEY_<id>` and read already), refusing plaintext bodies if `strict`.
+pub fn seal_config(c: &mut hookgate::config::Config, ids: &[&str], strict: bool) {
+    c.store.encryption.keys = ids
+        .iter()
+        .map(|id| KeyConfig {
+            id: (*id).into(),
+            env: format!("HOOKGATE_TEST_KEY_{id}"),
+        })
+        .collect();
+    c.store.encryption.require_sealed = strict;
+    let keys: Vec<(String, [u8; KEY_BYTES])> = ids
+        .iter()
+        .map(|id| ((*id).to_owned(), test_key(id)))
+        .collect();
+    let keyring = Keyring::new(&keys).expect("a test keyring");
+    c.store.encryption.keyring = Some(Arc::new(keyring.require_sealed(strict)));
+}
+
 /// A keyring of the test keys `ids`, the first sealing.
 pub fn keyring(ids: &[&str]) -> Arc<Keyring> {
     let keys: Vec<(String, [u8; KEY_BYTES])> = ids
