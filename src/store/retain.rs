@@ -25,7 +25,7 @@ pub struct Retention {
 }
 
 /// What one retention pass did, and what it left.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Retained {
     /// Done rows removed.
     pub done: u64,
@@ -35,6 +35,14 @@ pub struct Retained {
     /// up). A backlog that grows pass after pass is a node accepting more than its store
     /// removes.
     pub backlog: Duration,
+    /// A step of the pass that failed while the rest of it went on (an emptying refused by
+    /// the database, say), as the error's text: the pass counts as failed, and what it
+    /// could not do is left for the next one (the backlog shows it). `None`: every step
+    /// ran.
+    pub failed: Option<String>,
+    /// The longest time one of the pass's transactions held the tables' lock that claims
+    /// wait behind (zero for a store that takes none).
+    pub longest_lock: Duration,
 }
 
 /// The bytes one of the store's tables takes on disk: rows, indexes and out-of-line values.
