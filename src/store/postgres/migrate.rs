@@ -89,6 +89,10 @@ const MIGRATIONS: &[(i32, Migration)] = &[
         10,
         Migration::InTransaction(include_str!("migrations/0010_slot_ring.sql")),
     ),
+    (
+        13,
+        Migration::InTransaction(include_str!("migrations/0013_keep_slot.sql")),
+    ),
 ];
 
 /// The migrations that nodes of the previous release cannot run beside, which `hookgate

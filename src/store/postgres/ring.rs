@@ -1,8 +1,10 @@
 //! The slot ring's upkeep (docs/design.md, "Storage over time"): turning the ring, emptying
-//! a slot whose rows are past retention (its keepers moved to the current slot, then both
-//! of its partitions truncated), and the row-by-row retention of a slot that came from an
-//! upgraded table. Every change of the ring's state runs in a short transaction holding
-//! the `EXCLUSIVE` lock of the events and their history, so no claim runs across it.
+//! a slot whose rows are past retention (its keepers moved once to the keep slot, a few
+//! megabytes per transaction, then both of its partitions truncated), and the row-by-row
+//! retention of the keep slot and of a slot that came from an upgraded table. Every change
+//! of the ring's state runs in a short transaction holding the `EXCLUSIVE` lock of the
+//! events and their history, so no claim runs across it; each asks for that lock for a
+//! moment only and holds it for one bounded step, so no claim waits long behind it.
 
 use std::time::{Duration, Instant};
 
@@ -14,17 +16,65 @@ use super::sql::SWEEP;
 use crate::store::retain::{Retained, Retention};
 use crate::store::{millis, StoreError};
 
+/// A transaction holding the events' and their history's `EXCLUSIVE` lock, and when it got
+/// it; or the lock timeout's error if it could not be had in [`RING_LOCK_TRIES`] asks of
+/// [`RING_LOCK_TIMEOUT`] each. Claims wait behind each ask for its timeout at most, and run
+/// freely in the pauses between asks. (A macro: a function answering the transaction from
+/// inside its loop of tries borrows the client for every try.)
+macro_rules! locked {
+    ($client:expr) => {{
+        let mut tries = 0;
+        loop {
+            tries += 1;
+            match lock_once($client).await {
+                Err(e) if is_lock_timeout(&e) && tries < RING_LOCK_TRIES => {
+                    tokio::time::sleep(RING_LOCK_PAUSE).await;
+                }
+                answer => break answer,
+            }
+        }
+    }};
+}
+
 /// How many turns of the ring one `retention.done` takes: the current slot is sealed a
 /// quarter of it after it opened, so a done row is kept between `retention.done` and
 /// `retention.done` plus a quarter (the table's size swings by about ±11 % around its mean).
 pub(crate) const TURNS_PER_RETENTION: u32 = 4;
 
-/// How long a ring transaction waits for the table's lock before it gives up until the
-/// next pass: every claim waits behind the lock request meanwhile, so this bounds the
-/// pause a turn can put on ingest when a long write (a claim stuck on a row lock) holds
-/// the table.
-const RING_LOCK_TIMEOUT: Duration = Duration::from_millis(500);
+/// How long a ring transaction waits for the table's lock before it gives up and asks
+/// again: every claim waits behind the lock request meanwhile, so this bounds the pause
+/// the request puts on ingest when a long write (a claim stuck on a row lock) holds the
+/// table. The wait plus one step's hold stays well inside 200 ms.
+const RING_LOCK_TIMEOUT: Duration = Duration::from_millis(50);
 
+/// How often a ring transaction asks for the lock before the step is left for the next
+/// pass, and the pause between two asks (claims run freely meanwhile).
+const RING_LOCK_TRIES: u32 = 8;
+const RING_LOCK_PAUSE: Duration = Duration::from_millis(25);
+
+/// The most bytes of keepers (payloads, answers, kept headers) one transaction moves to the
+/// keep slot: a move copies each value into the keep slot's partition while every claim
+/// waits, so a batch is bounded by what it copies, not only by its rows (a thousand dead
+/// letters of 1 MiB outlasted the store deadline in one batch, and the ring never turned
+/// again). Measured: about 20 ms of lock per 4 MiB on this machine.
+const MOVE_BYTES: i64 = 4 << 20;
+
+/// The slot that keeps the rows outliving their slot of the ring (state `keep`): never
+/// truncated, its rows deleted one by one when their retention ends.
+const KEEP_SLOT: i16 = 6;
+
+/// An exact count of what an emptying removes reads at most this many entries of each
+/// index range; past it, the figure is the planner's estimate of the partition's rows
+/// (`hookgate_swept_rows` is a rate to watch, not an audit), so no step of a pass reads
+/// every row of a slot.
+const EXACT_UP_TO: i64 = 100_000;
+
+/// The advisory lock a node's ring upkeep holds for its pass, with the schema's name (two
+/// deployments in two schemas of one database have a ring each): one node turns and
+/// empties at a time, so two nodes never make each other's truncation wait (the other's
+/// moves hold the lock it asks for). A node that does not get it leaves the upkeep to the
+/// one that did; its dead-letter sweep and its backlog go on.
+const UPKEEP_LOCK: i32 = 8_347_285;
 /// The first statement of every ring transaction: claims, completions and history writes
 /// wait until it commits, and it waits for the ones running (a statement takes its
 /// snapshot after its locks, so whatever runs after sees the ring as this left it). It
@@ -70,50 +120,68 @@ SELECT EXISTS (
       AND LEAST(sealed_at, opened_at + $3::bigint * interval '1 millisecond')
           <= now() - $2::bigint * interval '1 millisecond') AS due";
 
-/// Moves at most `$4` of the rows slot `$1` must keep to the current slot, with their
-/// history: every row not yet final, a done row done within `$2` ms, a dead letter dead
-/// within `$3` ms. Each part is a range of the slot's (status, updated_at) index, so
-/// finding them costs what they are, not what the slot holds. Answers how many moved.
+/// Moves rows slot `$1` must keep to the keep slot `$6`, with their history: every row not
+/// yet final, a done row done within `$2` ms, a dead letter dead within `$3` ms. It looks
+/// at `$4` of them at most and moves those whose bytes before them add up to less than
+/// `$5` (the first one always). Each part is a range of the slot's (status, updated_at)
+/// index, so finding them costs what they are, not what the slot holds; a value's length
+/// is read from its header, not its bytes. Answers how many it looked at and how many
+/// moved: the slot has no keepers left when both are equal and fewer than `$4`.
 const MOVE_KEEPERS: &str = "
-WITH current AS (SELECT slot FROM hookgate_slots WHERE state = 'current'),
-keep AS (
-    (SELECT provider, event_key FROM webhook_events
+WITH candidates AS (
+    (SELECT provider, event_key, payload, result_body, request_headers FROM webhook_events
      WHERE slot = $1 AND status IN ('queued', 'in_progress', 'failed'))
     UNION ALL
-    (SELECT provider, event_key FROM webhook_events
+    (SELECT provider, event_key, payload, result_body, request_headers FROM webhook_events
      WHERE slot = $1 AND status = 'done'
        AND updated_at > now() - $2::bigint * interval '1 millisecond')
     UNION ALL
-    (SELECT provider, event_key FROM webhook_events
+    (SELECT provider, event_key, payload, result_body, request_headers FROM webhook_events
      WHERE slot = $1 AND status = 'dead'
        AND updated_at > now() - $3::bigint * interval '1 millisecond')
     LIMIT $4),
+sized AS (
+    SELECT provider, event_key,
+           sum(COALESCE(octet_length(payload), 0) + COALESCE(octet_length(result_body), 0)
+               + COALESCE(octet_length(request_headers), 0) + 256) OVER w AS upto,
+           row_number() OVER w AS n
+    FROM candidates
+    WINDOW w AS (ROWS UNBOUNDED PRECEDING)),
+keep AS (
+    SELECT provider, event_key FROM sized
+    WHERE n = 1 OR upto <= $5),
 moved AS (
-    UPDATE webhook_events e SET slot = (SELECT slot FROM current)
+    UPDATE webhook_events e SET slot = $6
     FROM keep k
     WHERE e.slot = $1 AND e.provider = k.provider AND e.event_key = k.event_key
     RETURNING e.provider, e.event_key),
 history AS (
-    UPDATE webhook_attempts a SET slot = (SELECT slot FROM current)
+    UPDATE webhook_attempts a SET slot = $6
     FROM moved m
     WHERE a.slot = $1 AND a.provider = m.provider AND a.event_key = m.event_key)
-SELECT count(*)::bigint AS moved FROM moved";
+SELECT (SELECT count(*) FROM sized)::bigint AS looked, count(*)::bigint AS moved
+FROM moved";
 
 /// What emptying slot `slot` will remove, counted before its lock is taken (a sealed slot
 /// gains no rows, so the count holds unless a row changes meanwhile): its done rows done
-/// `$1` ms ago or earlier and its dead letters dead `$2` ms ago or earlier. Two ranges of
-/// the slot's partition's `(status, updated_at)` index, read while claims go on; nothing
-/// per row is written. Asked of the partition by name: the same count asked of the
-/// partitioned table (`slot = $1`, one `FILTER` per status) took four times as long at
-/// 45 000 rows (some 40 against 10 ms), the largest part of an emptying's CPU.
+/// `$1` ms ago or earlier and its dead letters dead `$2` ms ago or earlier, each counted up
+/// to `$3` entries of a range of the slot's partition's `(status, updated_at)` index, and
+/// the planner's estimate of the partition's rows (`reltuples`, -1 if never analyzed) for
+/// a count that reached `$3`. Read while claims go on; nothing per row is written. Asked
+/// of the partition by name: asked of the partitioned table (`slot = $1`) the same count
+/// took four times as long.
 fn expired(slot: i16) -> String {
     format!(
-        "SELECT (SELECT count(*) FROM webhook_events_s{slot}
+        "SELECT (SELECT count(*) FROM (SELECT 1 FROM webhook_events_s{slot}
                  WHERE status = 'done'
-                   AND updated_at <= now() - $1::bigint * interval '1 millisecond') AS done,
-                (SELECT count(*) FROM webhook_events_s{slot}
+                   AND updated_at <= now() - $1::bigint * interval '1 millisecond'
+                 LIMIT $3) d) AS done,
+                (SELECT count(*) FROM (SELECT 1 FROM webhook_events_s{slot}
                  WHERE status = 'dead'
-                   AND updated_at <= now() - $2::bigint * interval '1 millisecond') AS dead"
+                   AND updated_at <= now() - $2::bigint * interval '1 millisecond'
+                 LIMIT $3) d) AS dead,
+                (SELECT reltuples::bigint FROM pg_class
+                 WHERE oid = 'webhook_events_s{slot}'::regclass) AS estimate"
     )
 }
 
@@ -185,35 +253,52 @@ SELECT EXISTS (SELECT 1 FROM hookgate_slots
 impl Inner {
     /// One retention pass on the ring: the sealed slots whose time is up are emptied, the
     /// ring turns if its current slot is a quarter of `retention.done` old, and the
-    /// row-by-row slots lose their expired rows for as long as the budget lasts. A ring
-    /// transaction that cannot have the table's lock in time is left for the next pass
-    /// (the backlog says so). Answers the rows removed and how late retention is.
+    /// row-by-row slots (the keep slot, a slot from an upgraded table) and the dead letters
+    /// lose their expired rows for as long as the budget lasts. A step that fails is
+    /// recorded in [`Retained::failed`] and the pass goes on: a slot that cannot be emptied
+    /// never keeps the ring from turning, the dead letters from going or the backlog from
+    /// being read. A ring transaction that cannot have the table's lock in time is left for
+    /// the next pass (the backlog says so). Only the node holding [`UPKEEP_LOCK`] turns
+    /// and empties. Answers the rows removed and how late retention is.
     pub(crate) async fn retain_ring(&self, policy: &Retention) -> Result<Retained, StoreError> {
         let started = Instant::now();
         let mut client = self.client().await?;
         let mut retained = Retained::default();
         let quarter = policy.done / TURNS_PER_RETENTION;
-        // Emptying first frees a slot for the turn; a slot the turn sealed late may be due
-        // at once.
-        empty_due(&mut client, policy, started, &mut retained).await?;
-        // Passes come every `policy.interval`: the ring turns at the pass nearest a turn's
-        // age, not at the first one past it, which would come most of an interval late at
-        // nearly every turn (a slot opens during a pass and is asked about a turn's age
-        // later, before that pass's work). Sealing early is safe: a slot is emptied
-        // `retention.done` after it was sealed, or after a turn if that is sooner.
-        let seal_at = quarter.saturating_sub(policy.interval / 2);
-        match turn(&mut client, seal_at).await {
-            Err(e) if !is_lock_timeout(&e) => return Err(e),
-            _ => {}
+        let upkeep: bool = get(
+            &client
+                .query_one(
+                    "SELECT pg_try_advisory_lock($1, hashtext(current_schema())) AS got",
+                    &[&UPKEEP_LOCK],
+                )
+                .await
+                .map_err(db_error)?,
+            "got",
+        )?;
+        if upkeep {
+            let upkept = upkeep_ring(&mut client, policy, started, &mut retained).await;
+            // The lock is the session's: it goes back with the connection to the pool,
+            // so it is let go whatever the upkeep answered (a broken connection lets it go
+            // with the session).
+            let unlocked = client
+                .execute(
+                    "SELECT pg_advisory_unlock($1, hashtext(current_schema()))",
+                    &[&UPKEEP_LOCK],
+                )
+                .await
+                .map_err(db_error);
+            if let Err(e) = upkept.and(unlocked.map(drop)) {
+                failed(&mut retained, "the ring's upkeep", &e);
+            }
         }
-        empty_due(&mut client, policy, started, &mut retained).await?;
-        // The done rows of a slot from an upgraded table go one by one until it is
-        // emptied; dead letters, the exception, go one by one wherever they are, when
-        // their own retention ends rather than with their slot.
+        // The done rows of the keep slot and of a slot from an upgraded table go one by
+        // one; dead letters, the exception, go one by one wherever they are, when their own
+        // retention ends rather than with their slot. Row locks only (`SKIP LOCKED`), so
+        // every node does this part.
         let row_by_row = slots(&client, ROW_BY_ROW, &[]).await?;
         for &slot in &row_by_row {
             let done = ("done", policy.done);
-            sweep_rows(
+            let swept = sweep_rows(
                 &client,
                 Some(slot),
                 done,
@@ -221,10 +306,16 @@ impl Inner {
                 started,
                 &mut retained.done,
             )
-            .await?;
+            .await;
+            if let Err(e) = swept {
+                failed(&mut retained, &format!("slot {slot}'s expired rows"), &e);
+            }
         }
         let dead = ("dead", policy.dead);
-        sweep_rows(&client, None, dead, policy, started, &mut retained.dead).await?;
+        let swept = sweep_rows(&client, None, dead, policy, started, &mut retained.dead).await;
+        if let Err(e) = swept {
+            failed(&mut retained, "the expired dead letters", &e);
+        }
         let millis_f = |d: Duration| millis(d) as f64;
         let row = client
             .query_one(
@@ -250,6 +341,40 @@ impl Inner {
     }
 }
 
+/// Records the first step of a pass that failed (the pass goes on).
+fn failed(retained: &mut Retained, step: &str, e: &StoreError) {
+    retained
+        .failed
+        .get_or_insert_with(|| format!("{step}: {e}"));
+}
+
+/// The upkeep of the ring, by the node holding [`UPKEEP_LOCK`]: the due slots emptied, the
+/// ring turned, then the due slots again (a slot the turn sealed late may be due at once).
+/// An emptying that fails is recorded and the turn still comes: the ring turns as long as
+/// an empty slot is left.
+async fn upkeep_ring(
+    client: &mut Object,
+    policy: &Retention,
+    started: Instant,
+    retained: &mut Retained,
+) -> Result<(), StoreError> {
+    let quarter = policy.done / TURNS_PER_RETENTION;
+    if let Err(e) = empty_due(client, policy, started, retained).await {
+        failed(retained, "emptying a due slot", &e);
+    }
+    // Passes come every `policy.interval`: the ring turns at the pass nearest a turn's
+    // age, not at the first one past it, which would come most of an interval late at
+    // nearly every turn (a slot opens during a pass and is asked about a turn's age
+    // later, before that pass's work). Sealing early is safe: a slot is emptied
+    // `retention.done` after it was sealed, or after a turn if that is sooner.
+    let seal_at = quarter.saturating_sub(policy.interval / 2);
+    match turn(client, seal_at, &mut retained.longest_lock).await {
+        Err(e) if !is_lock_timeout(&e) => failed(retained, "turning the ring", &e),
+        _ => {}
+    }
+    empty_due(client, policy, started, retained).await
+}
+
 /// Empties every sealed slot whose time is up ([`DUE`]), oldest first, and adds what went
 /// with them to `retained`. A slot whose locks could not be had in time (the tables'
 /// within [`RING_LOCK_TIMEOUT`], its partitions' at once), or whose keepers outlast the
@@ -262,7 +387,7 @@ async fn empty_due(
 ) -> Result<(), StoreError> {
     let quarter = millis(policy.done / TURNS_PER_RETENTION);
     for slot in slots(client, DUE, &[&millis(policy.done), &quarter]).await? {
-        match empty(client, slot, policy, started).await {
+        match empty(client, slot, policy, started, &mut retained.longest_lock).await {
             Ok(Some((done, dead))) => {
                 retained.done += done;
                 retained.dead += dead;
@@ -292,8 +417,13 @@ async fn slots(
 
 /// Seals the current slot and opens the next empty one, if the current slot opened
 /// `age` ago or earlier. A ring with no empty slot (emptying is behind) does not turn:
-/// the current slot keeps taking keys, and the backlog says why.
-async fn turn(client: &mut Object, age: Duration) -> Result<(), StoreError> {
+/// the current slot keeps taking keys, and the backlog says why. The lock's hold is added
+/// to `longest`.
+async fn turn(
+    client: &mut Object,
+    age: Duration,
+    longest: &mut Duration,
+) -> Result<(), StoreError> {
     let age = millis(age);
     let due: bool = get(
         &client
@@ -305,47 +435,47 @@ async fn turn(client: &mut Object, age: Duration) -> Result<(), StoreError> {
     if !due {
         return Ok(());
     }
-    let tx = locked(client).await?;
+    let (tx, since) = locked!(client)?;
     let Some(sealed) = tx.query_opt(SEAL, &[&age]).await.map_err(db_error)? else {
         return tx.rollback().await.map_err(db_error);
     };
     let sealed: i16 = get(&sealed, "slot")?;
     tx.execute(OPEN, &[&sealed]).await.map_err(db_error)?;
-    tx.commit().await.map_err(db_error)
+    tx.commit().await.map_err(db_error)?;
+    *longest = (*longest).max(since.elapsed());
+    Ok(())
 }
 
-/// Empties sealed slot `slot`: its keepers move to the current slot a batch per
-/// transaction; the transaction that finds fewer keepers than a batch moves them and
-/// truncates the slot's two partitions, so nothing a keeper needs is ever truncated (no
-/// row enters a sealed slot, no row changes while the lock is held, and the statements
-/// take their snapshot after it). Answers the done rows and dead letters that went with
-/// the slot, as counted before ([`expired`]), or `None` if the pass's budget ran out
-/// while keepers were still moving (the next pass goes on).
+/// Empties sealed slot `slot`: its keepers move to the keep slot, a few megabytes per
+/// transaction ([`MOVE_BYTES`]); the transaction that finds no keeper left truncates the
+/// slot's two partitions, so nothing a keeper needs is ever truncated (no row enters a
+/// sealed slot, no row changes while the lock is held, and the statements take their
+/// snapshot after it). Answers the done rows and dead letters that went with the slot, as
+/// counted before ([`expired`]), or `None` if the pass's budget ran out while keepers were
+/// still moving (the next pass goes on). Each transaction's hold of the lock is added to
+/// `longest`.
 async fn empty(
     client: &mut Object,
     slot: i16,
     policy: &Retention,
     started: Instant,
+    longest: &mut Duration,
 ) -> Result<Option<(u64, u64)>, StoreError> {
     let (done_ms, dead_ms) = (millis(policy.done), millis(policy.dead));
     let batch = i64::from(policy.batch.max(1));
-    let counted = {
-        // One read of the slot's partition: no statement deadline, any plan.
-        let tx = client.transaction().await.map_err(db_error)?;
-        tx.batch_execute("SET LOCAL statement_timeout = 0; SET LOCAL enable_seqscan = on")
+    let (done, dead, estimate) = {
+        // At most EXACT_UP_TO entries of each range: no statement deadline needed.
+        let row = client
+            .query_one(&expired(slot), &[&done_ms, &dead_ms, &EXACT_UP_TO])
             .await
             .map_err(db_error)?;
-        let row = tx
-            .query_one(&expired(slot), &[&done_ms, &dead_ms])
-            .await
-            .map_err(db_error)?;
-        tx.commit().await.map_err(db_error)?;
         let count = |column| get::<i64>(&row, column).map(|n| u64::try_from(n).unwrap_or(0));
-        (count("done")?, count("dead")?)
+        (count("done")?, count("dead")?, count("estimate")?)
     };
+    let mut moved_all = 0_u64;
     let quarter = millis(policy.done / TURNS_PER_RETENTION);
     loop {
-        let tx = locked(client).await?;
+        let (tx, since) = locked!(client)?;
         let due: bool = get(
             &tx.query_one(STILL_DUE, &[&slot, &done_ms, &quarter])
                 .await
@@ -357,13 +487,16 @@ async fn empty(
             tx.rollback().await.map_err(db_error)?;
             return Ok(Some((0, 0)));
         }
-        let moved: i64 = get(
-            &tx.query_one(MOVE_KEEPERS, &[&slot, &done_ms, &dead_ms, &batch])
-                .await
-                .map_err(db_error)?,
-            "moved",
-        )?;
-        if moved < batch {
+        let row = tx
+            .query_one(
+                MOVE_KEEPERS,
+                &[&slot, &done_ms, &dead_ms, &batch, &MOVE_BYTES, &KEEP_SLOT],
+            )
+            .await
+            .map_err(db_error)?;
+        let (looked, moved): (i64, i64) = (get(&row, "looked")?, get(&row, "moved")?);
+        moved_all += u64::try_from(moved).unwrap_or(0);
+        if looked < batch && moved == looked {
             // Every keeper is out (the lock is held): the rest goes with the partitions.
             // Their lock is asked for without waiting: a reader of the slot (a report, a
             // dump) or its autovacuum holds one the truncation must wait for, and every
@@ -378,18 +511,29 @@ async fn empty(
             .map_err(db_error)?;
             tx.execute(EMPTIED, &[&slot]).await.map_err(db_error)?;
             tx.commit().await.map_err(db_error)?;
-            return Ok(Some(counted));
+            *longest = (*longest).max(since.elapsed());
+            // A count that reached its cap is the planner's estimate of the slot's rows,
+            // less the keepers that left it.
+            let cap = u64::try_from(EXACT_UP_TO).unwrap_or(u64::MAX);
+            let done = if done >= cap {
+                done.max(estimate.saturating_sub(moved_all + dead))
+            } else {
+                done
+            };
+            return Ok(Some((done, dead)));
         }
         tx.commit().await.map_err(db_error)?;
+        *longest = (*longest).max(since.elapsed());
         if started.elapsed() >= policy.budget {
             return Ok(None);
         }
     }
 }
 
-/// A transaction holding the events' and their history's `EXCLUSIVE` lock, or the lock
-/// timeout's error if it could not be had within [`RING_LOCK_TIMEOUT`].
-async fn locked(client: &mut Object) -> Result<deadpool_postgres::Transaction<'_>, StoreError> {
+/// One ask of [`locked!`].
+async fn lock_once(
+    client: &mut Object,
+) -> Result<(deadpool_postgres::Transaction<'_>, Instant), StoreError> {
     let tx = client.transaction().await.map_err(db_error)?;
     tx.batch_execute(&format!(
         "SET LOCAL lock_timeout = {}; {LOCK}",
@@ -397,7 +541,7 @@ async fn locked(client: &mut Object) -> Result<deadpool_postgres::Transaction<'_
     ))
     .await
     .map_err(db_error)?;
-    Ok(tx)
+    Ok((tx, Instant::now()))
 }
 
 /// Deletes batches of `status` rows older than `age` — in slot `slot`, or in any slot —

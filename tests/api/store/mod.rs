@@ -21,6 +21,7 @@
 mod conformance;
 mod encryption;
 mod fingerprint_kinds;
+mod keepers;
 mod model;
 mod plans;
 mod previous_release;

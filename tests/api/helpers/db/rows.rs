@@ -292,7 +292,7 @@ impl TestDb {
     /// an earlier build of it left, two more).
     pub fn all_migrations(&self) -> Vec<i64> {
         let last = match &self.inspect {
-            Inspect::Pg(_) => 12,
+            Inspect::Pg(_) => 13,
             Inspect::Sqlite(_) => 6,
         };
         (1..=last).collect()

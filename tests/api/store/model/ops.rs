@@ -79,8 +79,9 @@ pub(super) enum Op {
     },
     /// The Postgres ring turns and empties (its clock, not the rows', moved a retention
     /// period and a turn ahead) in a retention pass with a retention far longer than any
-    /// case: the current slot is sealed and emptied at once, every row moving to the next
-    /// slot as a keeper. Nothing may change, nothing may go.
+    /// case: the current slot is sealed and emptied at once, every row of it moving to the
+    /// keep slot as a keeper (where the rows of earlier turns stay, never moved again).
+    /// Nothing may change, nothing may go.
     Turn,
 }
 
