@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Checks the deploy files with the tools their ecosystems provide: the Prometheus alerting
-# rules with `promtool check rules` (from Debian's `prometheus` package, installed if
-# missing and we are root; skipped with a note otherwise). The unit file, the Dockerfile
+# rules with `promtool check rules`, then their unit tests (alerts_test.yml: when the
+# retention alerts fire and when they must not) with `promtool test rules` (promtool is
+# from Debian's `prometheus` package, installed if missing and we are root; skipped with a
+# note otherwise). The unit file, the Dockerfile
 # and the dashboard are checked by the test suite (tests/api/config/edges.rs).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -17,3 +19,4 @@ if ! command -v promtool >/dev/null 2>&1; then
   fi
 fi
 promtool check rules deploy/prometheus/alerts.yml
+promtool test rules deploy/prometheus/alerts_test.yml

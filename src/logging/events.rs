@@ -95,11 +95,13 @@ pub const EVENTS: &[(&str, &str)] = &[
     ),
     (
         "retention.swept",
-        "old done or dead rows were deleted: status, rows",
+        "old done or dead rows were deleted: done, dead, backlog_s, longest_lock_ms (the \
+         longest one of its transactions held the tables' lock)",
     ),
     (
-        "retention.sweep_failed",
-        "a sweep failed; the next interval tries again",
+        "retention.pass_failed",
+        "a retention pass, or one of its steps, failed: error, backlog_s; what it could not \
+         remove is left for the next pass, which runs after retention.sweep_interval",
     ),
     (
         "retention.behind",

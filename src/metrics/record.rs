@@ -150,6 +150,16 @@ impl Metrics {
         self.retention_backlog.set(seconds);
     }
 
+    /// A retention pass failed, wholly or in one of its steps.
+    pub fn retention_failed(&self) {
+        self.retention_failed.inc();
+    }
+
+    /// The longest time one transaction of the last retention pass held the tables' lock.
+    pub fn retention_lock(&self, seconds: f64) {
+        self.retention_lock.set(seconds);
+    }
+
     /// The bytes `table` takes in the store, as a retention pass read them.
     pub fn table_bytes(&self, table: &'static str, bytes: u64) {
         self.table_bytes

@@ -120,6 +120,8 @@ pub struct Metrics {
     pub(super) target_pause: Family<ProviderLabels, Gauge<f64, std::sync::atomic::AtomicU64>>,
     pub(super) gate_window: Family<ProviderLabels, Gauge>,
     pub(super) retention_backlog: Gauge<f64, std::sync::atomic::AtomicU64>,
+    pub(super) retention_failed: Counter,
+    pub(super) retention_lock: Gauge<f64, std::sync::atomic::AtomicU64>,
     pub(super) table_bytes: Family<TableLabels, Gauge>,
     pub(super) spans: TraceCounters,
 }
@@ -191,6 +193,20 @@ impl Metrics {
             "How far past its retention the oldest kept done row or dead letter was after \
              the last retention pass (0: retention keeps up)",
             retention_backlog.clone(),
+        );
+        let retention_failed = Counter::default();
+        registry.register(
+            "retention_failed_passes",
+            "Retention passes that failed, wholly or in one of their steps: what they could \
+             not remove is left for the next pass (see retention.pass_failed log lines)",
+            retention_failed.clone(),
+        );
+        let retention_lock = Gauge::<f64, std::sync::atomic::AtomicU64>::default();
+        registry.register(
+            "retention_lock_seconds",
+            "The longest time one transaction of the last retention pass held the tables' \
+             lock that claims wait behind (0 for a store that takes none)",
+            retention_lock.clone(),
         );
         let table_bytes = Family::<TableLabels, Gauge>::default();
         registry.register(
@@ -356,6 +372,8 @@ impl Metrics {
             target_pause,
             gate_window,
             retention_backlog,
+            retention_failed,
+            retention_lock,
             table_bytes,
         }
     }

@@ -2,13 +2,14 @@
 //! wraps, counts the pings, panics when asked to complete a key containing `panic` — a
 //! bug in the code a shard runs, where no worker catches it — and, while the test holds
 //! them ([`Faults::hold_writes`]), keeps outcome writes and lease renewals from
-//! reaching the store, as a database that stalls would; and fails the next replays it is
-//! told to ([`Faults::fail_replays`]) as a store that did not answer.
+//! reaching the store, as a database that stalls would; fails the next replays it is
+//! told to ([`Faults::fail_replays`]) as a store that did not answer; and changes what
+//! retention passes answer ([`Faults::edit_retained`]), as a step the store could not do.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
-use hookgate::store::{Store, StoreError, StoreFuture};
+use hookgate::store::{Retained, Store, StoreError, StoreFuture};
 
 use super::wrapped::{CallOf, Hooks, Op, Read, Wrapped};
 
@@ -27,7 +28,12 @@ pub struct Faults {
     replays_to_fail: AtomicUsize,
     /// `replay` calls failed so far.
     pub replays_failed: AtomicUsize,
+    /// What every retention pass's answer is turned into, after the store ran the pass.
+    retained: Mutex<Option<EditRetained>>,
 }
+
+/// A change to what a retention pass answers: a step said failed, a lock held longer.
+pub type EditRetained = fn(Retained) -> Result<Retained, StoreError>;
 
 /// Outcome writes and renewals are held while this lives; dropping it lets them through.
 pub struct WritesHeld<'a>(&'a Faults);
@@ -46,6 +52,7 @@ impl Wrapped<Faults> {
             held: AtomicUsize::new(0),
             replays_to_fail: AtomicUsize::new(0),
             replays_failed: AtomicUsize::new(0),
+            retained: Mutex::new(None),
         };
         Wrapped::wrap(inner, faults)
     }
@@ -55,6 +62,12 @@ impl Faults {
     /// Fails the next `n` `replay` calls as a store that did not answer (nothing reopened).
     pub fn fail_replays(&self, n: usize) {
         self.replays_to_fail.store(n, Ordering::SeqCst);
+    }
+
+    /// Turns the answer of every retention pass from now on by `edit` (`None`: the
+    /// store's own answers again). The pass itself runs on the store as ever.
+    pub fn edit_retained(&self, edit: Option<EditRetained>) {
+        *self.retained.lock().unwrap() = edit;
     }
 
     /// Holds every `complete` (an outcome write) and `renew` call before it reaches the
@@ -123,6 +136,13 @@ impl Hooks for Faults {
                 run()
             }
             _ => run(),
+        }
+    }
+
+    fn retained(&self, answer: Result<Retained, StoreError>) -> Result<Retained, StoreError> {
+        match *self.retained.lock().unwrap() {
+            Some(edit) => answer.and_then(edit),
+            None => answer,
         }
     }
 }

@@ -1,7 +1,7 @@
 //! One delegating wrapper around a real store, for every test that puts faults into it:
 //! [`Wrapped`] passes every operation to the store it wraps, and the calls a fault can
 //! strike (claims, takes, replays, renewals, outcome writes, lookups, pings) through its
-//! [`Hooks`] first. The seeded chaos of the runner-fault suite (`chaos.rs`) and the
+//! [`Hooks`] first; a retention pass's answer goes through them after the store gave it. The seeded chaos of the runner-fault suite (`chaos.rs`) and the
 //! targeted faults of single tests (`faults.rs`) are two hooks over this one wrapper.
 
 use std::ops::Deref;
@@ -12,8 +12,8 @@ use hookgate::claim::{ClaimResult, Path, Status, StoredResult};
 use hookgate::key::EventId;
 use hookgate::store::{
     Enqueued, EventRecord, EventSummary, Failure, Fenced, History, Kept, MigrationWait, PageCursor,
-    QueueDepth, QueueRow, Reopened, Retained, Retention, Routed, Store, StoreFuture, TableSize,
-    Taken,
+    QueueDepth, QueueRow, Reopened, Retained, Retention, Routed, Store, StoreError, StoreFuture,
+    TableSize, Taken,
 };
 
 /// A store operation a hook sees.
@@ -53,6 +53,12 @@ pub trait Hooks: Send + Sync + 'static {
     ) -> StoreFuture<'a, T> {
         let _ = (call, read);
         run()
+    }
+
+    /// What a retention pass answers, given what the store answered (which it did: the
+    /// pass ran); the default answers it untouched.
+    fn retained(&self, answer: Result<Retained, StoreError>) -> Result<Retained, StoreError> {
+        answer
     }
 }
 
@@ -174,7 +180,7 @@ impl<H: Hooks> Store for Wrapped<H> {
         self.inner.sweep(status, older_than, batch)
     }
     fn retain<'a>(&'a self, policy: &'a Retention) -> StoreFuture<'a, Retained> {
-        self.inner.retain(policy)
+        Box::pin(async move { self.hooks.retained(self.inner.retain(policy).await) })
     }
     fn table_sizes(&self) -> StoreFuture<'_, Vec<TableSize>> {
         self.inner.table_sizes()

@@ -1,5 +1,6 @@
 //! Retention as an operator sees it: the sweeper deletes only expired rows, and one pass
-//! removes a backlog of any size, publishing the backlog and the tables' sizes.
+//! removes a backlog of any size, publishing the backlog and the tables' sizes; a pass
+//! that fails is counted and keeps the backlog rising.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -8,7 +9,22 @@ use hookgate::metrics::Metrics;
 use hookgate::retention::{SweepReport, Sweeper};
 
 use crate::helpers::dead_letter;
-use crate::helpers::{spawn_app, Backend, TestDb, PROVIDER};
+use crate::helpers::{
+    eventually, spawn_app, Backend, CapturedLog, FaultyStore, StoreProxy, TestDb, PROVIDER,
+};
+
+/// The value of `name`'s sample (a family without labels) in the text `/metrics` serves.
+fn sample(metrics: &Metrics, name: &str) -> f64 {
+    let text = metrics.render();
+    text.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
+        .map(|v| v.parse().unwrap())
+        .unwrap_or_else(|| panic!("no {name} in\n{text}"))
+}
+
+const FAILED: &str = "hookgate_retention_failed_passes_total";
+const BACKLOG: &str = "hookgate_retention_backlog_seconds";
+const LOCK: &str = "hookgate_retention_lock_seconds";
 
 #[actix_web::test]
 async fn the_sweeper_deletes_only_expired_rows() {
@@ -130,4 +146,144 @@ async fn one_retention_pass_removes_a_backlog_of_any_size(backend: Backend) {
     assert_eq!(db.count_rows().await, 0, "every row was past retention");
 }
 
-on_both_stores!(one_retention_pass_removes_a_backlog_of_any_size,);
+/// A store that cannot be reached fails every pass: each is counted and logged, and the
+/// backlog rises with the time since the last good pass instead of reading zero. Once the
+/// store answers again, a good pass counts nothing and publishes the store's own backlog.
+#[actix_web::test]
+async fn passes_against_an_unreachable_store_are_counted_and_keep_the_backlog_rising() {
+    let db = TestDb::new().await;
+    let proxy = StoreProxy::start(&db.url).await;
+    let mut config = db.store_config();
+    config.url = proxy.url_for(&db.url);
+    let store = db.store_with(config).await;
+    let metrics = Arc::new(Metrics::new());
+    let log = CapturedLog::default();
+    let sweeper = Sweeper::new(
+        Arc::clone(&store),
+        hookgate::config::RetentionConfig::default(),
+        Arc::clone(&metrics),
+        log.logger(),
+    );
+    sweeper.run_once().await.expect("a good pass");
+    assert_eq!(sample(&metrics, FAILED), 0.0);
+    assert_eq!(sample(&metrics, BACKLOG), 0.0);
+
+    proxy.cut();
+    sweeper.run_once().await.expect_err("the store is gone");
+    assert_eq!(sample(&metrics, FAILED), 1.0);
+    let first = sample(&metrics, BACKLOG);
+    assert!(first > 0.0, "a failed pass is not retention keeping up");
+    sweeper.run_once().await.expect_err("the store is gone");
+    assert_eq!(sample(&metrics, FAILED), 2.0);
+    assert!(
+        sample(&metrics, BACKLOG) > first,
+        "the backlog rises while passes fail: {} after {first}",
+        sample(&metrics, BACKLOG)
+    );
+    let failed: Vec<_> = log
+        .lines()
+        .into_iter()
+        .filter(|l| l["msg"] == "retention.pass_failed")
+        .collect();
+    assert_eq!(failed.len(), 2, "{:?}", log.lines());
+    assert!(
+        failed
+            .iter()
+            .all(|l| !l["error"].as_str().unwrap().is_empty()),
+        "{failed:?}"
+    );
+
+    proxy.restore();
+    eventually("the store to answer again", || async {
+        store.ping().await.is_ok()
+    })
+    .await;
+    sweeper.run_once().await.expect("a good pass");
+    assert_eq!(sample(&metrics, FAILED), 2.0, "a good pass counts nothing");
+    assert_eq!(
+        sample(&metrics, BACKLOG),
+        0.0,
+        "the store's own figure again"
+    );
+}
+
+/// A pass that removed what it could but says one of its steps failed (an emptying the
+/// database refused) is counted as failed, and publishes at least the time since the last
+/// good pass even though the store's own backlog reads zero; it publishes the longest lock
+/// it held. A good pass after it counts nothing and publishes the store's own figures.
+async fn a_pass_with_a_failed_step_is_counted_and_never_reads_as_keeping_up(backend: Backend) {
+    let db = TestDb::on(backend).await;
+    let store = Arc::new(FaultyStore::new(db.store().await));
+    db.insert_done_rows(PROVIDER, "old_", 3, Duration::ZERO)
+        .await;
+    db.advance_clock(Duration::from_secs(10 * 24 * 3600)).await;
+    let metrics = Arc::new(Metrics::new());
+    let log = CapturedLog::default();
+    let sweeper = Sweeper::new(
+        Arc::clone(&store) as Arc<dyn hookgate::store::Store>,
+        hookgate::config::RetentionConfig::default(),
+        Arc::clone(&metrics),
+        log.logger(),
+    );
+    assert_eq!(
+        sample(&metrics, FAILED),
+        0.0,
+        "served from the first scrape"
+    );
+    assert_eq!(sample(&metrics, LOCK), 0.0, "served from the first scrape");
+
+    store.edit_retained(Some(|mut retained| {
+        retained.failed = Some("canceling statement due to statement timeout".into());
+        retained.longest_lock = Duration::from_millis(1_500);
+        Ok(retained)
+    }));
+    let report = sweeper.run_once().await.expect("the pass answered");
+    assert_eq!(
+        report,
+        SweepReport { done: 3, dead: 0 },
+        "the rest of it ran"
+    );
+    assert_eq!(db.count_rows().await, 0);
+    assert_eq!(sample(&metrics, FAILED), 1.0);
+    assert!(
+        sample(&metrics, BACKLOG) > 0.0,
+        "the store reads zero, but the pass failed"
+    );
+    assert_eq!(sample(&metrics, LOCK), 1.5);
+    assert_eq!(log.count("retention.pass_failed"), 1, "{:?}", log.lines());
+    let swept: Vec<_> = log
+        .lines()
+        .into_iter()
+        .filter(|l| l["msg"] == "retention.swept")
+        .collect();
+    assert_eq!(swept.len(), 1, "{:?}", log.lines());
+    assert_eq!(swept[0]["longest_lock_ms"], 1_500);
+    let failed = log
+        .lines()
+        .into_iter()
+        .find(|l| l["msg"] == "retention.pass_failed")
+        .unwrap();
+    assert_eq!(
+        failed["error"],
+        "canceling statement due to statement timeout"
+    );
+
+    store.edit_retained(None);
+    sweeper.run_once().await.expect("a good pass");
+    assert_eq!(sample(&metrics, FAILED), 1.0, "a good pass counts nothing");
+    assert_eq!(
+        sample(&metrics, BACKLOG),
+        0.0,
+        "the store's own figure again"
+    );
+    assert!(
+        sample(&metrics, LOCK) < 1.0,
+        "the last pass's own lock: {}",
+        sample(&metrics, LOCK)
+    );
+}
+
+on_both_stores!(
+    one_retention_pass_removes_a_backlog_of_any_size,
+    a_pass_with_a_failed_step_is_counted_and_never_reads_as_keeping_up,
+);
