@@ -3,8 +3,11 @@
 # store, the load bench's `hot_fail` scenario (all connections on a few fresh keys, the
 # target failing 20 % of deliveries) for a few seconds, then a few seconds of its `soak`
 # scenario with a tiny prefill (2 000 done rows over a week, 1 714 of them past a 1-day
-# retention: the sweeper must remove exactly those). The bench exits non-zero if the
-# target saw any duplicate or the soak's retention checks fail.
+# retention: the sweeper must remove exactly those); then, on Postgres, its `keepers`
+# scenario with 300 dead letters of 256 KiB moved as keepers by the slot ring over nine
+# 3-second windows of a turn of aging each (about 30 s). The bench exits non-zero if the
+# target saw any duplicate, the soak's retention checks fail, or the ring stops turning or
+# holds claims behind its lock (the keepers' checks).
 # Usage: scripts/bench-guard.sh [DURATION]   (default 3s). Loopback only.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -20,3 +23,5 @@ for store in sqlite postgres; do
   cargo bench -q --bench load -- --scenario soak --store "$store" --duration "$duration" \
     --prefill 2000 --retention 1d --window 1s --rate 200
 done
+cargo bench -q --bench load -- --scenario keepers --store postgres --dead 300 \
+  --dead-bytes 256KiB --window 3s --duration 27s

@@ -19,6 +19,18 @@
 //! duplicate, on expired prefill left or young prefill removed, on a redelivery not answered
 //! from its row, and on unbounded growth; see `soak.rs`.
 //!
+//! `--scenario keepers [--store postgres] [--dead 300] [--dead-bytes 256KiB] [--rate 200]
+//! [--duration 60s] [--window 5s] [--sweep-interval 1s] [--statement-timeout D]
+//! [--sweep-batch N]`: an outage leaves N dead letters of B bytes (the target answers 400),
+//! then new keys arrive at the rate while the clock moves a turn of the ring each window, so
+//! the dead letters' slot is emptied and they are moved as keepers; a probe measures how
+//! long a claim waits for the events' lock. One line a window (the ring's slots, where the
+//! dead letters are, rows past retention, the probe's p99/max, ingest p99/max, answers by
+//! status, duplicates); exits non-zero when the ring stops turning, rows past retention
+//! exceed a turn's ingest, any ingest answer is not 2xx, a key is delivered twice, the probe
+//! waits over 50 ms at p99 or 200 ms at worst, or a dead letter is lost or never moved; see
+//! `keepers.rs`.
+//!
 //! `--scenario routes [--store postgres]`: one route, a provider with three routes, and three
 //! providers of one route each, compared (events a second, the sender's p99, Postgres CPU
 //! per delivered pair); see `routes.rs`.
@@ -27,6 +39,10 @@
 //! comparison with graphile-worker is `cargo bench --bench comparison`.
 
 mod driver;
+mod keepers;
+mod keepers_db;
+mod keepers_probe;
+mod keepers_report;
 mod routes;
 mod scenario;
 mod soak;
@@ -47,10 +63,10 @@ use hookgate_kit::target::{Behaviour, Setup, Target};
 
 use scenario::{Scenario, DUPLICATE_KEYS};
 
-#[derive(Debug, Parser)]
+#[derive(Debug, Clone, Parser)]
 pub(crate) struct Args {
-    /// unique, duplicate, mixed, hot, hot_fail, slow_target, bare, soak, routes, or all (the
-    /// soak and routes are not part of all).
+    /// unique, duplicate, mixed, hot, hot_fail, slow_target, bare, soak, keepers, routes, or
+    /// all (the soak, keepers and routes are not part of all).
     #[arg(long, default_value = "all")]
     scenario: String,
     /// Concurrent client connections.
@@ -62,9 +78,9 @@ pub(crate) struct Args {
     /// Most requests per scenario.
     #[arg(long, default_value_t = 5_000_000)]
     requests: u64,
-    /// postgres or sqlite.
-    #[arg(long, default_value = "sqlite")]
-    store: String,
+    /// postgres or sqlite (default sqlite; the keepers scenario runs on postgres only).
+    #[arg(long)]
+    store: Option<String>,
     /// Shard actors (default: hookgate's default).
     #[arg(long)]
     shards: Option<usize>,
@@ -122,9 +138,35 @@ pub(crate) struct Args {
     /// judged, and the disk is the node's table bytes.
     #[arg(long)]
     no_counts: bool,
+    /// The keepers scenario's dead letters, left by an outage before the run (default 300).
+    #[arg(long)]
+    dead: Option<u64>,
+    /// Bytes of each of the keepers scenario's dead letters (`256KiB`, `1MiB`, or a number;
+    /// default 256KiB).
+    #[arg(long, value_parser = parse_bytes)]
+    dead_bytes: Option<usize>,
+    /// The keepers scenario's `store.statement_timeout` (default: hookgate's, 5 s).
+    #[arg(long, value_parser = humantime::parse_duration)]
+    statement_timeout: Option<Duration>,
+    /// The keepers scenario's `retention.sweep_batch` (default: hookgate's, 1000).
+    #[arg(long)]
+    sweep_batch: Option<u32>,
     /// cargo bench passes --bench; accepted and ignored.
     #[arg(long, hide = true)]
     bench: bool,
+}
+
+impl Args {
+    /// The store the scenario runs on: `--store`, or SQLite.
+    pub(crate) fn store(&self) -> &str {
+        self.store.as_deref().unwrap_or("sqlite")
+    }
+}
+
+/// A byte size as `--dead-bytes` takes it: `256KiB`, `1MiB`, `1000`.
+fn parse_bytes(text: &str) -> Result<usize, String> {
+    let size: bytesize::ByteSize = text.parse()?;
+    usize::try_from(size.as_u64()).map_err(|e| e.to_string())
 }
 
 /// How long a scenario runs unless `--duration` says otherwise.
@@ -139,6 +181,13 @@ fn main() {
     if args.scenario == "soak" {
         if !soak::run(&args) {
             eprintln!("FAILED: the soak's checks (see the lines marked FAIL)");
+            std::process::exit(1);
+        }
+        return;
+    }
+    if args.scenario == "keepers" {
+        if !keepers::run(&args) {
+            eprintln!("FAILED: the keepers scenario's checks (see the lines marked FAIL)");
             std::process::exit(1);
         }
         return;
@@ -160,7 +209,7 @@ fn main() {
     };
     println!(
         "# hookgate load bench: store={} connections={} duration={:?} cpus={}",
-        args.store,
+        args.store(),
         args.connections,
         args.duration.unwrap_or(DURATION),
         hookgate::config::cpus()
@@ -256,7 +305,7 @@ async fn run(args: &Args, scenario: Scenario) -> u64 {
         if scenario == Scenario::Bare {
             "-"
         } else {
-            args.store.as_str()
+            args.store()
         },
         report.rps(),
         report.p50_ms(),
@@ -335,7 +384,7 @@ pub(crate) fn config(args: &Args, scenario: &str, target: &str) -> (Config, Opti
         fastrand::u32(..)
     );
     let mut sqlite_file = None;
-    config.store = match args.store.as_str() {
+    config.store = match args.store() {
         "postgres" => StoreConfig {
             url: std::env::var("HOOKGATE_BENCH_DATABASE_URL").expect(
                 "--store postgres needs HOOKGATE_BENCH_DATABASE_URL (see scripts/bench.sh)",

@@ -83,7 +83,7 @@ pub async fn run(args: &Args) -> u64 {
 
 /// The Postgres cluster's postmaster, when the run is on Postgres.
 async fn postmaster(args: &Args) -> Option<u32> {
-    if args.store != "postgres" {
+    if args.store() != "postgres" {
         return None;
     }
     let url = std::env::var("HOOKGATE_BENCH_DATABASE_URL").ok()?;
@@ -176,7 +176,7 @@ async fn one(args: &Args, shape: Shape) -> u64 {
          requests={} pairs={} pg_cpu/pair={} drained_in={:.1}s scheduler_passes={} queue_taken={} \
          errors={} duplicates={}",
         shape.name(),
-        args.store,
+        args.store(),
         args.mode,
         answered_events as f64 / report.elapsed.as_secs_f64(),
         report.p50_ms(),

@@ -44,7 +44,7 @@ const RATE: u64 = 500;
 
 /// How long the last window waits for the senders' last answers after the deadline: a
 /// request's own timeout (60 s) and some.
-const LAST_ANSWERS: Duration = Duration::from_secs(70);
+pub(crate) const LAST_ANSWERS: Duration = Duration::from_secs(70);
 
 /// The run's options, defaults filled in.
 #[derive(Debug, Clone, Copy)]
@@ -110,7 +110,7 @@ async fn soak(args: &Args, o: Options) -> bool {
     println!(
         "# soak: store={} mode={} prefill={} rate={} retention={}{} sweep_interval={} \
          window={} duration={} redeliver={} counts={} connections={} cpus={}",
-        args.store,
+        args.store(),
         o.mode.as_str(),
         o.prefill,
         o.rate,
@@ -225,7 +225,7 @@ async fn soak(args: &Args, o: Options) -> bool {
         "scenario=soak store={} mode={} events={accepted} refused={refused}{refused_as} \
          errors={errors} deliveries={} duplicates={} worst_window_p99={worst_p99:.1}ms \
          max={max:.0}ms",
-        args.store,
+        args.store(),
         o.mode.as_str(),
         tally.deliveries,
         tally.duplicates
@@ -357,18 +357,18 @@ fn latencies(mut window: Window) -> Sample {
 
 /// What the soak reads of the node's `/metrics` each window.
 #[derive(Default)]
-struct NodeMetrics {
+pub(crate) struct NodeMetrics {
     /// `hookgate_table_bytes` of the events and of their history.
     events_bytes: u64,
     attempts_bytes: u64,
     /// `hookgate_retention_backlog_seconds`.
-    backlog_s: f64,
+    pub(crate) backlog_s: f64,
     /// `hookgate_swept_rows_total` of done rows, since the node started.
     swept_done: u64,
 }
 
 /// The node's metrics the soak prints (zeros if `/metrics` does not answer).
-async fn node_metrics(client: &awc::Client, base: &str) -> NodeMetrics {
+pub(crate) async fn node_metrics(client: &awc::Client, base: &str) -> NodeMetrics {
     let Ok(mut response) = client.get(format!("{base}/metrics")).send().await else {
         return NodeMetrics::default();
     };

@@ -1,9 +1,12 @@
-//! The soak run's target: answers every delivery 200 at once and remembers which of the
-//! run's keys it has seen in a bit set, one bit per event (`soak-N` is bit N), so an
-//! hours-long run holds a few MB where the other scenarios' target keeps an entry per key.
-//! Counts keys delivered twice, and deliveries of keys the run never sent. It never fails
-//! or slows a delivery: the soak measures retention, not redelivery.
+//! The soak's and the keepers scenario's target: answers every delivery 200 at once and
+//! remembers which of the run's keys it has seen in a bit set, one bit per event (`soak-N`
+//! is bit N), so an hours-long run holds a few MB where the other scenarios' target keeps
+//! an entry per key. Counts keys delivered twice, and deliveries of keys the run never
+//! sent. It never slows a delivery, and refuses one only while told to
+//! ([`SoakTarget::refuse`]: the outage that leaves the keepers scenario's dead letters);
+//! these runs measure retention, not redelivery.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use actix_web::{web, App, HttpRequest, HttpResponse, HttpServer};
@@ -19,6 +22,8 @@ pub struct Tally {
     pub duplicates: u64,
     /// Deliveries whose key is not one of the run's (`soak-N`).
     pub foreign: u64,
+    /// Deliveries answered 400 while refusing ([`SoakTarget::refuse`]), not counted above.
+    pub refused: u64,
 }
 
 #[derive(Default)]
@@ -32,16 +37,20 @@ struct Seen {
 pub struct SoakTarget {
     pub url: String,
     seen: Arc<Mutex<Seen>>,
+    refusing: Arc<AtomicBool>,
 }
 
 impl SoakTarget {
     /// Binds a free loopback port with one worker.
     pub fn start() -> Self {
         let seen = Arc::new(Mutex::new(Seen::default()));
+        let refusing = Arc::new(AtomicBool::new(false));
         let state = web::Data::new(Arc::clone(&seen));
+        let refuse = web::Data::new(Arc::clone(&refusing));
         let server = HttpServer::new(move || {
             App::new()
                 .app_data(state.clone())
+                .app_data(refuse.clone())
                 .default_service(web::to(receive))
         })
         .workers(1)
@@ -54,7 +63,14 @@ impl SoakTarget {
         Self {
             url: format!("http://127.0.0.1:{port}/effects"),
             seen,
+            refusing,
         }
+    }
+
+    /// While `on`, every delivery is answered 400 (a final refusal: hookgate makes the
+    /// event a dead letter at once) and counted as refused, whatever its key.
+    pub fn refuse(&self, on: bool) {
+        self.refusing.store(on, Ordering::SeqCst);
     }
 
     pub fn tally(&self) -> Tally {
@@ -63,12 +79,19 @@ impl SoakTarget {
 }
 
 /// Reads the whole body (an unread body makes actix-web close the connection), marks the
-/// key's bit, answers 200.
+/// key's bit, answers 200; or, while refusing, counts the delivery and answers 400.
 async fn receive(
     req: HttpRequest,
     _body: web::Bytes,
     seen: web::Data<Arc<Mutex<Seen>>>,
+    refusing: web::Data<Arc<AtomicBool>>,
 ) -> HttpResponse {
+    if refusing.load(Ordering::SeqCst) {
+        seen.lock().expect("the target's counts").tally.refused += 1;
+        return HttpResponse::BadRequest()
+            .content_type("application/json")
+            .body(r#"{"error":"outage"}"#);
+    }
     // hookgate sends `provider:key`.
     let number = req
         .headers()
