@@ -5,7 +5,7 @@
 # scenario with a tiny prefill (2 000 done rows over a week, 1 714 of them past a 1-day
 # retention: the sweeper must remove exactly those); then, on Postgres, its `keepers`
 # scenario with 300 dead letters of 256 KiB moved as keepers by the slot ring over nine
-# 3-second windows of a turn of aging each (about 30 s). The bench exits non-zero if the
+# 4-second windows of a turn of aging each (about 40 s). The bench exits non-zero if the
 # target saw any duplicate, the soak's retention checks fail, or the ring stops turning or
 # holds claims behind its lock (the keepers' checks).
 # Usage: scripts/bench-guard.sh [DURATION]   (default 3s). Loopback only.
@@ -24,4 +24,4 @@ for store in sqlite postgres; do
     --prefill 2000 --retention 1d --window 1s --rate 200
 done
 cargo bench -q --bench load -- --scenario keepers --store postgres --dead 300 \
-  --dead-bytes 256KiB --window 3s --duration 27s
+  --dead-bytes 256KiB --window 4s --duration 36s

@@ -40,7 +40,9 @@
 //! inside `retention.dead` is gone, and when the dead letters never moved (a run too short
 //! to empty their slot, or a ring that cannot) — each check prints the numbers it compared.
 //!
-//! CI runs `--dead 300 --window 3s --duration 27s` (scripts/bench-guard.sh, about 30 s).
+//! CI runs `--dead 300 --window 4s --duration 36s` (scripts/bench-guard.sh, about 40 s): a window
+//! must be long enough for the emptying to move its keepers (about 20 MiB/s here), since
+//! each window ages the ring by a turn that in the field takes a day and more.
 //! Measured on the 2-core machine before issue 56's fix: each move of those 300 held the
 //! lock 1.9–2.7 s (claims waited as long); `--statement-timeout 1s` makes the same run the
 //! wedge itself (every pass times out, 503s, the ring stops), as `--dead 1100` does at the

@@ -1,6 +1,6 @@
 //! The slot ring's upkeep (docs/design.md, "Storage over time"): turning the ring, emptying
-//! a slot whose rows are past retention (its keepers moved once to the keep slot, a few
-//! megabytes per transaction, then both of its partitions truncated), and the row-by-row
+//! a slot whose rows are past retention (its keepers moved once to the keep slot, a megabyte
+//! or so per transaction, then both of its partitions truncated), and the row-by-row
 //! retention of the keep slot and of a slot that came from an upgraded table. Every change
 //! of the ring's state runs in a short transaction holding the `EXCLUSIVE` lock of the
 //! events and their history, so no claim runs across it; each asks for that lock for a
@@ -53,11 +53,13 @@ const RING_LOCK_TRIES: u32 = 8;
 const RING_LOCK_PAUSE: Duration = Duration::from_millis(25);
 
 /// The most bytes of keepers (payloads, answers, kept headers) one transaction moves to the
-/// keep slot: a move copies each value into the keep slot's partition while every claim
-/// waits, so a batch is bounded by what it copies, not only by its rows (a thousand dead
-/// letters of 1 MiB outlasted the store deadline in one batch, and the ring never turned
-/// again). Measured: about 20 ms of lock per 4 MiB on this machine.
-const MOVE_BYTES: i64 = 4 << 20;
+/// keep slot: a move copies each value into the keep slot's partition (its TOAST and the
+/// WAL) while every claim waits, so a batch is bounded by what it copies, not only by its
+/// rows (a thousand dead letters of 1 MiB outlasted the store deadline in one batch, and
+/// the ring never turned again). Measured with incompressible payloads on a durable
+/// cluster of this 2-core machine: about 100 ms of lock per 4 MiB, so 1 MiB keeps a hold
+/// near 25 ms. A single row larger than that moves alone.
+const MOVE_BYTES: i64 = 1 << 20;
 
 /// The slot that keeps the rows outliving their slot of the ring (state `keep`): never
 /// truncated, its rows deleted one by one when their retention ends.
@@ -296,6 +298,8 @@ impl Inner {
         // retention ends rather than with their slot. Row locks only (`SKIP LOCKED`), so
         // every node does this part.
         let row_by_row = slots(&client, ROW_BY_ROW, &[]).await?;
+        // Their budget starts here: the upkeep's moves may have taken an interval.
+        let started = Instant::now();
         for &slot in &row_by_row {
             let done = ("done", policy.done);
             let swept = sweep_rows(
@@ -377,8 +381,8 @@ async fn upkeep_ring(
 
 /// Empties every sealed slot whose time is up ([`DUE`]), oldest first, and adds what went
 /// with them to `retained`. A slot whose locks could not be had in time (the tables'
-/// within [`RING_LOCK_TIMEOUT`], its partitions' at once), or whose keepers outlast the
-/// pass's budget, is left for the next pass with those after it.
+/// within [`RING_LOCK_TIMEOUT`], its partitions' at once), or whose keepers take longer than an
+/// interval to move, is left for the next pass with those after it.
 async fn empty_due(
     client: &mut Object,
     policy: &Retention,
@@ -446,12 +450,12 @@ async fn turn(
     Ok(())
 }
 
-/// Empties sealed slot `slot`: its keepers move to the keep slot, a few megabytes per
-/// transaction ([`MOVE_BYTES`]); the transaction that finds no keeper left truncates the
+/// Empties sealed slot `slot`: its keepers move to the keep slot, a megabyte or so per
+/// transaction ([`MOVE_BYTES`]), with a pause of half each hold after it; the transaction that finds no keeper left truncates the
 /// slot's two partitions, so nothing a keeper needs is ever truncated (no row enters a
 /// sealed slot, no row changes while the lock is held, and the statements take their
 /// snapshot after it). Answers the done rows and dead letters that went with the slot, as
-/// counted before ([`expired`]), or `None` if the pass's budget ran out while keepers were
+/// counted before ([`expired`]), or `None` if an interval went by while keepers were
 /// still moving (the next pass goes on). Each transaction's hold of the lock is added to
 /// `longest`.
 async fn empty(
@@ -523,10 +527,17 @@ async fn empty(
             return Ok(Some((done, dead)));
         }
         tx.commit().await.map_err(db_error)?;
-        *longest = (*longest).max(since.elapsed());
-        if started.elapsed() >= policy.budget {
+        let held = since.elapsed();
+        *longest = (*longest).max(held);
+        // The moves pace themselves (below), so they may go on for a whole interval, not
+        // only the budget the row-by-row deletes have.
+        if started.elapsed() >= policy.interval {
             return Ok(None);
         }
+        // Claims run freely for half as long as the move held them: a slot with thousands
+        // of big keepers holds ingest two thirds of the time at most while it empties, and
+        // no claim waits longer than one move.
+        tokio::time::sleep(held / 2).await;
     }
 }
 

@@ -1,6 +1,6 @@
 //! What the ring keeps cannot stall it (docs/design.md, "Storage over time"): the rows that
 //! outlive their slot — dead letters, rows not yet final, done rows inside retention — move
-//! once to the keep slot, a few megabytes per transaction, and never again; a slot whose
+//! once to the keep slot, a megabyte or so per transaction, and never again; a slot whose
 //! emptying fails leaves the ring turning and the pass saying so.
 
 use std::sync::Arc;
@@ -48,7 +48,7 @@ async fn rows_in(db: &TestDb, slot: i16) -> Vec<(String, String, i64)> {
 
 /// Ten dead letters of 600 kB each (6 MB in all) left by a target answering 400, then the
 /// ring aged past their slot's time: the emptying moves them to the keep slot in more than
-/// one transaction, none carrying more than 4 MiB but for its first row (the old emptying
+/// one transaction, none carrying more than 1 MiB but for its first row (the old emptying
 /// moved `sweep_batch` rows in one transaction, whatever their size, while every claim
 /// waited: a thousand of 1 MiB outlasted the store deadline and the ring never turned
 /// again). Later turns and emptyings never rewrite them, and each is still replayable
@@ -78,7 +78,7 @@ async fn big_dead_letters_move_once_to_the_keep_slot_a_few_megabytes_at_a_time()
     assert!(batches.len() >= 2, "{batches:?}");
     for (xmin, (bytes, rows)) in &batches {
         assert!(
-            *rows == 1 || *bytes <= 4 << 20,
+            *rows == 1 || *bytes <= 1 << 20,
             "transaction {xmin} moved {rows} rows of {bytes} bytes"
         );
     }
