@@ -6,12 +6,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures_util::future::join_all;
-use hookgate::claim::{ClaimResult, RowState, Status, StoredResult};
+use hookgate::claim::ClaimResult;
 use hookgate::key::EventId;
 use hookgate::store::{Retained, Retention, Store};
 
-use super::{retention, turn};
+use super::{claims_wait_for_the_lease_then_see_it_done, retention, turn};
 use crate::helpers::{spawn_app_with, Behaviour, TestDb, PROVIDER};
 
 /// The keep slot: the partition no emptying truncates.
@@ -162,25 +161,7 @@ async fn a_keeper_moved_while_its_lease_is_live_keeps_its_lease_and_its_outcome(
     db.age_ring(retention().done + turn()).await;
     assert_eq!(retain(&store).await.failed, None);
     assert_eq!(db.slots_of(PROVIDER, "leased").await, vec![KEEP]);
-    let claims = join_all((0..20).map(|_| store.claim(&id, None, lease, None))).await;
-    for claim in &claims {
-        assert!(
-            matches!(
-                claim,
-                Ok(ClaimResult::Existing(RowState {
-                    status: Status::InProgress,
-                    ..
-                }))
-            ),
-            "{claim:?}"
-        );
-    }
-    let done = StoredResult {
-        status: 200,
-        content_type: None,
-        body: Vec::new(),
-    };
-    store.complete(&id, attempts, &done, None).await.unwrap();
+    claims_wait_for_the_lease_then_see_it_done(&store, &id, attempts, lease).await;
     assert_eq!(db.status(PROVIDER, "leased").await.as_deref(), Some("done"));
     assert_eq!(db.keys_in_two_slots().await, Vec::<String>::new());
 }

@@ -6,6 +6,8 @@
 //! * `encryption.rs` — encryption at rest: the raw tables, moved bodies, missing keys,
 //!   keyed fingerprints, plaintext rows sealed by a rekey, rotation under live traffic.
 //! * `fingerprint_kinds.rs` — payloads compared across a key rotation.
+//! * `keepers.rs` — what the ring keeps: moved once to the keep slot in bounded steps, a
+//!   failing emptying that leaves the ring turning.
 //! * `model/` — the row protocol against a reference model, by seeded random sequences
 //!   (`model_regressions.txt`: every sequence that once failed, replayed first).
 //! * `plans.rs` — the hot statements' plans, whatever the table's size and statistics.
@@ -33,7 +35,10 @@ mod upgrades;
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures_util::future::join_all;
+use hookgate::claim::{ClaimResult, RowState, Status, StoredResult};
 use hookgate::config::RetentionConfig;
+use hookgate::key::EventId;
 use hookgate::metrics::Metrics;
 use hookgate::retention::Sweeper;
 use hookgate::store::Store;
@@ -59,4 +64,44 @@ async fn pass(store: &Arc<dyn Store>) {
     .run_once()
     .await
     .expect("a retention pass");
+}
+
+/// Twenty claims of `id` at once while its lease (`attempts`) is live each see it in
+/// progress; then the attempt's outcome lands and a claim sees the key done.
+async fn claims_wait_for_the_lease_then_see_it_done(
+    store: &Arc<dyn Store>,
+    id: &EventId,
+    attempts: i32,
+    lease: Duration,
+) {
+    let claims = join_all((0..20).map(|_| store.claim(id, None, lease, None))).await;
+    for claim in &claims {
+        assert!(
+            matches!(
+                claim,
+                Ok(ClaimResult::Existing(RowState {
+                    status: Status::InProgress,
+                    ..
+                }))
+            ),
+            "a claim while the lease runs: {claim:?}"
+        );
+    }
+    let done = StoredResult {
+        status: 200,
+        content_type: None,
+        body: Vec::new(),
+    };
+    store.complete(id, attempts, &done, None).await.unwrap();
+    let again = store.claim(id, None, lease, None).await.unwrap();
+    assert!(
+        matches!(
+            again,
+            ClaimResult::Existing(RowState {
+                status: Status::Done,
+                ..
+            })
+        ),
+        "{again:?}"
+    );
 }

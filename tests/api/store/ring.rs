@@ -10,11 +10,11 @@
 use std::time::Duration;
 
 use futures_util::future::join_all;
-use hookgate::claim::{ClaimResult, Mode, RowState, Status, StoredResult};
+use hookgate::claim::{ClaimResult, Mode, RowState, Status};
 use hookgate::key::EventId;
 use hookgate::secret::Secret;
 
-use super::{pass, retention, turn};
+use super::{claims_wait_for_the_lease_then_see_it_done, pass, retention, turn};
 use crate::helpers::{spawn_app_with, Behaviour, TestApp, TestDb, PROVIDER};
 
 const TOKEN: &str = "ring-admin-token";
@@ -123,36 +123,7 @@ async fn a_lease_that_spans_a_turn_still_holds_its_key() {
     };
     db.age_ring(turn()).await;
     pass(&store).await;
-    let claims = join_all((0..20).map(|_| store.claim(&id, None, lease, None))).await;
-    for claim in &claims {
-        assert!(
-            matches!(
-                claim,
-                Ok(ClaimResult::Existing(RowState {
-                    status: Status::InProgress,
-                    ..
-                }))
-            ),
-            "a claim across the turn while the lease runs: {claim:?}"
-        );
-    }
-    let done = StoredResult {
-        status: 200,
-        content_type: None,
-        body: Vec::new(),
-    };
-    store.complete(&id, attempts, &done, None).await.unwrap();
-    let again = store.claim(&id, None, lease, None).await.unwrap();
-    assert!(
-        matches!(
-            again,
-            ClaimResult::Existing(RowState {
-                status: Status::Done,
-                ..
-            })
-        ),
-        "{again:?}"
-    );
+    claims_wait_for_the_lease_then_see_it_done(&store, &id, attempts, lease).await;
     assert_eq!(db.keys_in_two_slots().await, Vec::<String>::new());
 }
 
