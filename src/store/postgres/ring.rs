@@ -61,6 +61,11 @@ const RING_LOCK_PAUSE: Duration = Duration::from_millis(25);
 /// near 25 ms. A single row larger than that moves alone.
 const MOVE_BYTES: i64 = 1 << 20;
 
+/// How long the emptying waits to turn autovacuum off for its slot ([`hush`]): a running
+/// autovacuum gives way to a waiter after `deadlock_timeout` (a second by default).
+/// Claims never queue behind this request (it conflicts with no lock they take).
+const HUSH_WAIT: Duration = Duration::from_secs(3);
+
 /// The slot that keeps the rows outliving their slot of the ring (state `keep`): never
 /// truncated, its rows deleted one by one when their retention ends.
 const KEEP_SLOT: i16 = 6;
@@ -476,6 +481,12 @@ async fn empty(
         let count = |column| get::<i64>(&row, column).map(|n| u64::try_from(n).unwrap_or(0));
         (count("done")?, count("dead")?, count("estimate")?)
     };
+    if let Err(e) = hush(client, slot).await {
+        // Best effort: the truncation tries all the same.
+        if !is_lock_timeout(&e) {
+            return Err(e);
+        }
+    }
     let mut moved_all = 0_u64;
     let quarter = millis(policy.done / TURNS_PER_RETENTION);
     loop {
@@ -509,7 +520,11 @@ async fn empty(
             tx.batch_execute(&format!(
                 "LOCK TABLE webhook_events_s{slot}, webhook_attempts_s{slot}
                      IN ACCESS EXCLUSIVE MODE NOWAIT;
-                 TRUNCATE webhook_events_s{slot}, webhook_attempts_s{slot}"
+                 TRUNCATE webhook_events_s{slot}, webhook_attempts_s{slot};
+                 ALTER TABLE webhook_events_s{slot}
+                     RESET (autovacuum_enabled, toast.autovacuum_enabled);
+                 ALTER TABLE webhook_attempts_s{slot}
+                     RESET (autovacuum_enabled, toast.autovacuum_enabled)"
             ))
             .await
             .map_err(db_error)?;
@@ -539,6 +554,29 @@ async fn empty(
         // no claim waits longer than one move.
         tokio::time::sleep(held / 2).await;
     }
+}
+
+/// Turns autovacuum off for due slot `slot`'s partitions and their TOAST until it is
+/// emptied (the truncation turns it back on): the moves leave dead tuples that start an
+/// autovacuum of the slot, and a vacuum of its TOAST (gigabytes after an outage of big
+/// dead letters) held a lock the truncation cannot take without waiting, so the slot stayed
+/// sealed and the ring could not turn for as long. Nothing is worth vacuuming in a slot
+/// about to be truncated. A running autovacuum gives way to this request after
+/// `deadlock_timeout`; the request waits at most [`HUSH_WAIT`], and claims never wait
+/// behind it.
+async fn hush(client: &mut Object, slot: i16) -> Result<(), StoreError> {
+    let tx = client.transaction().await.map_err(db_error)?;
+    tx.batch_execute(&format!(
+        "SET LOCAL lock_timeout = {};
+         ALTER TABLE webhook_events_s{slot}
+             SET (autovacuum_enabled = false, toast.autovacuum_enabled = false);
+         ALTER TABLE webhook_attempts_s{slot}
+             SET (autovacuum_enabled = false, toast.autovacuum_enabled = false)",
+        millis(HUSH_WAIT)
+    ))
+    .await
+    .map_err(db_error)?;
+    tx.commit().await.map_err(db_error)
 }
 
 /// One ask of [`locked!`].

@@ -122,6 +122,12 @@ async fn an_emptying_that_fails_leaves_the_ring_turning_and_the_pass_saying_so()
     assert!(failed.contains("refused by the test"), "{retained:?}");
     let first = app.db.current_slot().await;
     assert_ne!(first, slot, "the ring turned: {:?}", app.db.ring().await);
+    // The slot's autovacuum is off while it waits to be emptied: a vacuum of the moves'
+    // dead tuples would hold a lock its truncation does not wait for.
+    assert_eq!(
+        autovacuum(&app.db, slot).await,
+        Some("autovacuum_enabled=false".to_owned())
+    );
     // Another turn's time: the slot still cannot be emptied, and the ring turns again.
     app.db.age_ring(turn()).await;
     let retained = retain(&app.store).await;
@@ -142,6 +148,24 @@ async fn an_emptying_that_fails_leaves_the_ring_turning_and_the_pass_saying_so()
     assert_eq!(app.db.slots_of(PROVIDER, "stuck").await, vec![KEEP]);
     let ring = app.db.ring().await;
     assert!(ring.contains(&(slot, "empty".to_owned())), "{ring:?}");
+    assert_eq!(
+        autovacuum(&app.db, slot).await,
+        None,
+        "back on once emptied"
+    );
+}
+
+/// The `autovacuum_enabled` setting of slot `slot`'s events partition, if it has one.
+async fn autovacuum(db: &TestDb, slot: i16) -> Option<String> {
+    let text = format!(
+        "SELECT o FROM pg_class, unnest(reloptions) o
+         WHERE oid = 'webhook_events_s{slot}'::regclass AND o LIKE 'autovacuum_enabled=%'"
+    );
+    db.try_query(&text)
+        .await
+        .expect("the partition's options")
+        .first()
+        .map(|r| r.get(0))
 }
 
 /// A row whose lease is live when its slot is emptied moves to the keep slot under the

@@ -477,7 +477,15 @@ async fn an_emptying_never_waits_behind_a_reader_of_its_slot() {
             .db
             .lock_waits_during(&partitions, pass(&app.store))
             .await;
-        assert!(!waited, "the emptying waited for {mode} on {table}_s{slot}");
+        // Autovacuum's lock (SHARE UPDATE EXCLUSIVE) is waited for, at most a few seconds,
+        // by the request that turns the slot's autovacuum off before its keepers move — in
+        // a transaction of its own, holding nothing a claim waits for, and asking a lock that
+        // conflicts with none a claim takes. Under the ring's lock nothing waits.
+        let hush = mode == "SHARE UPDATE EXCLUSIVE";
+        assert!(
+            !waited || hush,
+            "the emptying waited for {mode} on {table}_s{slot}"
+        );
         assert_eq!(state(app.db.ring().await).as_deref(), Some("sealed"));
         assert_eq!(app.deliver("evt_old", "{}").await.path, "duplicate_done");
         reader.release().await;
