@@ -17,6 +17,7 @@ use super::routed::{
     claim_rows, coded, enqueue_rows, key, BatchError, ClaimCall, EnqueueCall, Report,
 };
 use super::rows::get;
+use super::sql::on_slot;
 use crate::claim::ClaimResult;
 use crate::key::EventId;
 use crate::store::{millis, Enqueued, Fenced, History, Routed, StoreError};
@@ -148,7 +149,23 @@ async fn claim_batch(
     calls: &[&ClaimCall],
 ) -> Result<Report<Routed<ClaimResult>>, BatchError> {
     inner
-        .run(async |client| Ok(claim_rows(client, calls).await))
+        .run(async |client| {
+            let filled = match inner.ring.filled() {
+                Some(filled) => filled,
+                None => {
+                    inner.ring.read(client).await?;
+                    inner.ring.filled().unwrap_or_default()
+                }
+            };
+            let slots = Some(&filled[..]).filter(|slots| !slots.is_empty());
+            let reported = claim_rows(client, calls, slots).await;
+            // A key left out of the report (a ring outgrown since it was read, or a row
+            // inserted after the statement's snapshot) runs alone; the ring is read again.
+            if reported.as_ref().is_ok_and(|r| r.len() < calls.len()) {
+                inner.ring.read(client).await?;
+            }
+            Ok(reported)
+        })
         .await
         .unwrap_or_else(|e| Err((e, None)))
 }
@@ -192,53 +209,82 @@ pub(crate) async fn completions(
         }
         return answers;
     }
-    let outcome = complete_batch(&inner, &calls).await;
-    inner
-        .reconnect
-        .observe(&outcome.as_ref().map(|_| ()).map_err(|(e, _)| e.clone()));
-    match outcome {
-        Ok(applied) => calls
-            .iter()
-            .map(|c| {
-                Ok(if applied.contains(&key(&c.id)) {
-                    Fenced::Applied
-                } else {
-                    Fenced::Stale
-                })
-            })
-            .collect(),
-        Err((_, code)) if retry_alone(code.as_ref()) => {
-            let mut answers = Vec::with_capacity(calls.len());
-            for c in &calls {
-                answers.push(inner.complete(c).await);
-            }
-            answers
-        }
-        Err((e, _)) => calls.iter().map(|_| Err(e.clone())).collect(),
+    let calls: Vec<&CompleteCall> = calls.iter().collect();
+    let (applied, failed) = complete_batch(&inner, &calls).await;
+    inner.reconnect.observe(&match &failed {
+        Some((e, _)) => Err(e.clone()),
+        None => Ok(()),
+    });
+    let mut answers = Vec::with_capacity(calls.len());
+    for c in &calls {
+        answers.push(match &failed {
+            _ if applied.contains(&key(&c.id)) => Ok(Fenced::Applied),
+            None => Ok(Fenced::Stale),
+            Some((_, code)) if retry_alone(code.as_ref()) => inner.complete(c).await,
+            Some((e, _)) => Err(e.clone()),
+        });
     }
+    answers
 }
 
 type Applied = std::collections::HashSet<(Arc<str>, Arc<str>)>;
 
-/// The batched completion on one pooled connection, within the statement deadline.
-async fn complete_batch(inner: &Inner, calls: &[CompleteCall]) -> Result<Applied, BatchError> {
-    inner
-        .run(async |client| Ok(complete_batch_on(client, calls).await))
-        .await
-        .unwrap_or_else(|e| Err((e, None)))
+/// The batched completion on one pooled connection, within the statement deadline: on
+/// the current slot's partition first, then on the whole table for the calls that changed
+/// no row there, reading the current slot again (as [`Inner::fenced_on_slot`] does for one
+/// call). Answers the calls applied, and the error that ended the batch, if any: each
+/// statement commits on its own, so the first one's rows are done whatever the second one
+/// met (a missed deadline forgets both: its calls learn from the row whether they landed).
+async fn complete_batch(inner: &Inner, calls: &[&CompleteCall]) -> (Applied, Option<BatchError>) {
+    let mut applied = Applied::new();
+    let ran = inner
+        .run(async |client| Ok(complete_batch_with(inner, client, calls, &mut applied).await))
+        .await;
+    match ran {
+        Ok(Ok(())) => (applied, None),
+        Ok(Err(e)) => (applied, Some(e)),
+        Err(e) => (Applied::new(), Some((e, None))),
+    }
 }
 
+async fn complete_batch_with(
+    inner: &Inner,
+    client: &deadpool_postgres::Client,
+    calls: &[&CompleteCall],
+    applied: &mut Applied,
+) -> Result<(), BatchError> {
+    let slot = match inner.ring.current() {
+        Some(slot) => Some(slot),
+        None => inner.ring.read(client).await.map_err(|e| (e, None))?,
+    };
+    let mut rest: Vec<&CompleteCall> = calls.to_vec();
+    if let Some(slot) = slot {
+        applied.extend(complete_batch_on(client, &rest, Some(slot)).await?);
+        rest.retain(|c| !applied.contains(&key(&c.id)));
+        if rest.is_empty() {
+            return Ok(());
+        }
+        inner.ring.read(client).await.map_err(|e| (e, None))?;
+    }
+    applied.extend(complete_batch_on(client, &rest, None).await?);
+    Ok(())
+}
+
+/// One completion statement for `calls`: its update named on `slot`'s partition, or on the
+/// whole table.
 async fn complete_batch_on(
     client: &deadpool_postgres::Client,
-    calls: &[CompleteCall],
+    calls: &[&CompleteCall],
+    slot: Option<i16>,
 ) -> Result<Applied, BatchError> {
     let plain = |e: StoreError| (e, None);
     let with_history = calls.iter().any(|c| c.history.is_some());
-    let sql = if with_history {
+    let whole = if with_history {
         COMPLETE_BATCH
     } else {
         COMPLETE_BATCH_PLAIN
     };
+    let sql = slot.and_then(|slot| on_slot(whole, slot)).unwrap_or(whole);
     let stmt = client.prepare_cached(sql).await.map_err(coded)?;
     let providers: Vec<&str> = calls.iter().map(|c| &*c.id.provider).collect();
     let keys: Vec<&str> = calls.iter().map(|c| &*c.id.key).collect();

@@ -55,6 +55,66 @@ macro_rules! pg_queue_insert {
     };
 }
 
+/// The claim batch's `current` CTE: the ring's current slot, where a key never seen is
+/// inserted. [`claim_on_slots`] adds its guard.
+macro_rules! pg_current {
+    () => {
+        "current AS (SELECT slot FROM hookgate_slots WHERE state = 'current')"
+    };
+}
+
+/// The claim batch's probe of each input key's row (`i`) in every slot, through the
+/// partitioned table: planned, locked and run on each of the ring's partitions.
+/// [`claim_on_slots`] names the slots that can hold a row instead.
+macro_rules! pg_found_whole {
+    () => {
+        "FROM webhook_events w
+        WHERE w.provider = i.provider AND w.event_key = i.event_key
+        LIMIT 1"
+    };
+}
+
+/// The claim batch's columns of a key's row, as `found` reads them.
+const FOUND_COLUMNS: &str = "w.slot, w.status, w.attempts, w.last_path, w.fingerprint, \
+    w.locked_until, w.result_status, w.result_content_type, w.result_body, w.mode";
+
+/// `whole` ([`CLAIM_BATCH`] or [`CLAIM_ROUTED`]) with its probe of each key's row named on
+/// the partitions of `slots` alone — the slots that were not `empty` when the caller
+/// last read the ring — and a guard: the statement claims and reports nothing unless, in
+/// its snapshot, every slot outside `slots` is `empty` (a truncated partition: its state
+/// and its truncation commit together). A key's row is then found wherever it is, as the
+/// whole statement finds it; a statement whose slots the ring has outgrown (a turn opened
+/// an empty slot since) answers no key, and its calls run alone on the whole statement
+/// while the caller reads the ring again. Probing the partitions by name, not through the
+/// partitioned table, is what spares the empty slots: a generic plan of the partitioned
+/// table's probe plans, locks and starts a scan of every partition for every key.
+/// The insert stays on the partitioned table: its lock is the one the ring's turns take.
+pub(super) fn claim_on_slots(whole: &str, slots: &[i16]) -> String {
+    let probes: Vec<String> = slots
+        .iter()
+        .map(|slot| {
+            format!(
+                "SELECT {FOUND_COLUMNS} FROM webhook_events_s{slot} w
+              WHERE w.provider = i.provider AND w.event_key = i.event_key"
+            )
+        })
+        .collect();
+    let listed: Vec<String> = slots.iter().map(i16::to_string).collect();
+    let found = format!(
+        "FROM ({}) w\n        LIMIT 1",
+        probes.join("\n            UNION ALL ")
+    );
+    let current = format!(
+        "current AS (SELECT slot FROM hookgate_slots WHERE state = 'current'
+                 AND NOT EXISTS (SELECT FROM hookgate_slots o
+                                 WHERE o.state <> 'empty' AND o.slot NOT IN ({})))",
+        listed.join(", ")
+    );
+    whole
+        .replacen(pg_found_whole!(), &found, 1)
+        .replacen(pg_current!(), &current, 1)
+}
+
 /// The claim batch, with `$others` (a CTE, or nothing) after its own and `$report` (more
 /// rows of the answer, or nothing) after its report: see [`CLAIM_BATCH`] and
 /// [`CLAIM_ROUTED`].
@@ -68,7 +128,9 @@ WITH input AS (
         AS i(provider, event_key, fingerprint, lease_ms, payload, content_type,
              request_headers, first_path)
 ),
-current AS (SELECT slot FROM hookgate_slots WHERE state = 'current'),
+",
+            pg_current!(),
+            ",
 found AS (
     SELECT i.*, s.slot, s.status, s.attempts, s.last_path, s.fingerprint AS row_fingerprint,
            s.locked_until, s.result_status, s.result_content_type, s.result_body, s.mode
@@ -76,9 +138,9 @@ found AS (
     LEFT JOIN LATERAL (
         SELECT w.slot, w.status, w.attempts, w.last_path, w.fingerprint, w.locked_until,
                w.result_status, w.result_content_type, w.result_body, w.mode
-        FROM webhook_events w
-        WHERE w.provider = i.provider AND w.event_key = i.event_key
-        LIMIT 1) s ON true
+        ",
+            pg_found_whole!(),
+            ") s ON true
 ),
 claimed AS (
     INSERT INTO webhook_events AS e
@@ -90,7 +152,7 @@ claimed AS (
            f.payload, f.content_type, f.request_headers, f.payload IS NOT NULL
     FROM found f
     -- A key whose row is done or dead is only reported (no claim changes it: see `CLAIM`).
-    WHERE f.status IS NULL OR f.status NOT IN ('done', 'dead')
+    WHERE (f.status IS NULL OR f.status NOT IN ('done', 'dead')) AND EXISTS (SELECT FROM current)
     ORDER BY f.provider, f.event_key
 ",
             pg_claim_conflict!(),
@@ -108,7 +170,7 @@ SELECT f.provider, f.event_key, false, f.status, f.attempts, f.last_path, f.row_
        f.result_status, f.result_content_type, f.result_body, f.mode
 FROM found f
 -- Keys with a row; won keys are not reported (NOT IN: the keys are never NULL).
-WHERE f.status IS NOT NULL
+WHERE f.status IS NOT NULL AND EXISTS (SELECT FROM current)
   AND (f.provider, f.event_key) NOT IN (SELECT provider, event_key FROM claimed)",
             $report
         )
@@ -315,3 +377,30 @@ FROM (SELECT * FROM unnest($1::text[], $2::text[], $3::int4[]) WITH ORDINALITY
 WHERE e.provider = u.provider AND e.event_key = u.event_key
   AND e.attempts = u.attempts AND e.status IS NOT DISTINCT FROM 'in_progress'
 RETURNING e.provider, e.event_key";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_claim_on_slots_probes_those_partitions_alone_behind_its_guard() {
+        for whole in [CLAIM_BATCH, CLAIM_ROUTED] {
+            let text = claim_on_slots(whole, &[0, 3, 6]);
+            assert!(!text.contains(pg_found_whole!()), "{text}");
+            for slot in [0, 3, 6] {
+                assert_eq!(
+                    text.matches(&format!("FROM webhook_events_s{slot} w"))
+                        .count(),
+                    1,
+                    "{text}"
+                );
+            }
+            assert!(!text.contains("webhook_events_s1"), "{text}");
+            assert!(text.contains("o.slot NOT IN (0, 3, 6)"), "{text}");
+            // The insert stays on the partitioned table (the ring's lock), and nothing
+            // is claimed or reported unless the guard holds.
+            assert!(text.contains("INSERT INTO webhook_events AS e"), "{text}");
+            assert_eq!(text.matches("EXISTS (SELECT FROM current)").count(), 2);
+        }
+    }
+}

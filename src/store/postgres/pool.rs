@@ -5,8 +5,8 @@
 //! server turns read-only, and the single-row claim and completion that a batch falls back
 //! to.
 
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicI32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 use deadpool_postgres::{Client, Object, Pool, PoolError, TimeoutType};
@@ -17,7 +17,7 @@ use super::connection::end_cancelled;
 use super::routed::{claim_rows, key};
 pub(crate) use super::routed::{ClaimCall, EnqueueCall};
 use super::rows::{claim_result, db_error, get, is_read_only, pool_error};
-use super::sql::{CLAIM, COMPLETE, COMPLETE_PLAIN};
+use super::sql::{on_slot, CLAIM, COMPLETE, COMPLETE_PLAIN};
 use crate::claim::{ClaimResult, StoredResult};
 use crate::key::EventId;
 use crate::store::reconnect::Reconnect;
@@ -49,6 +49,70 @@ pub(crate) struct Inner {
     pub(crate) unconfirmed: Arc<AtomicU64>,
     /// Connections opened before this are not reused (the pool's pre-recycle hook).
     pub(crate) retired: Arc<Retired>,
+    /// The ring as this node last read it: completions, failures and renewals run on the
+    /// current slot's partition first ([`Inner::fenced_on_slot`]), and batched claims probe
+    /// the slots that are not empty (`batch_sql::claim_on_slots`).
+    pub(crate) ring: RingView,
+}
+
+/// The ring's slots as last read (`hookgate_slots`): the current one and those that are not
+/// `empty`, or unknown. Only a hint: a statement run on a slot that no longer holds its
+/// row changes nothing, and one that probes slots the ring has outgrown answers nothing;
+/// either caller then runs the whole statement and reads the ring again.
+#[derive(Debug)]
+pub(crate) struct RingView {
+    current: AtomicI32,
+    filled: RwLock<Option<Arc<[i16]>>>,
+}
+
+impl Default for RingView {
+    fn default() -> Self {
+        Self {
+            current: AtomicI32::new(-1),
+            filled: RwLock::new(None),
+        }
+    }
+}
+
+impl RingView {
+    /// The current slot last read, if any.
+    pub(crate) fn current(&self) -> Option<i16> {
+        i16::try_from(self.current.load(Ordering::Relaxed)).ok()
+    }
+
+    /// The slots that were not empty when last read (the current and keep slots among
+    /// them), in order, if read.
+    pub(crate) fn filled(&self) -> Option<Arc<[i16]>> {
+        self.filled
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Reads the ring on `client` and answers its current slot. Reads a seven-row table;
+    /// locks nothing a claim waits for.
+    pub(crate) async fn read(&self, client: &Client) -> Result<Option<i16>, StoreError> {
+        let rows = client
+            .query(
+                "SELECT slot, state FROM hookgate_slots WHERE state <> 'empty' ORDER BY slot",
+                &[],
+            )
+            .await
+            .map_err(db_error)?;
+        let mut current = None;
+        let mut filled = Vec::with_capacity(rows.len());
+        for row in &rows {
+            let slot: i16 = get(row, "slot")?;
+            if get::<String>(row, "state")? == "current" {
+                current = Some(slot);
+            }
+            filled.push(slot);
+        }
+        self.current
+            .store(current.map_or(-1, i32::from), Ordering::Relaxed);
+        *self.filled.write().unwrap_or_else(|e| e.into_inner()) = Some(filled.into());
+        Ok(current)
+    }
 }
 
 /// The instant before which no pooled connection is reused: set when a statement met a
@@ -232,10 +296,10 @@ impl Inner {
                 &result.content_type,
                 &result.body,
             ];
-            return self.fenced(COMPLETE_PLAIN, &params).await;
+            return self.fenced_on_slot(COMPLETE_PLAIN, &params, false).await;
         };
         let history = Some(history);
-        self.counted(
+        self.fenced_on_slot(
             COMPLETE,
             &[
                 &&*id.provider,
@@ -249,6 +313,7 @@ impl Inner {
                 &history.map(|h| millis(h.took)),
                 &history.and_then(|h| h.answer.as_deref()),
             ],
+            true,
         )
         .await
     }
@@ -261,7 +326,9 @@ impl Inner {
             // With its other routes' rows: the batch statement, for one call.
             return self
                 .run(async |client| {
-                    let mut reported = claim_rows(client, &[call]).await.map_err(|(e, _)| e)?;
+                    let mut reported = claim_rows(client, &[call], None)
+                        .await
+                        .map_err(|(e, _)| e)?;
                     reported.remove(&key(&call.id)).transpose()
                 })
                 .await;
@@ -299,18 +366,33 @@ impl Inner {
         .await
     }
 
-    /// Runs a fenced statement that answers how many rows it `changed` (a CTE that also
-    /// writes history).
-    pub(crate) async fn counted(
+    /// Runs fenced statement `sql` on the current slot's partition first, then — when
+    /// that changed no row, or the slot is not known — on the whole table, reading the
+    /// current slot again (a turn since it was read leaves the rows in flight in the slot
+    /// before). With `counted` the statement answers how many rows it `changed` (a CTE that
+    /// also writes history); otherwise its row count says it. A row is in one slot only,
+    /// and a statement that changed nothing wrote nothing, so the two together change the
+    /// row at most once, as the whole statement alone would. The current slot is never
+    /// one whose keepers are moving (that is a sealed slot a retention period old), so the
+    /// slotted form never meets a row moving to the keep slot.
+    pub(crate) async fn fenced_on_slot(
         &self,
-        sql: &str,
+        sql: &'static str,
         params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
+        counted: bool,
     ) -> Result<Fenced, StoreError> {
         self.run(async |client| {
-            let stmt = client.prepare_cached(sql).await.map_err(db_error)?;
-            let row = client.query_one(&stmt, params).await.map_err(db_error)?;
-            let changed: i64 = get(&row, "changed")?;
-            Ok(if changed == 1 {
+            let slot = match self.ring.current() {
+                Some(slot) => Some(slot),
+                None => self.ring.read(client).await?,
+            };
+            if let Some(text) = slot.and_then(|slot| on_slot(sql, slot)) {
+                if changed(client, text, params, counted).await? {
+                    return Ok(Fenced::Applied);
+                }
+                self.ring.read(client).await?;
+            }
+            Ok(if changed(client, sql, params, counted).await? {
                 Fenced::Applied
             } else {
                 Fenced::Stale
@@ -318,22 +400,21 @@ impl Inner {
         })
         .await
     }
+}
 
-    pub(crate) async fn fenced(
-        &self,
-        sql: &str,
-        params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
-    ) -> Result<Fenced, StoreError> {
-        self.run(async |client| {
-            let stmt = client.prepare_cached(sql).await.map_err(db_error)?;
-            let changed = client.execute(&stmt, params).await.map_err(db_error)?;
-            Ok(if changed == 1 {
-                Fenced::Applied
-            } else {
-                Fenced::Stale
-            })
-        })
-        .await
+/// Whether fenced statement `sql` changed its row (see [`Inner::fenced_on_slot`]).
+async fn changed(
+    client: &Client,
+    sql: &str,
+    params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
+    counted: bool,
+) -> Result<bool, StoreError> {
+    let stmt = client.prepare_cached(sql).await.map_err(db_error)?;
+    if counted {
+        let row = client.query_one(&stmt, params).await.map_err(db_error)?;
+        Ok(get::<i64>(&row, "changed")? == 1)
+    } else {
+        Ok(client.execute(&stmt, params).await.map_err(db_error)? == 1)
     }
 }
 

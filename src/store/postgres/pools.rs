@@ -14,7 +14,7 @@ use deadpool_postgres::{
 };
 
 use super::connection::Connector;
-use super::pool::{Inner, Retired};
+use super::pool::{Inner, Retired, RingView};
 use super::tls;
 use crate::config::StoreConfig;
 use crate::store::reconnect::Reconnect;
@@ -143,6 +143,7 @@ fn build(
         ending: Arc::default(),
         unconfirmed,
         retired: Arc::clone(retired),
+        ring: RingView::default(),
     }))
 }
 

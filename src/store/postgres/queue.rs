@@ -163,7 +163,11 @@ pub(crate) async fn renew(
 ) -> Result<Fenced, StoreError> {
     let lease_ms = millis(lease);
     inner
-        .fenced(RENEW, &[&&*id.provider, &&*id.key, &attempts, &lease_ms])
+        .fenced_on_slot(
+            RENEW,
+            &[&&*id.provider, &&*id.key, &attempts, &lease_ms],
+            false,
+        )
         .await
 }
 

@@ -346,6 +346,10 @@ impl Inner {
             backlog_ms = backlog_ms.max(get(&row, "backlog_ms")?);
         }
         retained.backlog = Duration::from_millis(u64::try_from(backlog_ms).unwrap_or(0));
+        // The node's view of the ring is read at every pass too, so its slotted statements
+        // never name a slot older than a pass: the current slot they run on first is never
+        // one whose keepers move (whose rows a concurrent move would take from under them).
+        self.ring.read(&client).await?;
         Ok(retained)
     }
 }

@@ -13,7 +13,7 @@ use tokio_postgres::error::SqlState;
 use tokio_postgres::types::ToSql;
 use tokio_postgres::Row;
 
-use super::batch_sql::{CLAIM_BATCH, CLAIM_ROUTED, ENQUEUE_BATCH, ENQUEUE_ROUTED};
+use super::batch_sql::{claim_on_slots, CLAIM_BATCH, CLAIM_ROUTED, ENQUEUE_BATCH, ENQUEUE_ROUTED};
 use super::rows::{claim_result, db_error, existing, get};
 use crate::claim::{ClaimResult, Path};
 use crate::key::EventId;
@@ -44,6 +44,23 @@ pub(super) fn key(id: &EventId) -> (Arc<str>, Arc<str>) {
     (Arc::clone(&id.provider), Arc::clone(&id.key))
 }
 
+/// [`claim_on_slots`] of `whole` and `slots`, made once and kept for the process's life (a
+/// text per set of filled slots the ring passes through: a few dozen at most), so its
+/// prepared statement is cached by text on each connection.
+fn on_slots(whole: &'static str, slots: &[i16]) -> &'static str {
+    type Texts = dashmap::DashMap<(usize, Vec<i16>), &'static str>;
+    static TEXTS: std::sync::LazyLock<Texts> = std::sync::LazyLock::new(Texts::new);
+    let id = (whole.as_ptr() as usize, slots.to_vec());
+    if let Some(text) = TEXTS.get(&id) {
+        return *text;
+    }
+    let text: &'static str = TEXTS
+        .entry(id)
+        .or_insert_with(|| Box::leak(claim_on_slots(whole, slots).into_boxed_str()))
+        .value();
+    text
+}
+
 /// A batch statement's error, with its SQLSTATE.
 pub(super) type BatchError = (StoreError, Option<SqlState>);
 
@@ -57,16 +74,23 @@ pub(super) fn coded(e: tokio_postgres::Error) -> BatchError {
 pub(super) type Report<T> = HashMap<(Arc<str>, Arc<str>), Result<T, StoreError>>;
 
 /// The claims of `calls` in one statement: each key won, or reported as it stands, with
-/// the other routes' rows of the keys whose row it inserted.
+/// the other routes' rows of the keys whose row it inserted. With `slots` (the slots that
+/// are not empty, as last read), the keys' rows are probed in those slots alone, and a
+/// ring that has outgrown them answers no key (`batch_sql::claim_on_slots`).
 pub(super) async fn claim_rows(
     client: &Client,
     calls: &[&ClaimCall],
+    slots: Option<&[i16]>,
 ) -> Result<Report<Routed<ClaimResult>>, BatchError> {
     let others = Others::of(calls.iter().map(|c| (&c.id, &c.others[..])));
-    let sql = if others.is_empty() {
+    let whole = if others.is_empty() {
         CLAIM_BATCH
     } else {
         CLAIM_ROUTED
+    };
+    let sql = match slots {
+        Some(slots) => on_slots(whole, slots),
+        None => whole,
     };
     let stmt = client.prepare_cached(sql).await.map_err(coded)?;
     let providers: Vec<&str> = calls.iter().map(|c| &*c.id.provider).collect();

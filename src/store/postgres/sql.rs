@@ -291,3 +291,83 @@ SELECT c.relname::text AS name,
 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
 WHERE n.nspname = current_schema() AND c.relkind IN ('r', 'p')
   AND c.relname = ANY($1::text[])";
+
+/// The ring's partitions: slots 0 to 5 and the keep slot, 6 (`webhook_events_s0` …
+/// `webhook_events_s6`).
+pub(crate) const SLOTS: i16 = 7;
+
+/// `sql` — a statement whose one `UPDATE webhook_events` finds its row by key — with that
+/// update named on slot `slot`'s partition (`webhook_events_s{slot}`), or `None` for a slot
+/// outside the ring. A statement on the partitioned table plans, locks and probes every
+/// slot's partition and key index (a key's slot is not known to it); named on one, it
+/// touches that partition alone. Both forms change the same row when it is in that slot
+/// (a key is in one slot only): the caller runs the slotted form first, on the slot that
+/// holds nearly every row in flight (the current one), and the whole form for the calls it
+/// did not change (docs/design.md, "Storage over time"). Each text is made once and kept
+/// for the process's life (a few statements × [`SLOTS`]), so its prepared statement is
+/// cached by text on each connection.
+pub(crate) fn on_slot(sql: &'static str, slot: i16) -> Option<&'static str> {
+    static TEXTS: std::sync::LazyLock<dashmap::DashMap<(usize, i16), &'static str>> =
+        std::sync::LazyLock::new(dashmap::DashMap::new);
+    if !(0..SLOTS).contains(&slot) {
+        return None;
+    }
+    let id = (sql.as_ptr() as usize, slot);
+    if let Some(text) = TEXTS.get(&id) {
+        return Some(*text);
+    }
+    let text: &'static str = TEXTS
+        .entry(id)
+        .or_insert_with(|| Box::leak(slotted(sql, slot).into_boxed_str()))
+        .value();
+    Some(text)
+}
+
+/// The text of [`on_slot`]: the first `UPDATE webhook_events` followed by white space,
+/// named on the partition.
+fn slotted(sql: &str, slot: i16) -> String {
+    const WHOLE: &str = "UPDATE webhook_events";
+    let at = sql
+        .match_indices(WHOLE)
+        .map(|(at, _)| at)
+        .find(|at| {
+            sql[at + WHOLE.len()..]
+                .chars()
+                .next()
+                .is_some_and(char::is_whitespace)
+        })
+        .expect("a slotted statement updates webhook_events");
+    format!("{}{WHOLE}_s{slot}{}", &sql[..at], &sql[at + WHOLE.len()..])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::postgres::batch_sql::{COMPLETE_BATCH, COMPLETE_BATCH_PLAIN};
+    use crate::store::postgres::queue_sql::RENEW;
+
+    #[test]
+    fn a_slotted_statement_updates_that_slot_alone_and_is_made_once() {
+        for sql in [
+            COMPLETE,
+            COMPLETE_PLAIN,
+            FAIL,
+            RENEW,
+            COMPLETE_BATCH,
+            COMPLETE_BATCH_PLAIN,
+        ] {
+            let text = on_slot(sql, 3).unwrap();
+            assert_eq!(
+                text.matches("UPDATE webhook_events_s3").count(),
+                1,
+                "{text}"
+            );
+            // Nothing else of the statement changes: its history still goes through the
+            // partitioned history table, its row's slot read from the row.
+            assert_eq!(text.replace("webhook_events_s3", "webhook_events"), sql);
+            assert!(std::ptr::eq(text, on_slot(sql, 3).unwrap()));
+        }
+        assert_eq!(on_slot(COMPLETE, SLOTS), None);
+        assert_eq!(on_slot(COMPLETE, -1), None);
+    }
+}

@@ -252,7 +252,7 @@ impl Store for PgStore {
             let retry_in = failure.retry_in.map(millis);
             let history = failure.history.as_ref();
             self.inner
-                .counted(
+                .fenced_on_slot(
                     FAIL,
                     &[
                         &&*id.provider,
@@ -273,6 +273,7 @@ impl Store for PgStore {
                         &history.and_then(|h| h.target_status.map(|s| s as i16)),
                         &history.and_then(|h| h.answer.as_deref()),
                     ],
+                    true,
                 )
                 .await
         }))

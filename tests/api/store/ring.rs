@@ -7,12 +7,14 @@
 //! clock is moved back (`age_ring`, or the rows' and the ring's with `advance_clock`) and a
 //! retention pass is run (`run_once`).
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::future::join_all;
 use hookgate::claim::{ClaimResult, Mode, RowState, Status};
 use hookgate::key::EventId;
 use hookgate::secret::Secret;
+use hookgate::store::Store;
 
 use super::{claims_wait_for_the_lease_then_see_it_done, pass, retention, turn};
 use crate::helpers::{spawn_app_with, Behaviour, TestApp, TestDb, PROVIDER};
@@ -124,6 +126,70 @@ async fn a_lease_that_spans_a_turn_still_holds_its_key() {
     db.age_ring(turn()).await;
     pass(&store).await;
     claims_wait_for_the_lease_then_see_it_done(&store, &id, attempts, lease).await;
+    assert_eq!(db.keys_in_two_slots().await, Vec::<String>::new());
+}
+
+/// A node's batched claims probe the slots it last saw filled (docs/design.md, "Storage
+/// over time"). Here node A last read the ring two turns ago: the slot opened after that
+/// read has since taken a key on node B and been sealed. A's batch of claims, the key
+/// among them, must not take A's old view for the ring: its guard sees a filled slot it
+/// does not probe, the batch answers nothing, and its claims run on the whole table,
+/// which finds the key done. Without the guard the key was inserted into the current
+/// slot and won a second time.
+#[actix_web::test]
+async fn a_batch_of_claims_on_a_node_that_saw_the_ring_two_turns_ago_finds_a_key_of_the_slot_opened_since(
+) {
+    let db = TestDb::new().await;
+    let (a, b) = (db.store().await, db.store().await);
+    let lease = Duration::from_secs(30);
+    let done = hookgate::claim::StoredResult {
+        status: 200,
+        content_type: None,
+        body: Vec::new(),
+    };
+    let claim_all = |store: &Arc<dyn Store>, keys: Vec<String>| {
+        let store = Arc::clone(store);
+        async move {
+            join_all(keys.iter().map(|k| {
+                let (store, id) = (Arc::clone(&store), EventId::new(PROVIDER, k.clone()));
+                async move { store.claim(&id, None, lease, None).await.unwrap() }
+            }))
+            .await
+        }
+    };
+    // A reads the ring with its first batch.
+    let first: Vec<String> = (0..20).map(|i| format!("evt_view{i}")).collect();
+    let won = claim_all(&a, first).await;
+    assert!(
+        won.iter().all(|c| matches!(c, ClaimResult::Won { .. })),
+        "{won:?}"
+    );
+    db.age_ring(turn()).await;
+    pass(&b).await;
+    let id = EventId::new(PROVIDER, "evt_opened_since");
+    let ClaimResult::Won { attempts, .. } = b.claim(&id, None, lease, None).await.unwrap() else {
+        panic!("the key's first claim wins");
+    };
+    b.complete(&id, attempts, &done, None).await.unwrap();
+    let held = db.slots_of(PROVIDER, "evt_opened_since").await;
+    db.age_ring(turn()).await;
+    pass(&b).await;
+    assert_ne!(db.current_slot().await, held[0]);
+    // The key last in a burst: it shares a batch with the keys queued behind the first.
+    let mut burst: Vec<String> = (0..20).map(|i| format!("evt_burst{i}")).collect();
+    burst.push("evt_opened_since".into());
+    let answers = claim_all(&a, burst).await;
+    assert!(
+        matches!(
+            answers.last(),
+            Some(ClaimResult::Existing(RowState {
+                status: Status::Done,
+                ..
+            }))
+        ),
+        "{answers:?}"
+    );
+    assert_eq!(db.slots_of(PROVIDER, "evt_opened_since").await, held);
     assert_eq!(db.keys_in_two_slots().await, Vec::<String>::new());
 }
 
