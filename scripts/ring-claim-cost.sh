@@ -17,6 +17,14 @@
 #   S-dup       a duplicate answered from its row: the claim changes nothing, then the read
 #   ring-dupskip the same, the claim inserting nothing for a key whose row is done (no row
 #               lock: hookgate's claims since the duplicate-latency fix)
+#   batch variants (issue 56): 32 new keys claimed in one statement, then completed in one,
+#   as hookgate's group commit does, with the hot sessions' planner settings (generic
+#   plans, no sequential scans, no hash or merge joins) and 4 clients; not in the default:
+#   flat-batch  the plain table
+#   ring-batch  the ring's batch statements on the partitioned table (before issue 56)
+#   ring-batchc the completion named on the current slot's partition
+#   ring-batch1 the probe, insert and completion all on the current slot's partition alone:
+#               what a claim that probes only the slots that can hold a new key would cost
 # Usage: scripts/ring-claim-cost.sh [ROWS=5000000] [DURATION=20] [ROUNDS=3]. Loopback only.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -147,6 +155,44 @@ sed "s/slot = :s/slot = $([ $s = ring ] && echo 5 || echo 3)/" "$dir/$s-firstslo
 sed "s/ring\./$s./g" "$dir/ring-first.sql" > "$dir/$s-first.sql.tmp" && mv "$dir/$s-first.sql.tmp" "$dir/$s-first.sql"
 sed "s/ring\./$s./g" "$dir/ring-dup.sql" > "$dir/$s-dup.sql.tmp" && mv "$dir/$s-dup.sql.tmp" "$dir/$s-dup.sql"
 done
+# Batches of 32 new keys: the claim (probe every key's row, insert the new ones, report)
+# and the completion, in the shape of hookgate's CLAIM_BATCH and COMPLETE_BATCH_PLAIN.
+# $1 name, $2 the probe's relation, $3 the insert's, $4 the completion's, $5 the conflict's
+# columns, $6 the schema whose slots say which is current.
+batch() {
+cat > "$dir/$1.sql" <<SQL
+\set k random(1, 9000000000000000000)
+WITH input AS (SELECT 'p'::text AS provider, 'n' || :k || '-' || g AS event_key
+               FROM generate_series(1, 32) g),
+found AS (SELECT i.*, s.status, s.attempts FROM input i
+  LEFT JOIN LATERAL (SELECT w.status, w.attempts FROM $2 w
+                     WHERE w.provider = i.provider AND w.event_key = i.event_key LIMIT 1) s ON true),
+claimed AS (INSERT INTO $3 AS e (provider, event_key, slot, status, attempts, last_path, locked_until)
+  SELECT f.provider, f.event_key, (SELECT c.slot FROM $6.slots c WHERE c.state = 'current'),
+         'in_progress', 1, 'first_run', now() + interval '30 seconds'
+  FROM found f WHERE f.status IS NULL OR f.status NOT IN ('done', 'dead')
+  ORDER BY f.provider, f.event_key
+  ON CONFLICT ($5) DO UPDATE SET attempts = e.attempts + 1 WHERE e.status = 'failed'
+  RETURNING e.provider, e.event_key, true AS won, e.status, e.attempts)
+SELECT * FROM claimed UNION ALL
+SELECT f.provider, f.event_key, false, f.status, f.attempts FROM found f
+WHERE f.status IS NOT NULL AND (f.provider, f.event_key) NOT IN (SELECT provider, event_key FROM claimed);
+UPDATE $4 AS e SET status = 'done', result_status = 200, locked_until = NULL, updated_at = now()
+FROM (SELECT * FROM unnest(array_fill('p'::text, ARRAY[32]),
+                           (SELECT array_agg('n' || :k || '-' || g) FROM generate_series(1, 32) g),
+                           array_fill(1, ARRAY[32])) AS u(provider, event_key, attempts)
+      ORDER BY provider, event_key) AS u
+WHERE e.provider = u.provider AND e.event_key = u.event_key AND e.attempts = u.attempts
+  AND e.status IS NOT DISTINCT FROM 'in_progress'
+RETURNING e.provider, e.event_key;
+SQL
+}
+psql_ -c "CREATE TABLE flat.slots AS SELECT 0::smallint AS slot, 'current'::text AS state;
+          ALTER TABLE flat.e ADD COLUMN slot smallint NOT NULL DEFAULT 0"
+batch flat-batch flat.e flat.e flat.e "provider, event_key" flat
+batch ring-batch ring.e ring.e ring.e "provider, event_key, slot" ring
+batch ring-batchc ring.e ring.e ring.e_s5 "provider, event_key, slot" ring
+batch ring-batch1 ring.e_s5 ring.e_s5 ring.e_s5 "provider, event_key, slot" ring
 chmod 644 "$dir"/*.sql
 
 DIR=$dir PGBIN=$pgbin URL=$url DURATION=$duration ROUNDS=$rounds python3 - <<'PY'
@@ -180,9 +226,17 @@ def run(script):
     subprocess.run(as_pg + [f"{pgbin}/psql", "-q", url, "-c", "CHECKPOINT"], check=True)
     before = postgres_ticks()
     wal_before = wal_bytes()
-    out = subprocess.run(as_pg + [f"{pgbin}/pgbench", "-n", "-M", "prepared", "-c", "16",
+    # Batches run as hookgate's hot sessions plan them (src/store/postgres/pools.rs).
+    env = dict(os.environ)
+    clients = "16"
+    if "batch" in script:
+        env["PGOPTIONS"] = ("-c enable_seqscan=off -c enable_hashjoin=off "
+                            "-c enable_mergejoin=off -c jit=off "
+                            "-c plan_cache_mode=force_generic_plan")
+        clients = "4"
+    out = subprocess.run(as_pg + [f"{pgbin}/pgbench", "-n", "-M", "prepared", "-c", clients,
                           "-j", "2", "-T", secs, "-f", f"{d}/{script}.sql", url],
-                         capture_output=True, text=True)
+                         capture_output=True, text=True, env=env)
     if out.returncode:
         print(out.stderr[-2000:])
         raise SystemExit(1)

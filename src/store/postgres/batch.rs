@@ -150,24 +150,37 @@ async fn claim_batch(
 ) -> Result<Report<Routed<ClaimResult>>, BatchError> {
     inner
         .run(async |client| {
-            let filled = match inner.ring.filled() {
-                Some(filled) => filled,
-                None => {
-                    inner.ring.read(client).await?;
-                    inner.ring.filled().unwrap_or_default()
-                }
-            };
-            let slots = Some(&filled[..]).filter(|slots| !slots.is_empty());
-            let reported = claim_rows(client, calls, slots).await;
-            // A key left out of the report (a ring outgrown since it was read, or a row
-            // inserted after the statement's snapshot) runs alone; the ring is read again.
-            if reported.as_ref().is_ok_and(|r| r.len() < calls.len()) {
-                inner.ring.read(client).await?;
-            }
-            Ok(reported)
+            on_filled(inner, client, calls.len(), async |slots| {
+                claim_rows(client, calls, slots).await
+            })
+            .await
         })
         .await
         .unwrap_or_else(|e| Err((e, None)))
+}
+
+/// `batch` on the filled slots of the node's view of the ring (read first if never read):
+/// a key left out of its report (a ring outgrown since it was read, or a row inserted after
+/// the statement's snapshot) runs alone, and the ring is read again.
+async fn on_filled<T>(
+    inner: &Inner,
+    client: &deadpool_postgres::Client,
+    calls: usize,
+    batch: impl AsyncFnOnce(Option<&[i16]>) -> Result<Report<T>, BatchError>,
+) -> Result<Result<Report<T>, BatchError>, StoreError> {
+    let filled = match inner.ring.filled() {
+        Some(filled) => filled,
+        None => {
+            inner.ring.read(client).await?;
+            inner.ring.filled().unwrap_or_default()
+        }
+    };
+    let slots = Some(&filled[..]).filter(|slots| !slots.is_empty());
+    let reported = batch(slots).await;
+    if reported.as_ref().is_ok_and(|r| r.len() < calls) {
+        inner.ring.read(client).await?;
+    }
+    Ok(reported)
 }
 
 /// Runs a batch of enqueues; one answer per call, in order.

@@ -80,8 +80,10 @@ impl RingView {
         i16::try_from(self.current.load(Ordering::Relaxed)).ok()
     }
 
-    /// The slots that were not empty when last read (the current and keep slots among
-    /// them), in order, if read.
+    /// The slots that were not empty when last read, if read: the current one first, then
+    /// the sealed ones newest first, the keep slot last. A batch of claims probes them in
+    /// this order and stops at a key's row, so a redelivery of a recent event (a sender's
+    /// retries come within the hour) is found by its first probe.
     pub(crate) fn filled(&self) -> Option<Arc<[i16]>> {
         self.filled
             .read()
@@ -94,7 +96,8 @@ impl RingView {
     pub(crate) async fn read(&self, client: &Client) -> Result<Option<i16>, StoreError> {
         let rows = client
             .query(
-                "SELECT slot, state FROM hookgate_slots WHERE state <> 'empty' ORDER BY slot",
+                "SELECT slot, state FROM hookgate_slots WHERE state <> 'empty'
+                 ORDER BY state = 'current' DESC, state = 'keep', sealed_at DESC, slot",
                 &[],
             )
             .await
