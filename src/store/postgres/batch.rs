@@ -178,7 +178,7 @@ async fn on_filled<T>(
     let slots = Some(&filled[..]).filter(|slots| !slots.is_empty());
     let reported = batch(slots).await;
     if reported.as_ref().is_ok_and(|r| r.len() < calls) {
-        inner.ring.read(client).await?;
+        inner.ring.refresh(client).await;
     }
     Ok(reported)
 }
@@ -272,12 +272,17 @@ async fn complete_batch_with(
     };
     let mut rest: Vec<&CompleteCall> = calls.to_vec();
     if let Some(slot) = slot {
-        applied.extend(complete_batch_on(client, &rest, Some(slot)).await?);
+        let on_slot = complete_batch_on(client, &rest, Some(slot)).await;
+        if on_slot.is_err() {
+            // Perhaps a slot whose rows are moving: read afresh before naming one again.
+            inner.ring.forget();
+        }
+        applied.extend(on_slot?);
         rest.retain(|c| !applied.contains(&key(&c.id)));
         if rest.is_empty() {
             return Ok(());
         }
-        inner.ring.read(client).await.map_err(|e| (e, None))?;
+        inner.ring.refresh(client).await;
     }
     applied.extend(complete_batch_on(client, &rest, None).await?);
     Ok(())

@@ -90,6 +90,10 @@ const FOUND_COLUMNS: &str = "w.slot, w.status, w.attempts, w.last_path, w.finger
 /// table's probe plans, locks and starts a scan of every partition for every key.
 /// The insert stays on the partitioned table: its lock is the one the ring's turns take.
 pub(super) fn claim_on_slots(whole: &str, slots: &[i16]) -> String {
+    if slots.is_empty() {
+        // No slot to name (never the case: the current slot is one): the whole statement.
+        return whole.to_owned();
+    }
     let probes: Vec<String> = slots
         .iter()
         .map(|slot| {
@@ -401,6 +405,7 @@ mod tests {
             // is claimed or reported unless the guard holds.
             assert!(text.contains("INSERT INTO webhook_events AS e"), "{text}");
             assert_eq!(text.matches("EXISTS (SELECT FROM current)").count(), 2);
+            assert_eq!(claim_on_slots(whole, &[]), whole);
         }
     }
 }

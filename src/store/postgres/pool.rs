@@ -91,6 +91,20 @@ impl RingView {
             .clone()
     }
 
+    /// Forgets the view: the next statement that needs it reads it first.
+    pub(crate) fn forget(&self) {
+        self.current.store(-1, Ordering::Relaxed);
+        *self.filled.write().unwrap_or_else(|e| e.into_inner()) = None;
+    }
+
+    /// Reads the ring again after a statement that committed: a failed read forgets the
+    /// view (the next statement reads it first) rather than fail what the statement did.
+    pub(crate) async fn refresh(&self, client: &Client) {
+        if self.read(client).await.is_err() {
+            self.forget();
+        }
+    }
+
     /// Reads the ring on `client` and answers its current slot. Reads a seven-row table;
     /// locks nothing a claim waits for.
     pub(crate) async fn read(&self, client: &Client) -> Result<Option<i16>, StoreError> {
@@ -390,10 +404,16 @@ impl Inner {
                 None => self.ring.read(client).await?,
             };
             if let Some(text) = slot.and_then(|slot| on_slot(sql, slot)) {
-                if changed(client, text, params, counted).await? {
-                    return Ok(Fenced::Applied);
+                match changed(client, text, params, counted).await {
+                    Ok(true) => return Ok(Fenced::Applied),
+                    Ok(false) => self.ring.refresh(client).await,
+                    // A view that named a slot whose rows are moving (or any other error):
+                    // read afresh before the next statement names a slot.
+                    Err(e) => {
+                        self.ring.forget();
+                        return Err(e);
+                    }
                 }
-                self.ring.read(client).await?;
             }
             Ok(if changed(client, sql, params, counted).await? {
                 Fenced::Applied

@@ -270,6 +270,12 @@ impl Inner {
     pub(crate) async fn retain_ring(&self, policy: &Retention) -> Result<Retained, StoreError> {
         let started = Instant::now();
         let mut client = self.client().await?;
+        // The node's view of the ring is read at every pass, whatever the pass then meets,
+        // so its slotted statements never name a slot older than a pass: the current slot
+        // they run on first is not one whose keepers move (a move would take the rows from
+        // under them) unless a pass turned and emptied it since, and then the statement's
+        // error forgets the view.
+        self.ring.refresh(&client).await;
         let mut retained = Retained::default();
         let quarter = policy.done / TURNS_PER_RETENTION;
         let upkeep: bool = get(
@@ -346,10 +352,6 @@ impl Inner {
             backlog_ms = backlog_ms.max(get(&row, "backlog_ms")?);
         }
         retained.backlog = Duration::from_millis(u64::try_from(backlog_ms).unwrap_or(0));
-        // The node's view of the ring is read at every pass too, so its slotted statements
-        // never name a slot older than a pass: the current slot they run on first is never
-        // one whose keepers move (whose rows a concurrent move would take from under them).
-        self.ring.read(&client).await?;
         Ok(retained)
     }
 }

@@ -48,9 +48,9 @@ pub(super) fn key(id: &EventId) -> (Arc<str>, Arc<str>) {
 /// text per set of filled slots the ring passes through: a few dozen at most), so its
 /// prepared statement is cached by text on each connection.
 fn on_slots(whole: &'static str, slots: &[i16]) -> &'static str {
-    type Texts = dashmap::DashMap<(usize, Vec<i16>), &'static str>;
+    type Texts = dashmap::DashMap<(usize, usize, Vec<i16>), &'static str>;
     static TEXTS: std::sync::LazyLock<Texts> = std::sync::LazyLock::new(Texts::new);
-    let id = (whole.as_ptr() as usize, slots.to_vec());
+    let id = (whole.as_ptr() as usize, whole.len(), slots.to_vec());
     if let Some(text) = TEXTS.get(&id) {
         return *text;
     }

@@ -307,37 +307,35 @@ pub(crate) const SLOTS: i16 = 7;
 /// for the process's life (a few statements × [`SLOTS`]), so its prepared statement is
 /// cached by text on each connection.
 pub(crate) fn on_slot(sql: &'static str, slot: i16) -> Option<&'static str> {
-    static TEXTS: std::sync::LazyLock<dashmap::DashMap<(usize, i16), &'static str>> =
-        std::sync::LazyLock::new(dashmap::DashMap::new);
+    type Texts = dashmap::DashMap<(usize, usize, i16), &'static str>;
+    static TEXTS: std::sync::LazyLock<Texts> = std::sync::LazyLock::new(Texts::new);
     if !(0..SLOTS).contains(&slot) {
         return None;
     }
-    let id = (sql.as_ptr() as usize, slot);
+    let id = (sql.as_ptr() as usize, sql.len(), slot);
     if let Some(text) = TEXTS.get(&id) {
         return Some(*text);
     }
-    let text: &'static str = TEXTS
-        .entry(id)
-        .or_insert_with(|| Box::leak(slotted(sql, slot).into_boxed_str()))
-        .value();
+    let made: &'static str = Box::leak(slotted(sql, slot)?.into_boxed_str());
+    let text: &'static str = TEXTS.entry(id).or_insert(made).value();
     Some(text)
 }
 
 /// The text of [`on_slot`]: the first `UPDATE webhook_events` followed by white space,
-/// named on the partition.
-fn slotted(sql: &str, slot: i16) -> String {
+/// named on the partition; `None` for a statement that has none.
+fn slotted(sql: &str, slot: i16) -> Option<String> {
     const WHOLE: &str = "UPDATE webhook_events";
-    let at = sql
-        .match_indices(WHOLE)
-        .map(|(at, _)| at)
-        .find(|at| {
-            sql[at + WHOLE.len()..]
-                .chars()
-                .next()
-                .is_some_and(char::is_whitespace)
-        })
-        .expect("a slotted statement updates webhook_events");
-    format!("{}{WHOLE}_s{slot}{}", &sql[..at], &sql[at + WHOLE.len()..])
+    let at = sql.match_indices(WHOLE).map(|(at, _)| at).find(|at| {
+        sql[at + WHOLE.len()..]
+            .chars()
+            .next()
+            .is_some_and(char::is_whitespace)
+    })?;
+    Some(format!(
+        "{}{WHOLE}_s{slot}{}",
+        &sql[..at],
+        &sql[at + WHOLE.len()..]
+    ))
 }
 
 #[cfg(test)]
@@ -369,5 +367,6 @@ mod tests {
         }
         assert_eq!(on_slot(COMPLETE, SLOTS), None);
         assert_eq!(on_slot(COMPLETE, -1), None);
+        assert_eq!(on_slot(LOOKUP, 1), None);
     }
 }
