@@ -3,7 +3,7 @@
 //! (provider, event_key) order.
 
 use super::queue_sql::pg_queue_values;
-use super::sql::pg_claim_conflict;
+use super::sql::{pg_claim_conflict, pg_current, pg_found_one_whole};
 
 /// A queue row's insert from the rows of `$from` (aliased `$a`, with the columns of
 /// `ENQUEUE_BATCH`'s input), as `ENQUEUE` writes one: into the slot that holds the key, or
@@ -55,14 +55,6 @@ macro_rules! pg_queue_insert {
     };
 }
 
-/// The claim batch's `current` CTE: the ring's current slot, where a key never seen is
-/// inserted. [`claim_on_slots`] adds its guard.
-macro_rules! pg_current {
-    () => {
-        "current AS (SELECT slot FROM hookgate_slots WHERE state = 'current')"
-    };
-}
-
 /// The claim batch's probe of each input key's row (`i`) in every slot, through the
 /// partitioned table: planned, locked and run on each of the ring's partitions.
 /// [`claim_on_slots`] names the slots that can hold a row instead.
@@ -78,7 +70,7 @@ macro_rules! pg_found_whole {
 const FOUND_COLUMNS: &str = "w.slot, w.status, w.attempts, w.last_path, w.fingerprint, \
     w.locked_until, w.result_status, w.result_content_type, w.result_body, w.mode";
 
-/// `whole` ([`CLAIM_BATCH`] or [`CLAIM_ROUTED`]) with its probe of each key's row named on
+/// `whole` ([`CLAIM_BATCH`], [`CLAIM_ROUTED`] or the single claim's `CLAIM`) with its probe of each key's row named on
 /// the partitions of `slots` alone — the slots that were not `empty` when the caller
 /// last read the ring — and a guard: the statement claims and reports nothing unless, in
 /// its snapshot, every slot outside `slots` is `empty` (a truncated partition: its state
@@ -94,20 +86,17 @@ pub(super) fn claim_on_slots(whole: &str, slots: &[i16]) -> String {
         // No slot to name (never the case: the current slot is one): the whole statement.
         return whole.to_owned();
     }
-    let probes: Vec<String> = slots
-        .iter()
-        .map(|slot| {
-            format!(
-                "SELECT {FOUND_COLUMNS} FROM webhook_events_s{slot} w
-              WHERE w.provider = i.provider AND w.event_key = i.event_key"
-            )
-        })
-        .collect();
+    let named = |key: &str| -> String {
+        let probes: Vec<String> = slots
+            .iter()
+            .map(|slot| format!("SELECT {FOUND_COLUMNS} FROM webhook_events_s{slot} w WHERE {key}"))
+            .collect();
+        format!(
+            "FROM ({}) w\n        LIMIT 1",
+            probes.join("\n            UNION ALL ")
+        )
+    };
     let listed: Vec<String> = slots.iter().map(i16::to_string).collect();
-    let found = format!(
-        "FROM ({}) w\n        LIMIT 1",
-        probes.join("\n            UNION ALL ")
-    );
     let current = format!(
         "current AS (SELECT slot FROM hookgate_slots WHERE state = 'current'
                  AND NOT EXISTS (SELECT FROM hookgate_slots o
@@ -115,7 +104,16 @@ pub(super) fn claim_on_slots(whole: &str, slots: &[i16]) -> String {
         listed.join(", ")
     );
     whole
-        .replacen(pg_found_whole!(), &found, 1)
+        .replacen(
+            pg_found_whole!(),
+            &named("w.provider = i.provider AND w.event_key = i.event_key"),
+            1,
+        )
+        .replacen(
+            pg_found_one_whole!(),
+            &named("w.provider = $1 AND w.event_key = $2"),
+            1,
+        )
         .replacen(pg_current!(), &current, 1)
 }
 

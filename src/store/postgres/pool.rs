@@ -14,7 +14,7 @@ use tokio_postgres::CancelToken;
 use tokio_postgres_rustls::MakeRustlsConnect;
 
 use super::connection::end_cancelled;
-use super::routed::{claim_rows, key};
+use super::routed::{claim_rows, key, on_slots};
 pub(crate) use super::routed::{ClaimCall, EnqueueCall};
 use super::rows::{claim_result, db_error, get, is_read_only, pool_error};
 use super::sql::{on_slot, CLAIM, COMPLETE, COMPLETE_PLAIN};
@@ -355,7 +355,21 @@ impl Inner {
         let content_type = keep.and_then(|k| k.content_type.as_deref());
         let headers = keep.and_then(|k| k.headers.as_deref());
         self.run(async |client| {
-            let stmt = client.prepare_cached(CLAIM).await.map_err(db_error)?;
+            // On the filled slots of the node's view, as a batch is (see `claim_on_slots`):
+            // a ring that has outgrown the view answers nothing, and the caller's next try
+            // runs on the view read again here.
+            let filled = match self.ring.filled() {
+                Some(filled) => filled,
+                None => {
+                    self.ring.read(client).await?;
+                    self.ring.filled().unwrap_or_default()
+                }
+            };
+            let sql = match &filled[..] {
+                [] => CLAIM,
+                slots => on_slots(CLAIM, slots),
+            };
+            let stmt = client.prepare_cached(sql).await.map_err(db_error)?;
             let row = client
                 .query_opt(
                     &stmt,
@@ -373,6 +387,7 @@ impl Inner {
                 .await
                 .map_err(db_error)?;
             let Some(answer) = row.map(|row| claim_result(&row)).transpose()? else {
+                self.ring.refresh(client).await;
                 return Ok(None);
             };
             Ok(Some(Routed {

@@ -47,7 +47,7 @@ pub(super) fn key(id: &EventId) -> (Arc<str>, Arc<str>) {
 /// [`claim_on_slots`] of `whole` and `slots`, made once and kept for the process's life (a
 /// text per set of filled slots the ring passes through: a few dozen at most), so its
 /// prepared statement is cached by text on each connection.
-fn on_slots(whole: &'static str, slots: &[i16]) -> &'static str {
+pub(super) fn on_slots(whole: &'static str, slots: &[i16]) -> &'static str {
     type Texts = dashmap::DashMap<(usize, usize, Vec<i16>), &'static str>;
     static TEXTS: std::sync::LazyLock<Texts> = std::sync::LazyLock::new(Texts::new);
     let id = (whole.as_ptr() as usize, whole.len(), slots.to_vec());

@@ -60,12 +60,34 @@ macro_rules! pg_slot_of {
 }
 pub(crate) use pg_slot_of;
 
+/// A claim's `current` CTE: the ring's current slot, where a key never seen is inserted.
+/// `batch_sql::claim_on_slots` adds its guard.
+macro_rules! pg_current {
+    () => {
+        "current AS (SELECT slot FROM hookgate_slots WHERE state = 'current')"
+    };
+}
+pub(crate) use pg_current;
+
+/// The single claim's probe of its key's row (`$1`, `$2`) in every slot, through the
+/// partitioned table. `batch_sql::claim_on_slots` names the filled slots instead.
+macro_rules! pg_found_one_whole {
+    () => {
+        "FROM webhook_events w
+    WHERE w.provider = $1 AND w.event_key = $2
+    LIMIT 1"
+    };
+}
+pub(crate) use pg_found_one_whole;
+
 /// Claim, in one statement: insert the key, or take over a `failed` row or an expired
 /// lease; otherwise report the row as it stands. A new row is claimed under the path `$8`:
 /// `first_run`, or `filtered` (see [`pg_claim_conflict!`]).
 ///
 /// `found` is the key's row as the statement's snapshot sees it, found by probing the
-/// slots' key indexes in turn up to the slot that holds it. A key whose row is `done` or
+/// slots' key indexes in turn up to the slot that holds it (the node names the filled
+/// slots, and the statement's guard answers nothing if the ring has outgrown them:
+/// `batch_sql::claim_on_slots`). A key whose row is `done` or
 /// `dead` is not inserted at all: no claim changes such a row, and `ON CONFLICT DO UPDATE`
 /// locks the row it meets even when its `WHERE` leaves it alone — a write of the row's heap
 /// page, a WAL record and, for a page not written since the last checkpoint, a copy of the
@@ -83,25 +105,27 @@ pub(crate) use pg_slot_of;
 /// (see [`PgStore::claim`]).
 pub(crate) const CLAIM: &str = concat!(
     "
-WITH found AS (
+WITH ",
+    pg_current!(),
+    ",
+found AS (
     SELECT w.slot, w.status, w.attempts, w.last_path, w.fingerprint, w.locked_until,
            w.result_status, w.result_content_type, w.result_body, w.mode
-    FROM webhook_events w
-    WHERE w.provider = $1 AND w.event_key = $2
-    LIMIT 1
+    ",
+    pg_found_one_whole!(),
+    "
 ),
 claimed AS (
     INSERT INTO webhook_events AS e
         (provider, event_key, slot, status, attempts, last_path, fingerprint, locked_until,
          payload, content_type, request_headers, keep_payload)
-    SELECT $1::text, $2::text,
-           COALESCE(s.slot, (SELECT c.slot FROM hookgate_slots c WHERE c.state = 'current')),
+    SELECT $1::text, $2::text, COALESCE(s.slot, (SELECT slot FROM current)),
            'in_progress', 1, $8::text, $3::text,
            now() + $4::bigint * interval '1 millisecond',
            $5::bytea, $6::text, $7::text, $5::bytea IS NOT NULL
     FROM (SELECT) one
     LEFT JOIN found s ON true
-    WHERE s.status IS NULL OR s.status NOT IN ('done', 'dead')
+    WHERE (s.status IS NULL OR s.status NOT IN ('done', 'dead')) AND EXISTS (SELECT FROM current)
 ",
     pg_claim_conflict!(),
     "
@@ -115,7 +139,7 @@ SELECT false, status, attempts, last_path, fingerprint,
        GREATEST(0, extract(epoch FROM locked_until - now()) * 1000)::bigint,
        result_status, result_content_type, result_body, mode
 FROM found
-WHERE NOT EXISTS (SELECT 1 FROM claimed)"
+WHERE NOT EXISTS (SELECT 1 FROM claimed) AND EXISTS (SELECT FROM current)"
 );
 
 /// An attempt's history row, from the row the outcome statement `changed` (its

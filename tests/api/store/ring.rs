@@ -410,10 +410,9 @@ async fn a_retention_pass_reads_none_of_the_rows_it_keeps() {
 /// no further. With a week of rows in five sealed slots every further slot is one more key
 /// index descended per duplicate — at 50 million rows, a leaf page from disk each — where
 /// the claim's own first step already found the row (docs/performance-log.md, "Storage
-/// over time"). Done rows in every slot, keys claimed again one at a time (the single
-/// claim, which visits the slots in their order: its keys in slot 0) and concurrently (the
-/// batched claim, which visits the current slot first, then the sealed ones newest first:
-/// its keys in the current slot, where a sender's retries find their events): no other slot
+/// over time"). Done rows in every slot, keys of the current slot (where a sender's retries
+/// find their events: a claim visits the current slot first, then the sealed ones newest
+/// first) claimed again one at a time and concurrently (the batched claim): no other slot
 /// is scanned.
 #[actix_web::test]
 async fn a_duplicate_answered_from_its_row_reads_no_slot_past_its_own() {
@@ -435,11 +434,14 @@ async fn a_duplicate_answered_from_its_row_reads_no_slot_past_its_own() {
     )
     .await;
     db.execute("ANALYZE webhook_events").await;
+    // The store's first start migrates the schema, and a migration reads slot 0's events
+    // once: counted when its connections end, so they end before the count starts.
+    db.close(store, &name).await;
+    let (store, name) = db.named_store("hookgate_ring_dup", 4).await;
     let current = db.current_slot().await;
-    assert_ne!(current, 0);
-    // Index scans of every slot but slot 0 and the current one: the claims' probes of
-    // slots that hold rows (the store's connections plan no sequential scans; its start
-    // reads each slot once that way).
+    // Index scans of every slot but the current one: the claims' probes of slots that hold
+    // rows (the store's connections plan no sequential scans; its start reads each slot
+    // once that way).
     let elsewhere = || async {
         db.flush_stats().await;
         let row = db
@@ -447,20 +449,15 @@ async fn a_duplicate_answered_from_its_row_reads_no_slot_past_its_own() {
                 "SELECT COALESCE(sum(t.idx_scan), 0)::int8
                  FROM pg_stat_user_tables t
                  JOIN pg_partition_tree('webhook_events'::regclass) p ON p.relid = t.relid
-                 WHERE p.isleaf
-                   AND t.relname NOT IN ('webhook_events_s0', 'webhook_events_s' || $1)",
+                 WHERE p.isleaf AND t.relname <> ('webhook_events_s' || $1)",
                 &[&current.to_string()],
             )
             .await;
         row.get::<_, i64>(0)
     };
     let before = elsewhere().await;
-    // Twenty keys of slot 0, then twenty of the current slot.
     let ids: Vec<EventId> = (0..40)
-        .map(|i| {
-            let slot = if i < 20 { 0 } else { i32::from(current) };
-            EventId::new("p", format!("k{}", i * 6 + slot))
-        })
+        .map(|i| EventId::new("p", format!("k{}", i * 6 + i32::from(current))))
         .collect();
     let lease = Duration::from_secs(30);
     let mut answers = Vec::new();
@@ -492,7 +489,7 @@ async fn a_duplicate_answered_from_its_row_reads_no_slot_past_its_own() {
     let scans = elsewhere().await - before;
     assert_eq!(
         scans, 0,
-        "40 duplicates in the slots their claims visit first scanned other slots {scans} times"
+        "40 duplicates in the current slot scanned other slots {scans} times"
     );
 }
 
