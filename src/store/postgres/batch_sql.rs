@@ -97,8 +97,15 @@ pub(super) fn claim_on_slots(whole: &str, slots: &[i16]) -> String {
         )
     };
     let listed: Vec<String> = slots.iter().map(i16::to_string).collect();
+    // The partitioned table's lock first (a lock the ring's `EXCLUSIVE` excludes), before
+    // any named partition's: a statement locks its relations in the order its plan names
+    // them, and this CTE comes before the probe's. A claim that locked a due slot's
+    // partition first and then waited for the ring's lock held that partition against the
+    // emptying's truncation (asked without waiting), which then failed at every pass while
+    // claims ran: the soak's expired prefill was never removed.
     let current = format!(
         "current AS (SELECT slot FROM hookgate_slots WHERE state = 'current'
+                 AND NOT EXISTS (SELECT FROM ONLY webhook_events p WHERE false FOR KEY SHARE)
                  AND NOT EXISTS (SELECT FROM hookgate_slots o
                                  WHERE o.state <> 'empty' AND o.slot NOT IN ({})))",
         listed.join(", ")
