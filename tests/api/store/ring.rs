@@ -193,6 +193,38 @@ async fn a_batch_of_claims_on_a_node_that_saw_the_ring_two_turns_ago_finds_a_key
     assert_eq!(db.keys_in_two_slots().await, Vec::<String>::new());
 }
 
+/// A claim that names its slots, waiting for the ring's lock (a turn, a keeper's move),
+/// holds no slot's partition meanwhile: it locks the partitioned table before any
+/// partition it names. Locked the other way round, every claim waiting behind a ring
+/// transaction held the due slot's partition against the emptying's truncation (asked
+/// without waiting), which then failed at every pass while claims ran, and the expired rows
+/// were never removed (CI's soak check).
+#[actix_web::test]
+async fn a_claim_waiting_for_the_rings_lock_holds_no_partition_an_emptying_truncates() {
+    let db = TestDb::new().await;
+    let store = db.store().await;
+    let lease = Duration::from_secs(30);
+    // The node reads the ring with a first claim: slot 0 (sealed) is among the slots its
+    // claims name.
+    let first = EventId::new(PROVIDER, "evt_reads_the_ring");
+    store.claim(&first, None, lease, None).await.unwrap();
+    let ring = db.hold_lock("ONLY webhook_events", "EXCLUSIVE").await;
+    let id = EventId::new(PROVIDER, "evt_waits_for_the_ring");
+    let claim = store.claim(&id, None, lease, None);
+    let truncation = async {
+        db.wait_for_waiters_on("webhook_events", 1).await;
+        let got = db.lock_now("webhook_events_s0", "ACCESS EXCLUSIVE").await;
+        ring.release().await;
+        got
+    };
+    let (claim, got) = futures_util::join!(claim, truncation);
+    assert!(
+        got,
+        "a claim waiting for the ring's lock held slot 0's partition"
+    );
+    assert!(matches!(claim, Ok(ClaimResult::Won { .. })), "{claim:?}");
+}
+
 #[actix_web::test]
 async fn a_queue_row_due_after_a_turn_is_delivered_once() {
     let app = spawn_app_with(|c| {

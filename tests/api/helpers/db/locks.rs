@@ -46,6 +46,18 @@ impl TestDb {
         TableLock::Pg(client)
     }
 
+    /// Whether `table`'s lock in `mode` can be had at once (`NOWAIT`), as the ring's
+    /// emptying asks for a due slot's partitions; let go at once (Postgres).
+    pub async fn lock_now(&self, table: &str, mode: &str) -> bool {
+        let client = self.own_connection().await;
+        let got = client
+            .batch_execute(&format!("BEGIN; LOCK TABLE {table} IN {mode} MODE NOWAIT"))
+            .await
+            .is_ok();
+        client.batch_execute("ROLLBACK").await.expect("rollback");
+        got
+    }
+
     /// Runs `work` while watching this schema's `tables` for a lock request that waits
     /// (Postgres): its output, and whether such a wait was seen before it ended.
     pub async fn lock_waits_during<T>(
