@@ -168,7 +168,15 @@ def start_node(binary, path, name):
             break
         try:
             get("/readyz")
-            time.sleep(1)  # start-up settles (the sweeper's first pass) before it is measured
+            # Start-up settles before it is measured: the sweeper's first pass (which, from
+            # the build with filters of the sealed slots' keys on, reads those keys: the
+            # steady state a node reaches once per slot's life) has ended once the tables'
+            # sizes it reads last are published.
+            for _ in range(6000):
+                if "hookgate_table_bytes{" in get("/metrics"):
+                    break
+                time.sleep(0.1)
+            time.sleep(1)
             return node, log
         except Exception:
             time.sleep(0.05)

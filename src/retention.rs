@@ -236,6 +236,11 @@ impl Sweeper {
                 "backlog_s" => backlog.as_secs(),
                 "longest_lock_ms" => retained.longest_lock.as_millis());
         }
+        self.metrics.slot_filter_bytes(retained.filter_bytes);
+        for filter in &retained.filters {
+            info!(self.log, "retention.slot_filter"; "slot" => filter.slot,
+                "keys" => filter.keys, "bytes" => filter.bytes);
+        }
         if !retained.backlog.is_zero() {
             warn!(self.log, "retention.behind"; "backlog_s" => retained.backlog.as_secs(),
                 "message" => "rows past retention are left for the next pass");

@@ -94,6 +94,12 @@ pub(super) fn bounds_rules(config: &Config) -> Vec<Rule> {
             config.store.operator_pool_size,
             1024,
         ),
+        // A billion keys: about 1.2 GB of memory per node.
+        counted(
+            "store.slot_filter_keys",
+            config.store.slot_filter_keys,
+            1_000_000_000,
+        ),
         counted("retry.max_attempts", r.max_attempts, 1000),
         counted("cache.capacity", config.cache.capacity, 100_000_000),
         counted("cache.max_bytes", config.cache.max_bytes, 64 << 30),
@@ -180,6 +186,7 @@ mod tests {
         ("retry", "factor", Kind::Float),
         ("retry", "cap", Kind::Duration),
         ("retry", "jitter", Kind::Float),
+        ("store", "slot_filter_keys", Kind::Count),
         ("retry", "max_attempts", Kind::Count),
         ("retry", "sender_horizon", Kind::Duration),
         ("cache", "capacity", Kind::Count),

@@ -45,6 +45,11 @@ pub struct StoreConfig {
         skip_serializing_if = "Option::is_none"
     )]
     pub statement_timeout: Option<Duration>,
+    /// Postgres: the keys each node keeps in filters of the ring's sealed slots, all slots
+    /// together (about 1.2 bytes a key), so a claim of a new key skips the slots that
+    /// cannot hold it. A slot whose keys would take the filters past this is probed for
+    /// every key, as without filters; 0 turns them off.
+    pub slot_filter_keys: u64,
     /// `[store.encryption]`: the keys that seal stored bodies (none: stored as they come).
     #[serde(skip_serializing_if = "EncryptionConfig::is_off")]
     pub encryption: EncryptionConfig,
@@ -65,6 +70,8 @@ impl Default for StoreConfig {
             operator_pool_size: 2,
             pool_timeout: Duration::from_secs(5),
             statement_timeout: None,
+            // 60 MB at most: a week of 100 events/s, or a day's sealed slots at 1,000/s.
+            slot_filter_keys: 50_000_000,
             encryption: EncryptionConfig::default(),
         }
     }
@@ -92,6 +99,7 @@ impl fmt::Debug for StoreConfig {
             .field("operator_pool_size", &self.operator_pool_size)
             .field("pool_timeout", &self.pool_timeout)
             .field("statement_timeout", &self.statement_timeout)
+            .field("slot_filter_keys", &self.slot_filter_keys)
             .field("encryption", &self.encryption)
             .finish()
     }

@@ -160,6 +160,12 @@ impl Metrics {
         self.retention_lock.set(seconds);
     }
 
+    /// The bytes the node's filters of sealed slots' keys take, after a retention pass.
+    pub fn slot_filter_bytes(&self, bytes: u64) {
+        self.slot_filter_bytes
+            .set(i64::try_from(bytes).unwrap_or(i64::MAX));
+    }
+
     /// The bytes `table` takes in the store, as a retention pass read them.
     pub fn table_bytes(&self, table: &'static str, bytes: u64) {
         self.table_bytes

@@ -122,6 +122,7 @@ pub struct Metrics {
     pub(super) retention_backlog: Gauge<f64, std::sync::atomic::AtomicU64>,
     pub(super) retention_failed: Counter,
     pub(super) retention_lock: Gauge<f64, std::sync::atomic::AtomicU64>,
+    pub(super) slot_filter_bytes: Gauge,
     pub(super) table_bytes: Family<TableLabels, Gauge>,
     pub(super) spans: TraceCounters,
 }
@@ -207,6 +208,13 @@ impl Metrics {
             "The longest time one transaction of the last retention pass held the tables' \
              lock that claims wait behind (0 for a store that takes none)",
             retention_lock.clone(),
+        );
+        let slot_filter_bytes = Gauge::default();
+        registry.register(
+            "slot_filter_bytes",
+            "Bytes of memory this node's filters of the ring's sealed slots' keys take \
+             (Postgres; store.slot_filter_keys bounds them), as of the last retention pass",
+            slot_filter_bytes.clone(),
         );
         let table_bytes = Family::<TableLabels, Gauge>::default();
         registry.register(
@@ -374,6 +382,7 @@ impl Metrics {
             retention_backlog,
             retention_failed,
             retention_lock,
+            slot_filter_bytes,
             table_bytes,
         }
     }

@@ -27,7 +27,7 @@ pub use error::{chain, Cause, StoreError};
 pub use open::{check, open};
 pub use page::PageCursor;
 pub use reseal::Resealer;
-pub use retain::{Retained, Retention, TableSize};
+pub use retain::{Retained, Retention, SlotFilter, TableSize};
 pub use sealed::sealed;
 pub use search::{SearchPage, SCAN_BUDGET};
 pub(crate) use types::{millis, storable, within};

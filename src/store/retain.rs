@@ -43,6 +43,22 @@ pub struct Retained {
     /// The longest time one of the pass's transactions held the tables' lock that claims
     /// wait behind (zero for a store that takes none).
     pub longest_lock: Duration,
+    /// Filters of sealed slots' keys this node read during the pass (Postgres), so that
+    /// claims of new keys skip those slots.
+    pub filters: Vec<SlotFilter>,
+    /// The bytes of all the filters the node holds after the pass.
+    pub filter_bytes: u64,
+}
+
+/// A filter of one sealed slot's keys, read by a node.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SlotFilter {
+    /// The slot.
+    pub slot: i16,
+    /// The keys it holds.
+    pub keys: u64,
+    /// Its size in memory.
+    pub bytes: u64,
 }
 
 /// The bytes one of the store's tables takes on disk: rows, indexes and out-of-line values.

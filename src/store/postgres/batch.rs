@@ -151,7 +151,7 @@ async fn claim_batch(
     inner
         .run(async |client| {
             on_filled(inner, client, calls.len(), async |slots| {
-                claim_rows(client, calls, slots).await
+                claim_rows(client, calls, slots.map(|slots| (slots, &inner.ring))).await
             })
             .await
         })

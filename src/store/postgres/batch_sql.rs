@@ -66,6 +66,17 @@ macro_rules! pg_found_whole {
     };
 }
 
+/// The claim batch's input: one row per key (`i`). [`claim_on_slots`] adds a column,
+/// `skip`.
+macro_rules! pg_claim_input {
+    () => {
+        "unnest($1::text[], $2::text[], $3::text[], $4::int8[], $5::bytea[],
+                         $6::text[], $7::text[], $8::text[])
+        AS i(provider, event_key, fingerprint, lease_ms, payload, content_type,
+             request_headers, first_path)"
+    };
+}
+
 /// The claim batch's columns of a key's row, as `found` reads them.
 const FOUND_COLUMNS: &str = "w.slot, w.status, w.attempts, w.last_path, w.fingerprint, \
     w.locked_until, w.result_status, w.result_content_type, w.result_body, w.mode";
@@ -81,15 +92,33 @@ const FOUND_COLUMNS: &str = "w.slot, w.status, w.attempts, w.last_path, w.finger
 /// partitioned table, is what spares the empty slots: a generic plan of the partitioned
 /// table's probe plans, locks and starts a scan of every partition for every key.
 /// The insert stays on the partitioned table: its lock is the one the ring's turns take.
+///
+/// Two parameters follow the whole statement's: each key's slots to skip (a bit per slot,
+/// `1 << slot`: an `int4` for the single claim, an `int4[]` beside the batch's input), and
+/// a `timestamptz[]` indexed by slot + 1 with the `sealed_at` of each slot whose filter
+/// decided a skip (NULL for the others). A skipped slot's probe is a one-time filter of
+/// its branch: the partition is not read for that key. The guard then also answers nothing
+/// unless each slot with a `sealed_at` given is `empty`, or still sealed with that
+/// `sealed_at` — the life whose keys the filter holds (see `ring_view.rs`).
 pub(super) fn claim_on_slots(whole: &str, slots: &[i16]) -> String {
     if slots.is_empty() {
         // No slot to name (never the case: the current slot is one): the whole statement.
         return whole.to_owned();
     }
-    let named = |key: &str| -> String {
+    // The two parameters after the whole statement's: each key's slots to skip, and the
+    // sealing each skip was decided under.
+    let last = last_param(whole);
+    let (skip, sealed) = (last + 1, last + 2);
+    let named = |key: &str, skips: &str| -> String {
         let probes: Vec<String> = slots
             .iter()
-            .map(|slot| format!("SELECT {FOUND_COLUMNS} FROM webhook_events_s{slot} w WHERE {key}"))
+            .map(|slot| {
+                format!(
+                    "SELECT {FOUND_COLUMNS} FROM webhook_events_s{slot} w \
+                     WHERE {key} AND ({skips} & {}) = 0",
+                    1_i32 << slot
+                )
+            })
             .collect();
         format!(
             "FROM ({}) w\n        LIMIT 1",
@@ -107,21 +136,47 @@ pub(super) fn claim_on_slots(whole: &str, slots: &[i16]) -> String {
         "current AS (SELECT slot FROM hookgate_slots WHERE state = 'current'
                  AND NOT EXISTS (SELECT FROM ONLY webhook_events p WHERE false FOR KEY SHARE)
                  AND NOT EXISTS (SELECT FROM hookgate_slots o
-                                 WHERE o.state <> 'empty' AND o.slot NOT IN ({})))",
+                                 WHERE o.state <> 'empty' AND o.slot NOT IN ({})
+                                    OR o.state <> 'empty'
+                                       AND (${sealed}::timestamptz[])[o.slot + 1] IS NOT NULL
+                                       AND o.sealed_at IS DISTINCT FROM
+                                           (${sealed}::timestamptz[])[o.slot + 1]))",
         listed.join(", ")
     );
+    let input = pg_claim_input!()
+        .replacen("$8::text[])", &format!("$8::text[], ${skip}::int4[])"), 1)
+        .replacen("first_path)", "first_path, skip)", 1);
     whole
+        .replacen(pg_claim_input!(), &input, 1)
         .replacen(
             pg_found_whole!(),
-            &named("w.provider = i.provider AND w.event_key = i.event_key"),
+            &named(
+                "w.provider = i.provider AND w.event_key = i.event_key",
+                "i.skip",
+            ),
             1,
         )
         .replacen(
             pg_found_one_whole!(),
-            &named("w.provider = $1 AND w.event_key = $2"),
+            &named(
+                "w.provider = $1 AND w.event_key = $2",
+                &format!("${skip}::int4"),
+            ),
             1,
         )
         .replacen(pg_current!(), &current, 1)
+}
+
+/// The highest parameter number `$n` in `sql`.
+fn last_param(sql: &str) -> usize {
+    sql.split('$')
+        .skip(1)
+        .filter_map(|after| {
+            let digits = after.bytes().take_while(u8::is_ascii_digit).count();
+            after[..digits].parse().ok()
+        })
+        .max()
+        .unwrap_or(0)
 }
 
 /// The claim batch, with `$others` (a CTE, or nothing) after its own and `$report` (more
@@ -132,10 +187,9 @@ macro_rules! pg_claim_batch {
         concat!(
             "
 WITH input AS (
-    SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::int8[], $5::bytea[],
-                         $6::text[], $7::text[], $8::text[])
-        AS i(provider, event_key, fingerprint, lease_ms, payload, content_type,
-             request_headers, first_path)
+    SELECT * FROM ",
+            pg_claim_input!(),
+            "
 ),
 ",
             pg_current!(),
@@ -406,11 +460,29 @@ mod tests {
             }
             assert!(!text.contains("webhook_events_s1"), "{text}");
             assert!(text.contains("o.slot NOT IN (0, 3, 6)"), "{text}");
+            // Each probe can be skipped by its key's bit, under the sealings given.
+            let (skip, sealed) = (last_param(whole) + 1, last_param(whole) + 2);
+            assert_eq!(last_param(&text), sealed, "{text}");
+            assert!(text.contains(&format!("${skip}::int4[])")), "{text}");
+            assert!(text.contains("first_path, skip)"), "{text}");
+            for bit in [1, 8, 64] {
+                assert!(text.contains(&format!("(i.skip & {bit}) = 0")), "{text}");
+            }
+            assert_eq!(
+                text.matches(&format!("${sealed}::timestamptz[]")).count(),
+                2
+            );
             // The insert stays on the partitioned table (the ring's lock), and nothing
             // is claimed or reported unless the guard holds.
             assert!(text.contains("INSERT INTO webhook_events AS e"), "{text}");
             assert_eq!(text.matches("EXISTS (SELECT FROM current)").count(), 2);
             assert_eq!(claim_on_slots(whole, &[]), whole);
         }
+        // The single claim's skips are one `int4` after its eight parameters.
+        let text = claim_on_slots(super::super::sql::CLAIM, &[2, 0]);
+        assert_eq!(last_param(&text), 10, "{text}");
+        assert!(text.contains("($9::int4 & 4) = 0"), "{text}");
+        assert!(text.contains("($9::int4 & 1) = 0"), "{text}");
+        assert!(text.contains("$10::timestamptz[]"), "{text}");
     }
 }

@@ -20,6 +20,7 @@ mod queue;
 mod queue_sql;
 mod reseal;
 mod ring;
+mod ring_view;
 mod routed;
 mod rows;
 mod search;

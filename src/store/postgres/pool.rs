@@ -5,8 +5,8 @@
 //! server turns read-only, and the single-row claim and completion that a batch falls back
 //! to.
 
-use std::sync::atomic::{AtomicI32, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use deadpool_postgres::{Client, Object, Pool, PoolError, TimeoutType};
@@ -14,6 +14,7 @@ use tokio_postgres::CancelToken;
 use tokio_postgres_rustls::MakeRustlsConnect;
 
 use super::connection::end_cancelled;
+pub(crate) use super::ring_view::RingView;
 use super::routed::{claim_rows, key, on_slots};
 pub(crate) use super::routed::{ClaimCall, EnqueueCall};
 use super::rows::{claim_result, db_error, get, is_read_only, pool_error};
@@ -53,83 +54,6 @@ pub(crate) struct Inner {
     /// current slot's partition first ([`Inner::fenced_on_slot`]), and batched claims probe
     /// the slots that are not empty (`batch_sql::claim_on_slots`).
     pub(crate) ring: RingView,
-}
-
-/// The ring's slots as last read (`hookgate_slots`): the current one and those that are not
-/// `empty`, or unknown. Only a hint: a statement run on a slot that no longer holds its
-/// row changes nothing, and one that probes slots the ring has outgrown answers nothing;
-/// either caller then runs the whole statement and reads the ring again.
-#[derive(Debug)]
-pub(crate) struct RingView {
-    current: AtomicI32,
-    filled: RwLock<Option<Arc<[i16]>>>,
-}
-
-impl Default for RingView {
-    fn default() -> Self {
-        Self {
-            current: AtomicI32::new(-1),
-            filled: RwLock::new(None),
-        }
-    }
-}
-
-impl RingView {
-    /// The current slot last read, if any.
-    pub(crate) fn current(&self) -> Option<i16> {
-        i16::try_from(self.current.load(Ordering::Relaxed)).ok()
-    }
-
-    /// The slots that were not empty when last read, if read: the current one first, then
-    /// the sealed ones newest first, the keep slot last. A batch of claims probes them in
-    /// this order and stops at a key's row, so a redelivery of a recent event (a sender's
-    /// retries come within the hour) is found by its first probe.
-    pub(crate) fn filled(&self) -> Option<Arc<[i16]>> {
-        self.filled
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
-    }
-
-    /// Forgets the view: the next statement that needs it reads it first.
-    pub(crate) fn forget(&self) {
-        self.current.store(-1, Ordering::Relaxed);
-        *self.filled.write().unwrap_or_else(|e| e.into_inner()) = None;
-    }
-
-    /// Reads the ring again after a statement that committed: a failed read forgets the
-    /// view (the next statement reads it first) rather than fail what the statement did.
-    pub(crate) async fn refresh(&self, client: &Client) {
-        if self.read(client).await.is_err() {
-            self.forget();
-        }
-    }
-
-    /// Reads the ring on `client` and answers its current slot. Reads a seven-row table;
-    /// locks nothing a claim waits for.
-    pub(crate) async fn read(&self, client: &Client) -> Result<Option<i16>, StoreError> {
-        let rows = client
-            .query(
-                "SELECT slot, state FROM hookgate_slots WHERE state <> 'empty'
-                 ORDER BY state = 'current' DESC, state = 'keep', sealed_at DESC, slot",
-                &[],
-            )
-            .await
-            .map_err(db_error)?;
-        let mut current = None;
-        let mut filled = Vec::with_capacity(rows.len());
-        for row in &rows {
-            let slot: i16 = get(row, "slot")?;
-            if get::<String>(row, "state")? == "current" {
-                current = Some(slot);
-            }
-            filled.push(slot);
-        }
-        self.current
-            .store(current.map_or(-1, i32::from), Ordering::Relaxed);
-        *self.filled.write().unwrap_or_else(|e| e.into_inner()) = Some(filled.into());
-        Ok(current)
-    }
 }
 
 /// The instant before which no pooled connection is reused: set when a statement met a
@@ -365,27 +289,29 @@ impl Inner {
                     self.ring.filled().unwrap_or_default()
                 }
             };
-            let sql = match &filled[..] {
-                [] => CLAIM,
-                slots => on_slots(CLAIM, slots),
+            let (sql, skips) = match &filled[..] {
+                [] => (CLAIM, None),
+                slots => (on_slots(CLAIM, slots), Some(self.ring.skips([&call.id]))),
             };
             let stmt = client.prepare_cached(sql).await.map_err(db_error)?;
-            let row = client
-                .query_opt(
-                    &stmt,
-                    &[
-                        &&*call.id.provider,
-                        &&*call.id.key,
-                        &call.fingerprint,
-                        &call.lease_ms,
-                        &payload,
-                        &content_type,
-                        &headers,
-                        &call.first.as_str(),
-                    ],
-                )
-                .await
-                .map_err(db_error)?;
+            let (provider, key, first) = (&*call.id.provider, &*call.id.key, call.first.as_str());
+            let mut params: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> = vec![
+                &provider,
+                &key,
+                &call.fingerprint,
+                &call.lease_ms,
+                &payload,
+                &content_type,
+                &headers,
+                &first,
+            ];
+            if let Some(skips) = &skips {
+                params.extend([
+                    &skips.masks[0] as &(dyn tokio_postgres::types::ToSql + Sync),
+                    &skips.sealed,
+                ]);
+            }
+            let row = client.query_opt(&stmt, &params).await.map_err(db_error)?;
             let Some(answer) = row.map(|row| claim_result(&row)).transpose()? else {
                 self.ring.refresh(client).await;
                 return Ok(None);

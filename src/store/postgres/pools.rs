@@ -143,7 +143,7 @@ fn build(
         ending: Arc::default(),
         unconfirmed,
         retired: Arc::clone(retired),
-        ring: RingView::default(),
+        ring: RingView::new(config.slot_filter_keys),
     }))
 }
 

@@ -352,6 +352,19 @@ impl Inner {
             backlog_ms = backlog_ms.max(get(&row, "backlog_ms")?);
         }
         retained.backlog = Duration::from_millis(u64::try_from(backlog_ms).unwrap_or(0));
+        // Last, and on every node: a filter of each sealed slot's keys not read yet, for
+        // this node's claims. A slot due within a turn is left alone (it goes soon, and a
+        // reader of its partition would only stand in its truncation's way).
+        self.ring.refresh(&client).await;
+        match self
+            .ring
+            .build(&client, policy.done.saturating_sub(quarter))
+            .await
+        {
+            Ok(built) => retained.filters = built,
+            Err(e) => failed(&mut retained, "reading the sealed slots' keys", &e),
+        }
+        retained.filter_bytes = self.ring.filter_bytes();
         Ok(retained)
     }
 }

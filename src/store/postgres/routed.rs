@@ -14,6 +14,7 @@ use tokio_postgres::types::ToSql;
 use tokio_postgres::Row;
 
 use super::batch_sql::{claim_on_slots, CLAIM_BATCH, CLAIM_ROUTED, ENQUEUE_BATCH, ENQUEUE_ROUTED};
+use super::ring_view::RingView;
 use super::rows::{claim_result, db_error, existing, get};
 use crate::claim::{ClaimResult, Path};
 use crate::key::EventId;
@@ -75,12 +76,13 @@ pub(super) type Report<T> = HashMap<(Arc<str>, Arc<str>), Result<T, StoreError>>
 
 /// The claims of `calls` in one statement: each key won, or reported as it stands, with
 /// the other routes' rows of the keys whose row it inserted. With `slots` (the slots that
-/// are not empty, as last read), the keys' rows are probed in those slots alone, and a
-/// ring that has outgrown them answers no key (`batch_sql::claim_on_slots`).
+/// are not empty, as last read), the keys' rows are probed in those slots alone, each
+/// key skipping the sealed slots whose filter has not got it, and a ring that has outgrown
+/// them answers no key (`batch_sql::claim_on_slots`).
 pub(super) async fn claim_rows(
     client: &Client,
     calls: &[&ClaimCall],
-    slots: Option<&[i16]>,
+    slots: Option<(&[i16], &RingView)>,
 ) -> Result<Report<Routed<ClaimResult>>, BatchError> {
     let others = Others::of(calls.iter().map(|c| (&c.id, &c.others[..])));
     let whole = if others.is_empty() {
@@ -88,9 +90,12 @@ pub(super) async fn claim_rows(
     } else {
         CLAIM_ROUTED
     };
-    let sql = match slots {
-        Some(slots) => on_slots(whole, slots),
-        None => whole,
+    let (sql, skips) = match slots {
+        Some((slots, ring)) => (
+            on_slots(whole, slots),
+            Some(ring.skips(calls.iter().map(|c| &c.id))),
+        ),
+        None => (whole, None),
     };
     let stmt = client.prepare_cached(sql).await.map_err(coded)?;
     let providers: Vec<&str> = calls.iter().map(|c| &*c.id.provider).collect();
@@ -118,6 +123,9 @@ pub(super) async fn claim_rows(
         &firsts,
     ];
     params.extend(others.params());
+    if let Some(skips) = &skips {
+        params.extend([&skips.masks as &(dyn ToSql + Sync), &skips.sealed]);
+    }
     let rows = client.query(&stmt, &params).await.map_err(coded)?;
     let won = |answer: &ClaimResult| matches!(answer, ClaimResult::Won { .. });
     reported(rows, "won", claim_result, won, calls, |c| {

@@ -3,31 +3,16 @@
 //! once to the keep slot, a megabyte or so per transaction, and never again; a slot whose
 //! emptying fails leaves the ring turning and the pass saying so.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use hookgate::claim::ClaimResult;
 use hookgate::key::EventId;
-use hookgate::store::{Retained, Retention, Store};
 
-use super::{claims_wait_for_the_lease_then_see_it_done, retention, turn};
+use super::{claims_wait_for_the_lease_then_see_it_done, retain, retention, turn};
 use crate::helpers::{spawn_app_with, Behaviour, TestDb, PROVIDER};
 
 /// The keep slot: the partition no emptying truncates.
 const KEEP: i16 = 6;
-
-/// One retention pass of the store itself, as the sweeper asks it.
-async fn retain(store: &Arc<dyn Store>) -> Retained {
-    let config = retention();
-    let policy = Retention {
-        done: config.done,
-        dead: config.dead,
-        batch: config.sweep_batch,
-        budget: config.sweep_interval / 2,
-        interval: config.sweep_interval,
-    };
-    store.retain(&policy).await.expect("a retention pass")
-}
 
 /// `(key, xmin, payload bytes)` of `PROVIDER`'s rows in slot `slot`: the transaction that
 /// last wrote each row, so a row moved (rewritten) again shows a new one.

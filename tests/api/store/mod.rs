@@ -28,6 +28,7 @@ mod model;
 mod plans;
 mod previous_release;
 mod ring;
+mod slot_filters;
 mod tls;
 mod unreadable;
 mod upgrades;
@@ -41,7 +42,7 @@ use hookgate::config::RetentionConfig;
 use hookgate::key::EventId;
 use hookgate::metrics::Metrics;
 use hookgate::retention::Sweeper;
-use hookgate::store::Store;
+use hookgate::store::{Retained, Retention, Store};
 
 /// The retention the ring's and the upgrades' passes use: the defaults.
 fn retention() -> RetentionConfig {
@@ -51,6 +52,19 @@ fn retention() -> RetentionConfig {
 /// A turn of the ring, and a little more.
 fn turn() -> Duration {
     retention().done / 4 + Duration::from_secs(60)
+}
+
+/// One retention pass of the store itself, as the sweeper asks it: what it did.
+async fn retain(store: &Arc<dyn Store>) -> Retained {
+    let config = retention();
+    let policy = Retention {
+        done: config.done,
+        dead: config.dead,
+        batch: config.sweep_batch,
+        budget: config.sweep_interval / 2,
+        interval: config.sweep_interval,
+    };
+    store.retain(&policy).await.expect("a retention pass")
 }
 
 /// One retention pass over `store`, as a node's sweeper runs it.

@@ -1,0 +1,216 @@
+//! Each node keeps a filter of each sealed slot's keys, read once after the seal (a sealed
+//! slot's keys never grow), and a claim of a new key skips the slots whose filter has not
+//! got it — but only while the slot stays sealed in the life the filter was read in: the
+//! claim's statement checks that in its own snapshot, and answers nothing otherwise
+//! (docs/design.md, "Storage over time").
+//!
+//! What a claim skipped is seen through a row put into a sealed slot behind the filter's
+//! back (nothing the ring does inserts into a sealed slot): a claim that skipped the slot
+//! wins the key, one that probed it answers the row.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::future::join_all;
+use hookgate::claim::{ClaimResult, RowState, Status, StoredResult};
+use hookgate::key::EventId;
+use hookgate::store::Store;
+
+use super::{retain, turn};
+use crate::helpers::{TestDb, PROVIDER};
+
+const LEASE: Duration = Duration::from_secs(30);
+
+/// Claims `keys` at once (a batch, as the node's batcher forms one) and answers in order.
+async fn claim_all(store: &Arc<dyn Store>, keys: &[String]) -> Vec<ClaimResult> {
+    join_all(keys.iter().map(|k| {
+        let (store, id) = (Arc::clone(store), EventId::new(PROVIDER, k.clone()));
+        async move { store.claim(&id, None, LEASE, None).await.unwrap() }
+    }))
+    .await
+}
+
+/// A done row of `key` in slot `slot`, written by hand.
+async fn hide(db: &TestDb, slot: i16, key: &str) {
+    db.execute(&format!(
+        "INSERT INTO webhook_events (provider, event_key, slot, status, attempts, last_path,
+                                     result_status)
+         VALUES ('{PROVIDER}', '{key}', {slot}, 'done', 1, 'first_run', 200)"
+    ))
+    .await;
+}
+
+fn is_done(answer: &ClaimResult) -> bool {
+    matches!(
+        answer,
+        ClaimResult::Existing(RowState {
+            status: Status::Done,
+            ..
+        })
+    )
+}
+
+/// Twenty new keys and `last`, claimed at once: `last`'s answer.
+async fn in_a_burst(store: &Arc<dyn Store>, name: &str, last: &str) -> ClaimResult {
+    let mut burst: Vec<String> = (0..20).map(|i| format!("evt_{name}{i}")).collect();
+    burst.push(last.into());
+    let mut answers = claim_all(store, &burst).await;
+    answers.pop().expect("an answer per key")
+}
+
+#[actix_web::test]
+async fn a_claim_skips_a_sealed_slot_whose_filter_has_not_got_its_key_while_the_slot_keeps_that_life(
+) {
+    let db = TestDb::new().await;
+    let store = db.store().await;
+    let done = StoredResult {
+        status: 200,
+        content_type: None,
+        body: Vec::new(),
+    };
+    let sealed_keys: Vec<String> = (0..20).map(|i| format!("evt_sealed{i}")).collect();
+    for answer in claim_all(&store, &sealed_keys).await {
+        let ClaimResult::Won { attempts, .. } = answer else {
+            panic!("{answer:?}");
+        };
+        let _ = attempts;
+    }
+    for key in &sealed_keys {
+        store
+            .complete(&EventId::new(PROVIDER, key.clone()), 1, &done, None)
+            .await
+            .unwrap();
+    }
+    let sealed = db.current_slot().await;
+    db.age_ring(turn()).await;
+    let retained = retain(&store).await;
+    assert_ne!(db.current_slot().await, sealed, "{:?}", db.ring().await);
+    assert_eq!(retained.failed, None);
+    // The pass read the slot it sealed (and slot 0, sealed by the first migration).
+    let filtered: Vec<(i16, u64)> = retained.filters.iter().map(|f| (f.slot, f.keys)).collect();
+    assert!(filtered.contains(&(sealed, 20)), "{filtered:?}");
+    assert!(retained.filters.iter().all(|f| f.bytes > 0));
+
+    // Behind the filter's back: the claims skip the slot, so they win these keys.
+    hide(&db, sealed, "evt_hidden_alone").await;
+    hide(&db, sealed, "evt_hidden_burst").await;
+    let alone = store
+        .claim(
+            &EventId::new(PROVIDER, "evt_hidden_alone"),
+            None,
+            LEASE,
+            None,
+        )
+        .await
+        .unwrap();
+    assert!(matches!(alone, ClaimResult::Won { .. }), "{alone:?}");
+    let burst = in_a_burst(&store, "first", "evt_hidden_burst").await;
+    assert!(matches!(burst, ClaimResult::Won { .. }), "{burst:?}");
+    // The keys the filter holds are found in the slot, alone and in a burst.
+    let again = store
+        .claim(&EventId::new(PROVIDER, "evt_sealed0"), None, LEASE, None)
+        .await
+        .unwrap();
+    assert!(is_done(&again), "{again:?}");
+    assert!(is_done(&in_a_burst(&store, "second", "evt_sealed1").await));
+
+    // Another life of the slot (another `sealed_at`, as a slot emptied, opened and sealed
+    // again has): the filter no longer speaks for it. The statement answers nothing, the
+    // node reads the ring again, drops the filter and probes the slot.
+    hide(&db, sealed, "evt_later_alone").await;
+    hide(&db, sealed, "evt_later_burst").await;
+    db.execute(&format!(
+        "UPDATE hookgate_slots SET sealed_at = sealed_at - interval '1 second'
+         WHERE slot = {sealed}"
+    ))
+    .await;
+    let burst = in_a_burst(&store, "third", "evt_later_burst").await;
+    assert!(is_done(&burst), "{burst:?}");
+    let alone = store
+        .claim(
+            &EventId::new(PROVIDER, "evt_later_alone"),
+            None,
+            LEASE,
+            None,
+        )
+        .await
+        .unwrap();
+    assert!(is_done(&alone), "{alone:?}");
+    // The next pass reads the slot's keys again, for the life it now has.
+    let retained = retain(&store).await;
+    let filtered: Vec<(i16, u64)> = retained.filters.iter().map(|f| (f.slot, f.keys)).collect();
+    assert!(filtered.contains(&(sealed, 24)), "{filtered:?}");
+}
+
+/// A node whose view of the ring is stale — its filter of a slot read in that slot's
+/// previous life; the slot since emptied, opened again, written by another node and sealed
+/// again; the slot current in the node's view current again too (emptied and reopened) —
+/// finds the other node's keys in that slot, alone and in a batch. Every slot the node
+/// names is the ring's only filled ones again, so only the check of each filter's life
+/// stands between the node and a second win of those keys.
+#[actix_web::test]
+async fn a_node_holding_the_filter_of_a_slot_sealed_again_since_finds_the_keys_of_its_new_life() {
+    let db = TestDb::new().await;
+    let (a, b) = (db.store().await, db.store().await);
+    let done = StoredResult {
+        status: 200,
+        content_type: None,
+        body: Vec::new(),
+    };
+    let first: Vec<String> = (0..20).map(|i| format!("evt_life{i}")).collect();
+    assert!(claim_all(&a, &first)
+        .await
+        .iter()
+        .all(|c| matches!(c, ClaimResult::Won { .. })));
+    let reused = db.current_slot().await;
+    db.age_ring(turn()).await;
+    let retained = retain(&a).await;
+    let opened = db.current_slot().await;
+    assert_ne!(opened, reused);
+    assert!(
+        retained.filters.iter().any(|f| f.slot == reused),
+        "{:?}",
+        retained.filters
+    );
+    // What the ring's own turns and emptyings do over a retention period, in two
+    // transactions: the slot emptied and opened again,
+    let reopen = |empty: i16, open: i16| {
+        format!(
+            "BEGIN;
+             LOCK TABLE webhook_events, webhook_attempts IN EXCLUSIVE MODE;
+             TRUNCATE webhook_events_s{empty}, webhook_attempts_s{empty};
+             UPDATE hookgate_slots SET state = 'sealed', sealed_at = now()
+             WHERE state = 'current';
+             UPDATE hookgate_slots SET state = 'current', opened_at = now(), sealed_at = NULL
+             WHERE slot = {open};
+             COMMIT;"
+        )
+    };
+    db.execute(&reopen(reused, reused)).await;
+    // written by the other node,
+    for key in ["evt_new_life_alone", "evt_new_life_burst"] {
+        let id = EventId::new(PROVIDER, key);
+        let ClaimResult::Won { attempts, .. } = b.claim(&id, None, LEASE, None).await.unwrap()
+        else {
+            panic!("the key's first claim wins");
+        };
+        b.complete(&id, attempts, &done, None).await.unwrap();
+        assert_eq!(db.slots_of(PROVIDER, key).await, vec![reused]);
+    }
+    // and sealed again, the slot the node last saw current being current again.
+    db.execute(&reopen(opened, opened)).await;
+    assert_eq!(db.current_slot().await, opened);
+    let burst = in_a_burst(&a, "burst", "evt_new_life_burst").await;
+    assert!(is_done(&burst), "{burst:?}");
+    let alone = a
+        .claim(
+            &EventId::new(PROVIDER, "evt_new_life_alone"),
+            None,
+            LEASE,
+            None,
+        )
+        .await
+        .unwrap();
+    assert!(is_done(&alone), "{alone:?}");
+    assert_eq!(db.keys_in_two_slots().await, Vec::<String>::new());
+}
