@@ -108,6 +108,11 @@ pub const EVENTS: &[(&str, &str)] = &[
         "rows past retention are left for the next pass: backlog_s, how far past",
     ),
     (
+        "retention.slot_filter",
+        "the node read a filter of a sealed slot's keys (Postgres): slot, keys, bytes; its \
+         claims of new keys skip that slot until it is emptied",
+    ),
+    (
         "retention.sizes_failed",
         "the tables' sizes could not be read for the metrics",
     ),
