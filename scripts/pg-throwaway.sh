@@ -4,7 +4,8 @@
 # Usage: eval "$(scripts/pg-throwaway.sh start DIR [durable])"  ...  scripts/pg-throwaway.sh stop DIR
 # Without "durable" the cluster runs with fsync off (tests only) and with TLS on, its
 # certificate signed by a throwaway CA (HOOKGATE_TEST_DATABASE_CA) for the TLS tests;
-# benchmarks pass "durable" (fsync on, no TLS, as docs/performance.md's figures were measured).
+# benchmarks pass "durable" (fsync on, no TLS, as docs/performance.md's figures were measured;
+# HOOKGATE_PG_STATEMENTS=1 loads pg_stat_statements there too).
 # As root the server runs as the `postgres` user (it refuses to run as root).
 set -euo pipefail
 
@@ -54,6 +55,11 @@ settings="-c fsync=off -c synchronous_commit=off -c full_page_writes=off \
 tls_env=""
 if [ "${3:-}" = durable ]; then
   settings=""
+  # HOOKGATE_PG_STATEMENTS=1: pg_stat_statements for a benchmark that reads it (the same
+  # small cost for every binary it compares).
+  if [ "${HOOKGATE_PG_STATEMENTS:-}" = 1 ]; then
+    settings="-c shared_preload_libraries=pg_stat_statements"
+  fi
 else
   if ! command -v openssl >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
     echo "installing openssl (for the test cluster's certificate)..." >&2

@@ -25,6 +25,13 @@
 #   ring-batchc the completion named on the current slot's partition
 #   ring-batch1 the probe, insert and completion all on the current slot's partition alone:
 #               what a claim that probes only the slots that can hold a new key would cost
+#   ring-batchf each slot's partition named in the probe, the sealed ones behind a
+#               one-time filter on the key's skip bits, every sealed slot skipped (as the
+#               filters of the sealed slots' keys skip them for a new key); the completion
+#               on the current slot's partition
+#   ring-batchfg the same with the claim's guard (the partitioned table's lock first, the
+#               ring's state read), as hookgate runs it; ring-batchfs with the ring's state
+#               read alone, ring-batchfl with the table's lock alone
 # Usage: scripts/ring-claim-cost.sh [ROWS=5000000] [DURATION=20] [ROUNDS=3]. Loopback only.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -159,18 +166,21 @@ done
 # and the completion, in the shape of hookgate's CLAIM_BATCH and COMPLETE_BATCH_PLAIN.
 # $1 name, $2 the probe's relation, $3 the insert's, $4 the completion's, $5 the conflict's
 # columns, $6 the schema whose slots say which is current.
+# $7 (optional) the probe's FROM and WHERE in place of $2's; $8 (optional) more of the
+# claim's CTEs, before its probe, and $9 a condition of its insert.
 batch() {
+local probe=${7:-"FROM $2 w WHERE w.provider = i.provider AND w.event_key = i.event_key"}
 cat > "$dir/$1.sql" <<SQL
 \set k random(1, 9000000000000000000)
-WITH input AS (SELECT 'p'::text AS provider, 'n' || :k || '-' || g AS event_key
-               FROM generate_series(1, 32) g),
+\set skip 31
+WITH input AS (SELECT 'p'::text AS provider, 'n' || :k || '-' || g AS event_key, :skip::int4 AS skip
+               FROM generate_series(1, 32) g),${8:-}
 found AS (SELECT i.*, s.status, s.attempts FROM input i
-  LEFT JOIN LATERAL (SELECT w.status, w.attempts FROM $2 w
-                     WHERE w.provider = i.provider AND w.event_key = i.event_key LIMIT 1) s ON true),
+  LEFT JOIN LATERAL (SELECT w.status, w.attempts $probe LIMIT 1) s ON true),
 claimed AS (INSERT INTO $3 AS e (provider, event_key, slot, status, attempts, last_path, locked_until)
   SELECT f.provider, f.event_key, (SELECT c.slot FROM $6.slots c WHERE c.state = 'current'),
          'in_progress', 1, 'first_run', now() + interval '30 seconds'
-  FROM found f WHERE f.status IS NULL OR f.status NOT IN ('done', 'dead')
+  FROM found f WHERE (f.status IS NULL OR f.status NOT IN ('done', 'dead'))${9:-}
   ORDER BY f.provider, f.event_key
   ON CONFLICT ($5) DO UPDATE SET attempts = e.attempts + 1 WHERE e.status = 'failed'
   RETURNING e.provider, e.event_key, true AS won, e.status, e.attempts)
@@ -193,6 +203,31 @@ batch flat-batch flat.e flat.e flat.e "provider, event_key" flat
 batch ring-batch ring.e ring.e ring.e "provider, event_key, slot" ring
 batch ring-batchc ring.e ring.e ring.e_s5 "provider, event_key, slot" ring
 batch ring-batch1 ring.e_s5 ring.e_s5 ring.e_s5 "provider, event_key, slot" ring
+named="FROM ("
+for slot in 5 0 1 2 3 4; do
+  [ "$slot" = 5 ] || named="$named UNION ALL "
+  named="$named SELECT x.status, x.attempts FROM ring.e_s$slot x
+    WHERE x.provider = i.provider AND x.event_key = i.event_key AND (i.skip & $((1 << slot))) = 0"
+done
+named="$named) w"
+batch ring-batchf - ring.e ring.e_s5 "provider, event_key, slot" ring "$named"
+guard="
+current AS (SELECT slot FROM ring.slots WHERE state = 'current'
+  AND NOT EXISTS (SELECT FROM ONLY ring.e p WHERE false FOR KEY SHARE)
+  AND NOT EXISTS (SELECT FROM ring.slots o WHERE o.state <> 'empty' AND o.slot NOT IN (0, 1, 2, 3, 4, 5))),"
+batch ring-batchfg - ring.e ring.e_s5 "provider, event_key, slot" ring "$named" "$guard" \
+  " AND EXISTS (SELECT FROM current)"
+# The guard's two parts apart: the ring's state alone, and the table's lock alone.
+state="
+current AS (SELECT slot FROM ring.slots WHERE state = 'current'
+  AND NOT EXISTS (SELECT FROM ring.slots o WHERE o.state <> 'empty' AND o.slot NOT IN (0, 1, 2, 3, 4, 5))),"
+batch ring-batchfs - ring.e ring.e_s5 "provider, event_key, slot" ring "$named" "$state" \
+  " AND EXISTS (SELECT FROM current)"
+lock="
+current AS (SELECT slot FROM ring.slots WHERE state = 'current'
+  AND NOT EXISTS (SELECT FROM ONLY ring.e p WHERE false FOR KEY SHARE)),"
+batch ring-batchfl - ring.e ring.e_s5 "provider, event_key, slot" ring "$named" "$lock" \
+  " AND EXISTS (SELECT FROM current)"
 chmod 644 "$dir"/*.sql
 
 DIR=$dir PGBIN=$pgbin URL=$url DURATION=$duration ROUNDS=$rounds python3 - <<'PY'

@@ -37,7 +37,10 @@
 # honoured), or LOAD_BENCH=path. The binaries are not built here.
 # Usage: scripts/ring-cost.sh BASE_BIN NEW_BIN [DURATION=15s] [ROUNDS=2]. Loopback only.
 # MEASURES="unique duplicate queue pgbench" narrows the runs; PREFILL=N; RING_PREFILL=current;
-# QUEUE_RATE=N; QUEUE_WAIT=600 (longest wait for the queue to drain, seconds).
+# QUEUE_RATE=N; QUEUE_WAIT=600 (longest wait for the queue to drain, seconds);
+# STATEMENTS=1 loads pg_stat_statements and writes each run's statements (the costliest by
+# execution and planning time, per call: time, rows, shared blocks) to statements-RUN.txt
+# in the run directory.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 usage="usage: scripts/ring-cost.sh BASE_BIN NEW_BIN [DURATION=15s] [ROUNDS=2]"
@@ -54,7 +57,10 @@ cleanup() {
   scripts/pg-throwaway.sh stop "$dir/pg"
 }
 trap cleanup EXIT
+[ "${STATEMENTS:-}" = 1 ] && export HOOKGATE_PG_STATEMENTS=1
 eval "$(scripts/pg-throwaway.sh start "$dir/pg" durable)"
+[ "${STATEMENTS:-}" = 1 ] && runuser -u postgres -- psql -qAtX "$HOOKGATE_TEST_DATABASE_URL" \
+  -c "CREATE EXTENSION IF NOT EXISTS pg_stat_statements" >/dev/null
 export HOOKGATE_BENCH_DATABASE_URL=$HOOKGATE_TEST_DATABASE_URL
 if [ -z "${LOAD_BENCH:-}" ]; then
   LOAD_BENCH=$(cargo bench -q --bench load --no-run --message-format=json 2>/dev/null | python3 -c '
@@ -126,6 +132,24 @@ def psql(sql, *flags):
 
 def checkpoint():
     psql("CHECKPOINT")
+    if os.environ.get("STATEMENTS") == "1":
+        psql("SELECT pg_stat_statements_reset()")
+
+def statements(name):
+    """With STATEMENTS=1: the run's statements, costliest first, to statements-NAME.txt."""
+    if os.environ.get("STATEMENTS") != "1":
+        return
+    text = psql("""SELECT calls, round((total_exec_time + total_plan_time)::numeric, 1) AS total_ms,
+       round((total_exec_time / calls * 1000)::numeric, 1) AS exec_us,
+       round((total_plan_time / calls * 1000)::numeric, 1) AS plan_us, plans,
+       round(rows::numeric / calls, 1) AS rows,
+       round((shared_blks_hit + shared_blks_read)::numeric / calls, 1) AS blocks,
+       regexp_replace(left(query, 160), '\\s+', ' ', 'g') AS query
+FROM pg_stat_statements WHERE calls > 0
+ORDER BY total_exec_time + total_plan_time DESC LIMIT 15""", "-F", " | ")
+    open(f"{d}/statements-{name}.txt", "w").write(
+        "calls | total ms | exec µs/call | plan µs/call | plans | rows/call | blocks/call | query\n"
+        + text + "\n")
 
 def get(path):
     return urllib.request.urlopen(f"http://127.0.0.1:{PORT}{path}", timeout=5).read().decode()
@@ -228,6 +252,7 @@ def sync_run(rnd, state, key, binary, scenario, run_secs=None):
     after_pg, after_node = postgres_ticks(), sum(stat(node.pid)[:2])
     hits = re.search(r"^hookgate_cache_hits_total (\d+)", get("/metrics"), re.M)
     warnings = stop_node(node, log)
+    statements(name)
     units = b["deliveries"] if scenario == "unique" else b["requests"]
     r = dict(b, round=rnd, state=state, bin=key, measure=scenario, units=units,
              cache_hits=int(hits.group(1)) if hits else -1, warnings=warnings,
@@ -284,6 +309,7 @@ def queue_run(rnd, state, key, binary):
     poller.stdin.close()
     poller.wait()
     warnings = stop_node(node, log)
+    statements(name)
     host.terminate()
     host.wait()
     host_log.close()

@@ -53,6 +53,10 @@ fn filter(expected: usize) -> BloomFilter {
 #[derive(Debug)]
 pub(crate) struct RingView {
     current: AtomicI32,
+    /// The filled slots as read: the current one, the sealed ones newest first, the keep
+    /// slot.
+    read: RwLock<Option<Arc<[i16]>>>,
+    /// The order a claim probes them in ([`RingView::filled`]).
     filled: RwLock<Option<Arc<[i16]>>>,
     /// The sealed slots as last read, with their `sealed_at`.
     sealed: RwLock<Arc<[(i16, SystemTime)]>>,
@@ -103,6 +107,7 @@ impl RingView {
     pub(crate) fn new(capacity: u64) -> Self {
         Self {
             current: AtomicI32::new(-1),
+            read: RwLock::new(None),
             filled: RwLock::new(None),
             sealed: RwLock::new(Arc::new([])),
             filters: RwLock::new(Arc::default()),
@@ -115,10 +120,14 @@ impl RingView {
         i16::try_from(self.current.load(Ordering::Relaxed)).ok()
     }
 
-    /// The slots that were not empty when last read, if read: the current one first, then
-    /// the sealed ones newest first, the keep slot last. A batch of claims probes them in
-    /// this order and stops at a key's row, so a redelivery of a recent event (a sender's
-    /// retries come within the hour) is found by its first probe.
+    /// The slots that were not empty when last read, if read, in the order a claim probes
+    /// them, stopping at the key's row: the sealed slots this node has a filter of (newest
+    /// first), then the current slot, the other sealed slots (newest first) and the keep
+    /// slot. A filtered slot is probed only for the keys its filter holds, and then it
+    /// nearly always holds the row: a redelivery of an old event costs one probe, of its
+    /// own slot. A redelivery of a recent event (a sender's retries come within the hour)
+    /// skips the filtered slots and is found in the current one, and a new key is proved
+    /// absent from the current slot, the unfiltered ones and the keep slot.
     pub(crate) fn filled(&self) -> Option<Arc<[i16]>> {
         self.filled
             .read()
@@ -164,6 +173,7 @@ impl RingView {
     /// slot is still sealed in it.
     pub(crate) fn forget(&self) {
         self.current.store(-1, Ordering::Relaxed);
+        *self.read.write().unwrap_or_else(|e| e.into_inner()) = None;
         *self.filled.write().unwrap_or_else(|e| e.into_inner()) = None;
     }
 
@@ -206,9 +216,22 @@ impl RingView {
         self.keep_filters(|slot, at| sealed.contains(&(slot, at)));
         self.current
             .store(current.map_or(-1, i32::from), Ordering::Relaxed);
-        *self.filled.write().unwrap_or_else(|e| e.into_inner()) = Some(filled.into());
+        *self.read.write().unwrap_or_else(|e| e.into_inner()) = Some(filled.into());
+        self.order();
         *self.sealed.write().unwrap_or_else(|e| e.into_inner()) = sealed.into();
         Ok(current)
+    }
+
+    /// Puts the filled slots as read in the order a claim probes them ([`RingView::filled`]).
+    fn order(&self) {
+        let read = self.read.read().unwrap_or_else(|e| e.into_inner()).clone();
+        let filters = Arc::clone(&self.filters.read().unwrap_or_else(|e| e.into_inner()));
+        let ordered = read.map(|read| {
+            let (first, rest): (Vec<i16>, Vec<i16>) =
+                read.iter().partition(|slot| filters.contains_key(slot));
+            first.into_iter().chain(rest).collect::<Arc<[i16]>>()
+        });
+        *self.filled.write().unwrap_or_else(|e| e.into_inner()) = ordered;
     }
 
     /// Keeps the filters of the slots and lives `keep` says.
@@ -274,6 +297,8 @@ impl RingView {
             let mut next = HashMap::clone(&filters);
             next.insert(slot, Arc::new(filter));
             *filters = Arc::new(next);
+            drop(filters);
+            self.order();
         }
         Ok(built)
     }
@@ -381,6 +406,22 @@ mod tests {
             }),
         );
         *view.filters.write().unwrap() = Arc::new(filters);
+        view.order();
+    }
+
+    #[test]
+    fn a_claim_probes_the_filtered_slots_first_then_the_current_one() {
+        let view = RingView::new(1_000);
+        *view.read.write().unwrap() = Some(Arc::from([1, 4, 3, 6]));
+        view.order();
+        assert_eq!(view.filled().as_deref(), Some(&[1, 4, 3, 6][..]));
+        with_filter(&view, 3, SystemTime::UNIX_EPOCH, &[]);
+        assert_eq!(view.filled().as_deref(), Some(&[3, 1, 4, 6][..]));
+        with_filter(&view, 4, SystemTime::UNIX_EPOCH, &[]);
+        assert_eq!(view.filled().as_deref(), Some(&[4, 3, 1, 6][..]));
+        view.keep_filters(|slot, _| slot == 3);
+        view.order();
+        assert_eq!(view.filled().as_deref(), Some(&[3, 1, 4, 6][..]));
     }
 
     #[test]

@@ -214,3 +214,48 @@ async fn a_node_holding_the_filter_of_a_slot_sealed_again_since_finds_the_keys_o
     assert!(is_done(&alone), "{alone:?}");
     assert_eq!(db.keys_in_two_slots().await, Vec::<String>::new());
 }
+
+/// A redelivery of an old event is read from its own sealed slot, the first probed when its
+/// filter holds the key, before the current slot: one probe, where current-slot-first order
+/// read the current slot's key index first for every old key. Seen through a second row of
+/// the key put into the current slot by hand, with another status: the answer says which
+/// slot was read first. A new key's claim is unchanged (every filtered slot skipped).
+#[actix_web::test]
+async fn a_redelivery_of_an_old_event_is_read_from_its_own_sealed_slot_first() {
+    let db = TestDb::new().await;
+    let store = db.store().await;
+    let done = StoredResult {
+        status: 200,
+        content_type: None,
+        body: Vec::new(),
+    };
+    let old: Vec<String> = (0..20).map(|i| format!("evt_old{i}")).collect();
+    for key in &old {
+        let id = EventId::new(PROVIDER, key.clone());
+        let ClaimResult::Won { attempts, .. } = store.claim(&id, None, LEASE, None).await.unwrap()
+        else {
+            panic!("the key's first claim wins");
+        };
+        store.complete(&id, attempts, &done, None).await.unwrap();
+    }
+    let sealed = db.current_slot().await;
+    db.age_ring(turn()).await;
+    let retained = retain(&store).await;
+    assert!(retained.filters.iter().any(|f| f.slot == sealed));
+    let current = db.current_slot().await;
+    for key in ["evt_old0", "evt_old1"] {
+        db.execute(&format!(
+            "INSERT INTO webhook_events (provider, event_key, slot, status, attempts, last_path,
+                                         dead_reason)
+             VALUES ('{PROVIDER}', '{key}', {current}, 'dead', 1, 'first_run', 'http_error')"
+        ))
+        .await;
+    }
+    let alone = store
+        .claim(&EventId::new(PROVIDER, "evt_old0"), None, LEASE, None)
+        .await
+        .unwrap();
+    assert!(is_done(&alone), "{alone:?}");
+    let burst = in_a_burst(&store, "new", "evt_old1").await;
+    assert!(is_done(&burst), "{burst:?}");
+}
