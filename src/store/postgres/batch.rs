@@ -198,7 +198,12 @@ async fn enqueue_batch(
     calls: &[&EnqueueCall],
 ) -> Result<Report<Routed<Enqueued>>, BatchError> {
     inner
-        .run(async |client| Ok(enqueue_rows(client, calls).await))
+        .run(async |client| {
+            on_filled(inner, client, calls.len(), async |slots| {
+                enqueue_rows(client, calls, slots.map(|slots| (slots, &inner.ring))).await
+            })
+            .await
+        })
         .await
         .unwrap_or_else(|e| Err((e, None)))
 }

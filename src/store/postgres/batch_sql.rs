@@ -77,12 +77,33 @@ macro_rules! pg_claim_input {
     };
 }
 
+/// The enqueue batch's input: one row per key (`i`). [`claim_on_slots`] adds a column,
+/// `skip`.
+macro_rules! pg_enqueue_input {
+    () => {
+        "unnest($1::text[], $2::text[], $3::text[], $4::bytea[], $5::text[],
+                         $6::text[], $7::int8[], $8::bool[])
+        AS i(provider, event_key, fingerprint, payload, content_type, request_headers,
+             start_ms, keep_payload)"
+    };
+}
+
+/// The enqueue batch's insert of its own rows, after their probe, up to the conflict.
+macro_rules! pg_enqueue_order {
+    () => {
+        "
+    ORDER BY i.provider, i.event_key
+    ON CONFLICT (provider, event_key, slot) DO NOTHING"
+    };
+}
+
 /// The claim batch's columns of a key's row, as `found` reads them.
 const FOUND_COLUMNS: &str = "w.slot, w.status, w.attempts, w.last_path, w.fingerprint, \
     w.locked_until, w.result_status, w.result_content_type, w.result_body, w.mode";
 
-/// `whole` ([`CLAIM_BATCH`], [`CLAIM_ROUTED`] or the single claim's `CLAIM`) with its probe of each key's row named on
-/// the partitions of `slots` alone — the slots that were not `empty` when the caller
+/// `whole` ([`CLAIM_BATCH`], [`CLAIM_ROUTED`], the single claim's `CLAIM`, [`ENQUEUE_BATCH`]
+/// or [`ENQUEUE_ROUTED`]) with its probe of each key's row named on the partitions of
+/// `slots` alone — the slots that were not `empty` when the caller
 /// last read the ring — and a guard: the statement claims and reports nothing unless, in
 /// its snapshot, every slot outside `slots` is `empty` (a truncated partition: its state
 /// and its truncation commit together). A key's row is then found wherever it is, as the
@@ -92,6 +113,9 @@ const FOUND_COLUMNS: &str = "w.slot, w.status, w.attempts, w.last_path, w.finger
 /// partitioned table, is what spares the empty slots: a generic plan of the partitioned
 /// table's probe plans, locks and starts a scan of every partition for every key.
 /// The insert stays on the partitioned table: its lock is the one the ring's turns take.
+/// An enqueue batch writes its own rows only under the guard; the rows it did not write are
+/// reported from the partitioned table, as the whole statement reports them, and the other
+/// routes' rows it writes probe the partitioned table too.
 ///
 /// Two parameters follow the whole statement's: each key's slots to skip (a bit per slot,
 /// `1 << slot`: an `int4` for the single claim, an `int4[]` beside the batch's input), and
@@ -146,8 +170,19 @@ pub(super) fn claim_on_slots(whole: &str, slots: &[i16]) -> String {
     let input = pg_claim_input!()
         .replacen("$8::text[])", &format!("$8::text[], ${skip}::int4[])"), 1)
         .replacen("first_path)", "first_path, skip)", 1);
+    let enqueue_input = pg_enqueue_input!()
+        .replacen("$8::bool[])", &format!("$8::bool[], ${skip}::int4[])"), 1)
+        .replacen("keep_payload)", "keep_payload, skip)", 1);
+    // An enqueue's own rows are written only under the guard (its report, of the rows it
+    // did not write, reads the partitioned table and needs none).
+    let enqueue_order = format!(
+        "\n    WHERE EXISTS (SELECT FROM current){}",
+        pg_enqueue_order!()
+    );
     whole
         .replacen(pg_claim_input!(), &input, 1)
+        .replacen(pg_enqueue_input!(), &enqueue_input, 1)
+        .replacen(pg_enqueue_order!(), &enqueue_order, 1)
         .replacen(
             pg_found_whole!(),
             &named(
@@ -329,17 +364,17 @@ macro_rules! pg_enqueue_batch {
         concat!(
             "
 WITH input AS (
-    SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::bytea[], $5::text[],
-                         $6::text[], $7::int8[], $8::bool[])
-        AS i(provider, event_key, fingerprint, payload, content_type, request_headers,
-             start_ms, keep_payload)
+    SELECT * FROM ",
+            pg_enqueue_input!(),
+            "
 ),
-current AS (SELECT slot FROM hookgate_slots WHERE state = 'current'),
+",
+            pg_current!(),
+            ",
 queued AS (",
             pg_queue_insert!("input", "i"),
+            pg_enqueue_order!(),
             "
-    ORDER BY i.provider, i.event_key
-    ON CONFLICT (provider, event_key, slot) DO NOTHING
     RETURNING e.provider, e.event_key, true AS inserted, e.status, e.attempts, e.fingerprint,
               0::bigint AS lease_left_ms, e.result_status, e.result_content_type,
               e.result_body, e.mode
@@ -477,6 +512,29 @@ mod tests {
             assert!(text.contains("INSERT INTO webhook_events AS e"), "{text}");
             assert_eq!(text.matches("EXISTS (SELECT FROM current)").count(), 2);
             assert_eq!(claim_on_slots(whole, &[]), whole);
+        }
+        for whole in [ENQUEUE_BATCH, ENQUEUE_ROUTED] {
+            let text = claim_on_slots(whole, &[4, 6]);
+            let (skip, sealed) = (last_param(whole) + 1, last_param(whole) + 2);
+            assert_eq!(last_param(&text), sealed, "{text}");
+            assert!(
+                text.contains(&format!("$8::bool[], ${skip}::int4[])")),
+                "{text}"
+            );
+            assert!(text.contains("keep_payload, skip)"), "{text}");
+            assert!(text.contains("(i.skip & 16) = 0"), "{text}");
+            assert!(text.contains("o.slot NOT IN (4, 6)"), "{text}");
+            // The own rows' probe is named, under the guard; the other routes' is not.
+            assert_eq!(
+                text.matches("FROM webhook_events_s4 w").count(),
+                1,
+                "{text}"
+            );
+            assert!(text.contains("WHERE EXISTS (SELECT FROM current)\n    ORDER BY i.provider"));
+            assert!(
+                text.contains("w.event_key = i.event_key\n    OFFSET 0"),
+                "{text}"
+            );
         }
         // The single claim's skips are one `int4` after its eight parameters.
         let text = claim_on_slots(super::super::sql::CLAIM, &[2, 0]);

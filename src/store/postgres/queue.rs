@@ -27,7 +27,9 @@ pub(crate) async fn enqueue(
         let answer = inner
             .run(async |client| {
                 if !call.others.is_empty() {
-                    let mut reported = enqueue_rows(client, &[call]).await.map_err(|(e, _)| e)?;
+                    let mut reported = enqueue_rows(client, &[call], None)
+                        .await
+                        .map_err(|(e, _)| e)?;
                     return reported.remove(&key(&item.id)).transpose();
                 }
                 let stmt = client.prepare_cached(ENQUEUE).await.map_err(db_error)?;

@@ -135,22 +135,33 @@ pub(super) async fn claim_rows(
 
 /// The enqueues of `calls` in one statement: each key written (queued, or taken at once
 /// with its start lease), or reported as it stands, with the other routes' rows of the
-/// keys it wrote.
+/// keys it wrote. With `slots`, each key's row is probed as [`claim_rows`] probes it.
 pub(super) async fn enqueue_rows(
     client: &Client,
     calls: &[&EnqueueCall],
+    slots: Option<(&[i16], &RingView)>,
 ) -> Result<Report<Routed<Enqueued>>, BatchError> {
     let others = Others::of(calls.iter().map(|c| (&c.row.id, &c.others[..])));
-    let sql = if others.is_empty() {
+    let whole = if others.is_empty() {
         ENQUEUE_BATCH
     } else {
         ENQUEUE_ROUTED
+    };
+    let (sql, skips) = match slots {
+        Some((slots, ring)) => (
+            on_slots(whole, slots),
+            Some(ring.skips(calls.iter().map(|c| &c.row.id))),
+        ),
+        None => (whole, None),
     };
     let stmt = client.prepare_cached(sql).await.map_err(coded)?;
     let rows: Vec<&QueueRow> = calls.iter().map(|c| &c.row).collect();
     let arrays = QueueArrays::of(&rows);
     let mut params = arrays.params();
     params.extend(others.params());
+    if let Some(skips) = &skips {
+        params.extend([&skips.masks as &(dyn ToSql + Sync), &skips.sealed]);
+    }
     let rows = client.query(&stmt, &params).await.map_err(coded)?;
     let answer = |row: &Row| match get::<bool>(row, "inserted")? {
         true => Ok(Enqueued::Inserted),

@@ -14,7 +14,7 @@ use std::time::Duration;
 use futures_util::future::join_all;
 use hookgate::claim::{ClaimResult, RowState, Status, StoredResult};
 use hookgate::key::EventId;
-use hookgate::store::Store;
+use hookgate::store::{Enqueued, QueueRow, Store};
 
 use super::{retain, turn};
 use crate::helpers::{TestDb, PROVIDER};
@@ -258,4 +258,82 @@ async fn a_redelivery_of_an_old_event_is_read_from_its_own_sealed_slot_first() {
     assert!(is_done(&alone), "{alone:?}");
     let burst = in_a_burst(&store, "new", "evt_old1").await;
     assert!(is_done(&burst), "{burst:?}");
+}
+
+/// Enqueues `keys` at once (a batch, as the node's batcher forms one); answers in order.
+async fn enqueue_all(store: &Arc<dyn Store>, keys: &[String]) -> Vec<Enqueued> {
+    join_all(keys.iter().map(|k| {
+        let store = Arc::clone(store);
+        let row = QueueRow {
+            id: EventId::new(PROVIDER, k.clone()),
+            fingerprint: None,
+            payload: b"{}".to_vec().into(),
+            content_type: Some("application/json".into()),
+            headers: None,
+            keep_payload: false,
+            start: None,
+        };
+        async move { store.enqueue(&row).await.unwrap() }
+    }))
+    .await
+}
+
+/// The enqueue batch probes as the claim batch does: a key a sealed slot's filter has not
+/// got skips that slot (seen through a row put there behind the filter's back), and a node
+/// whose filter is of a slot's previous life finds the key the slot holds in its new one.
+#[actix_web::test]
+async fn an_enqueue_batch_skips_what_the_filters_rule_out_and_nothing_of_a_slots_new_life() {
+    let db = TestDb::new().await;
+    let (a, b) = (db.store().await, db.store().await);
+    let first: Vec<String> = (0..20).map(|i| format!("evt_queued{i}")).collect();
+    assert!(enqueue_all(&a, &first)
+        .await
+        .iter()
+        .all(|e| *e == Enqueued::Inserted));
+    let sealed = db.current_slot().await;
+    db.age_ring(turn()).await;
+    let retained = retain(&a).await;
+    assert!(retained.filters.iter().any(|f| f.slot == sealed));
+    let opened = db.current_slot().await;
+    // Behind the filter's back: the batch skips the slot and writes the key again.
+    hide(&db, sealed, "evt_hidden_queued").await;
+    let mut burst: Vec<String> = (0..20).map(|i| format!("evt_burst{i}")).collect();
+    burst.push("evt_hidden_queued".into());
+    let answers = enqueue_all(&a, &burst).await;
+    assert!(
+        answers.iter().all(|e| *e == Enqueued::Inserted),
+        "{answers:?}"
+    );
+    // A key the filter holds is found in its slot.
+    let again = enqueue_all(&a, &["evt_queued0".to_owned(), "evt_new0".to_owned()]).await;
+    assert!(matches!(again[0], Enqueued::Existing(_)), "{again:?}");
+    // The slot emptied, opened and written by the other node, then sealed again while the
+    // slot the node saw current is current again (see the claims' test above).
+    let reopen = |slot: i16| {
+        format!(
+            "BEGIN;
+             LOCK TABLE webhook_events, webhook_attempts IN EXCLUSIVE MODE;
+             TRUNCATE webhook_events_s{slot}, webhook_attempts_s{slot};
+             UPDATE hookgate_slots SET state = 'sealed', sealed_at = now()
+             WHERE state = 'current';
+             UPDATE hookgate_slots SET state = 'current', opened_at = now(), sealed_at = NULL
+             WHERE slot = {slot};
+             COMMIT;"
+        )
+    };
+    db.execute(&reopen(sealed)).await;
+    let key = "evt_new_life_queued".to_owned();
+    assert_eq!(
+        enqueue_all(&b, std::slice::from_ref(&key)).await,
+        vec![Enqueued::Inserted]
+    );
+    db.execute(&reopen(opened)).await;
+    let mut burst: Vec<String> = (0..20).map(|i| format!("evt_later{i}")).collect();
+    burst.push(key.clone());
+    let answers = enqueue_all(&a, &burst).await;
+    assert!(
+        matches!(answers.last(), Some(Enqueued::Existing(_))),
+        "{answers:?}"
+    );
+    assert_eq!(db.slots_of(PROVIDER, &key).await, vec![sealed]);
 }
