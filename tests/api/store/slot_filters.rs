@@ -40,6 +40,44 @@ async fn hide(db: &TestDb, slot: i16, key: &str) {
     .await;
 }
 
+/// One claim of `key`, alone.
+async fn claim(store: &Arc<dyn Store>, key: &str) -> ClaimResult {
+    store
+        .claim(&EventId::new(PROVIDER, key), None, LEASE, None)
+        .await
+        .unwrap()
+}
+
+/// `key`'s first run: its claim won, its row done.
+async fn first_run(store: &Arc<dyn Store>, key: &str) {
+    let ClaimResult::Won { attempts, .. } = claim(store, key).await else {
+        panic!("the key's first claim wins");
+    };
+    let done = StoredResult {
+        status: 200,
+        content_type: None,
+        body: Vec::new(),
+    };
+    store
+        .complete(&EventId::new(PROVIDER, key), attempts, &done, None)
+        .await
+        .unwrap();
+}
+
+/// What the ring's own turns and emptyings do to slot `slot` over a retention period, in one
+/// transaction: emptied, and opened again as the current slot (the current one sealed).
+fn reopen(slot: i16) -> String {
+    format!(
+        "BEGIN;
+         LOCK TABLE webhook_events, webhook_attempts IN EXCLUSIVE MODE;
+         TRUNCATE webhook_events_s{slot}, webhook_attempts_s{slot};
+         UPDATE hookgate_slots SET state = 'sealed', sealed_at = now() WHERE state = 'current';
+         UPDATE hookgate_slots SET state = 'current', opened_at = now(), sealed_at = NULL
+         WHERE slot = {slot};
+         COMMIT;"
+    )
+}
+
 fn is_done(answer: &ClaimResult) -> bool {
     matches!(
         answer,
@@ -63,23 +101,8 @@ async fn a_claim_skips_a_sealed_slot_whose_filter_has_not_got_its_key_while_the_
 ) {
     let db = TestDb::new().await;
     let store = db.store().await;
-    let done = StoredResult {
-        status: 200,
-        content_type: None,
-        body: Vec::new(),
-    };
-    let sealed_keys: Vec<String> = (0..20).map(|i| format!("evt_sealed{i}")).collect();
-    for answer in claim_all(&store, &sealed_keys).await {
-        let ClaimResult::Won { attempts, .. } = answer else {
-            panic!("{answer:?}");
-        };
-        let _ = attempts;
-    }
-    for key in &sealed_keys {
-        store
-            .complete(&EventId::new(PROVIDER, key.clone()), 1, &done, None)
-            .await
-            .unwrap();
+    for i in 0..20 {
+        first_run(&store, &format!("evt_sealed{i}")).await;
     }
     let sealed = db.current_slot().await;
     db.age_ring(turn()).await;
@@ -94,23 +117,12 @@ async fn a_claim_skips_a_sealed_slot_whose_filter_has_not_got_its_key_while_the_
     // Behind the filter's back: the claims skip the slot, so they win these keys.
     hide(&db, sealed, "evt_hidden_alone").await;
     hide(&db, sealed, "evt_hidden_burst").await;
-    let alone = store
-        .claim(
-            &EventId::new(PROVIDER, "evt_hidden_alone"),
-            None,
-            LEASE,
-            None,
-        )
-        .await
-        .unwrap();
+    let alone = claim(&store, "evt_hidden_alone").await;
     assert!(matches!(alone, ClaimResult::Won { .. }), "{alone:?}");
     let burst = in_a_burst(&store, "first", "evt_hidden_burst").await;
     assert!(matches!(burst, ClaimResult::Won { .. }), "{burst:?}");
     // The keys the filter holds are found in the slot, alone and in a burst.
-    let again = store
-        .claim(&EventId::new(PROVIDER, "evt_sealed0"), None, LEASE, None)
-        .await
-        .unwrap();
+    let again = claim(&store, "evt_sealed0").await;
     assert!(is_done(&again), "{again:?}");
     assert!(is_done(&in_a_burst(&store, "second", "evt_sealed1").await));
 
@@ -126,15 +138,7 @@ async fn a_claim_skips_a_sealed_slot_whose_filter_has_not_got_its_key_while_the_
     .await;
     let burst = in_a_burst(&store, "third", "evt_later_burst").await;
     assert!(is_done(&burst), "{burst:?}");
-    let alone = store
-        .claim(
-            &EventId::new(PROVIDER, "evt_later_alone"),
-            None,
-            LEASE,
-            None,
-        )
-        .await
-        .unwrap();
+    let alone = claim(&store, "evt_later_alone").await;
     assert!(is_done(&alone), "{alone:?}");
     // The next pass reads the slot's keys again, for the life it now has.
     let retained = retain(&store).await;
@@ -152,11 +156,6 @@ async fn a_claim_skips_a_sealed_slot_whose_filter_has_not_got_its_key_while_the_
 async fn a_node_holding_the_filter_of_a_slot_sealed_again_since_finds_the_keys_of_its_new_life() {
     let db = TestDb::new().await;
     let (a, b) = (db.store().await, db.store().await);
-    let done = StoredResult {
-        status: 200,
-        content_type: None,
-        body: Vec::new(),
-    };
     let first: Vec<String> = (0..20).map(|i| format!("evt_life{i}")).collect();
     assert!(claim_all(&a, &first)
         .await
@@ -172,45 +171,20 @@ async fn a_node_holding_the_filter_of_a_slot_sealed_again_since_finds_the_keys_o
         "{:?}",
         retained.filters
     );
-    // What the ring's own turns and emptyings do over a retention period, in two
-    // transactions: the slot emptied and opened again,
-    let reopen = |empty: i16, open: i16| {
-        format!(
-            "BEGIN;
-             LOCK TABLE webhook_events, webhook_attempts IN EXCLUSIVE MODE;
-             TRUNCATE webhook_events_s{empty}, webhook_attempts_s{empty};
-             UPDATE hookgate_slots SET state = 'sealed', sealed_at = now()
-             WHERE state = 'current';
-             UPDATE hookgate_slots SET state = 'current', opened_at = now(), sealed_at = NULL
-             WHERE slot = {open};
-             COMMIT;"
-        )
-    };
-    db.execute(&reopen(reused, reused)).await;
+    // What the ring's own turns and emptyings do over a retention period: the slot emptied
+    // and opened again,
+    db.execute(&reopen(reused)).await;
     // written by the other node,
     for key in ["evt_new_life_alone", "evt_new_life_burst"] {
-        let id = EventId::new(PROVIDER, key);
-        let ClaimResult::Won { attempts, .. } = b.claim(&id, None, LEASE, None).await.unwrap()
-        else {
-            panic!("the key's first claim wins");
-        };
-        b.complete(&id, attempts, &done, None).await.unwrap();
+        first_run(&b, key).await;
         assert_eq!(db.slots_of(PROVIDER, key).await, vec![reused]);
     }
     // and sealed again, the slot the node last saw current being current again.
-    db.execute(&reopen(opened, opened)).await;
+    db.execute(&reopen(opened)).await;
     assert_eq!(db.current_slot().await, opened);
     let burst = in_a_burst(&a, "burst", "evt_new_life_burst").await;
     assert!(is_done(&burst), "{burst:?}");
-    let alone = a
-        .claim(
-            &EventId::new(PROVIDER, "evt_new_life_alone"),
-            None,
-            LEASE,
-            None,
-        )
-        .await
-        .unwrap();
+    let alone = claim(&a, "evt_new_life_alone").await;
     assert!(is_done(&alone), "{alone:?}");
     assert_eq!(db.keys_in_two_slots().await, Vec::<String>::new());
 }
@@ -224,19 +198,8 @@ async fn a_node_holding_the_filter_of_a_slot_sealed_again_since_finds_the_keys_o
 async fn a_redelivery_of_an_old_event_is_read_from_its_own_sealed_slot_first() {
     let db = TestDb::new().await;
     let store = db.store().await;
-    let done = StoredResult {
-        status: 200,
-        content_type: None,
-        body: Vec::new(),
-    };
-    let old: Vec<String> = (0..20).map(|i| format!("evt_old{i}")).collect();
-    for key in &old {
-        let id = EventId::new(PROVIDER, key.clone());
-        let ClaimResult::Won { attempts, .. } = store.claim(&id, None, LEASE, None).await.unwrap()
-        else {
-            panic!("the key's first claim wins");
-        };
-        store.complete(&id, attempts, &done, None).await.unwrap();
+    for i in 0..20 {
+        first_run(&store, &format!("evt_old{i}")).await;
     }
     let sealed = db.current_slot().await;
     db.age_ring(turn()).await;
@@ -251,10 +214,7 @@ async fn a_redelivery_of_an_old_event_is_read_from_its_own_sealed_slot_first() {
         ))
         .await;
     }
-    let alone = store
-        .claim(&EventId::new(PROVIDER, "evt_old0"), None, LEASE, None)
-        .await
-        .unwrap();
+    let alone = claim(&store, "evt_old0").await;
     assert!(is_done(&alone), "{alone:?}");
     let burst = in_a_burst(&store, "new", "evt_old1").await;
     assert!(is_done(&burst), "{burst:?}");
@@ -309,18 +269,6 @@ async fn an_enqueue_batch_skips_what_the_filters_rule_out_and_nothing_of_a_slots
     assert!(matches!(again[0], Enqueued::Existing(_)), "{again:?}");
     // The slot emptied, opened and written by the other node, then sealed again while the
     // slot the node saw current is current again (see the claims' test above).
-    let reopen = |slot: i16| {
-        format!(
-            "BEGIN;
-             LOCK TABLE webhook_events, webhook_attempts IN EXCLUSIVE MODE;
-             TRUNCATE webhook_events_s{slot}, webhook_attempts_s{slot};
-             UPDATE hookgate_slots SET state = 'sealed', sealed_at = now()
-             WHERE state = 'current';
-             UPDATE hookgate_slots SET state = 'current', opened_at = now(), sealed_at = NULL
-             WHERE slot = {slot};
-             COMMIT;"
-        )
-    };
     db.execute(&reopen(sealed)).await;
     let key = "evt_new_life_queued".to_owned();
     assert_eq!(
