@@ -62,6 +62,9 @@ pub(crate) struct RingView {
     sealed: RwLock<Arc<[(i16, SystemTime)]>>,
     /// The filters of sealed slots' keys, by slot, each for the life it was read in.
     filters: RwLock<Arc<HashMap<i16, Arc<SlotFilter>>>>,
+    /// The sealed slots (and lives) whose keys were too many for the filters' room: not
+    /// read again at every pass while they stay sealed in that life.
+    refused: RwLock<Vec<(i16, SystemTime)>>,
     /// `store.slot_filter_keys`: the keys all filters may hold together (0: no filters).
     capacity: u64,
 }
@@ -111,6 +114,7 @@ impl RingView {
             filled: RwLock::new(None),
             sealed: RwLock::new(Arc::new([])),
             filters: RwLock::new(Arc::default()),
+            refused: RwLock::new(Vec::new()),
             capacity,
         }
     }
@@ -214,6 +218,10 @@ impl RingView {
             filled.push(slot);
         }
         self.keep_filters(|slot, at| sealed.contains(&(slot, at)));
+        self.refused
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .retain(|life| sealed.contains(life));
         self.current
             .store(current.map_or(-1, i32::from), Ordering::Relaxed);
         *self.read.write().unwrap_or_else(|e| e.into_inner()) = Some(filled.into());
@@ -251,7 +259,8 @@ impl RingView {
     /// Reads a filter of each sealed slot's keys that has none yet, as the view last read
     /// the ring, unless the slot was sealed longer than `fresh` ago (it is emptied soon,
     /// and a reader of its partition would only get in the way of the truncation) or its
-    /// keys would take the filters past their capacity. Each page of keys is one short
+    /// keys would take the filters past their capacity (by the partition's row estimate,
+    /// or counted while read): such a slot is not asked about again in the same life. Each page of keys is one short
     /// statement in the order of the slot's key index; the slot's own state is read again
     /// after the last one, and a filter is kept only if the slot is still sealed in the
     /// same life. Answers the filters read.
@@ -269,11 +278,17 @@ impl RingView {
                 (held, filters.contains_key(&slot))
             };
             let young = sealed_at.elapsed().map_or(true, |age| age < fresh);
-            if present || !young || held >= self.capacity {
+            let refused = (self.refused.read().unwrap_or_else(|e| e.into_inner()))
+                .contains(&(slot, sealed_at));
+            if present || refused || !young || held >= self.capacity {
                 continue;
             }
             let room = self.capacity - held;
             let Some(filter) = read_keys(client, slot, sealed_at, room).await? else {
+                self.refused
+                    .write()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .push((slot, sealed_at));
                 continue;
             };
             let still: Option<SystemTime> = client
@@ -327,6 +342,9 @@ async fn read_keys(
     )?;
     // Never analyzed: -1.
     let mut expected = estimate.max(0.0) as u64;
+    if expected > room {
+        return Ok(None);
+    }
     for _ in 0..2 {
         let Some(filter) = read_pages(client, slot, sealed_at, expected, room).await? else {
             return Ok(None);

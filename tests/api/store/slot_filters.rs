@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use futures_util::future::join_all;
 use hookgate::claim::{ClaimResult, RowState, Status, StoredResult};
+use hookgate::config::StoreConfig;
 use hookgate::key::EventId;
 use hookgate::store::{Enqueued, QueueRow, Store};
 
@@ -284,4 +285,35 @@ async fn an_enqueue_batch_skips_what_the_filters_rule_out_and_nothing_of_a_slots
         "{answers:?}"
     );
     assert_eq!(db.slots_of(PROVIDER, &key).await, vec![sealed]);
+}
+
+/// A slot whose keys would take the node's filters past `store.slot_filter_keys` gets no
+/// filter, at this pass or the next, and every key is probed there as without filters.
+#[actix_web::test]
+async fn a_slot_with_more_keys_than_the_filters_room_is_left_unfiltered_and_probed() {
+    let db = TestDb::new().await;
+    let config = StoreConfig {
+        slot_filter_keys: 10,
+        ..db.store_config()
+    };
+    let store = db.store_with(config).await;
+    for i in 0..20 {
+        first_run(&store, &format!("evt_many{i}")).await;
+    }
+    let sealed = db.current_slot().await;
+    db.age_ring(turn()).await;
+    for _ in 0..2 {
+        let retained = retain(&store).await;
+        assert_eq!(retained.failed, None);
+        assert!(
+            retained.filters.iter().all(|f| f.slot != sealed),
+            "{:?}",
+            retained.filters
+        );
+    }
+    hide(&db, sealed, "evt_hidden_unfiltered").await;
+    let answer = claim(&store, "evt_hidden_unfiltered").await;
+    assert!(is_done(&answer), "{answer:?}");
+    let burst = in_a_burst(&store, "unfiltered", "evt_many3").await;
+    assert!(is_done(&burst), "{burst:?}");
 }
