@@ -6,8 +6,10 @@ use super::queue_sql::pg_queue_values;
 use super::sql::{pg_claim_conflict, pg_current, pg_found_one_whole};
 
 /// A queue row's insert from the rows of `$from` (aliased `$a`, with the columns of
-/// `ENQUEUE_BATCH`'s input), as `ENQUEUE` writes one: into the slot that holds the key, or
-/// the current slot; up to the rows' own `WHERE`/`ORDER BY`, `ON CONFLICT` and `RETURNING`.
+/// `ENQUEUE_BATCH`'s input), as `ENQUEUE` writes one: into the current slot, whether it
+/// holds the key's row (the conflict then writes nothing) or no slot does; a key whose row
+/// is in a sealed slot is not written (its caller reports the row). Up to the rows' own
+/// further conditions (`AND …`), `ORDER BY`, `ON CONFLICT` and `RETURNING`.
 macro_rules! pg_queue_insert {
     ($from:literal, $a:literal) => {
         concat!(
@@ -50,7 +52,10 @@ macro_rules! pg_queue_insert {
             ".provider AND w.event_key = ",
             $a,
             ".event_key
-        LIMIT 1) s ON true"
+        LIMIT 1) s ON true
+    -- A row found in a sealed slot is only reported, never written over: a sealed slot
+    -- takes no key (a row swept since the snapshot would otherwise come back there).
+    WHERE (s.slot IS NULL OR s.slot = (SELECT slot FROM current))"
         )
     };
 }
@@ -176,7 +181,7 @@ pub(super) fn claim_on_slots(whole: &str, slots: &[i16]) -> String {
     // An enqueue's own rows are written only under the guard (its report, of the rows it
     // did not write, reads the partitioned table and needs none).
     let enqueue_order = format!(
-        "\n    WHERE EXISTS (SELECT FROM current){}",
+        "\n      AND EXISTS (SELECT FROM current){}",
         pg_enqueue_order!()
     );
     whole
@@ -317,7 +322,7 @@ others AS (",
     -- The owner's key is one the statement wrote: a hashed lookup (`NOT … NOT IN` stays a
     -- hashed subplan, where `IN` would become a join of two sets of rows, a nested loop
     -- without hash and merge joins; the keys are never NULL).
-    WHERE NOT ((o.owner, o.event_key) NOT IN (SELECT provider, event_key FROM ",
+      AND NOT ((o.owner, o.event_key) NOT IN (SELECT provider, event_key FROM ",
             $owners,
             "))
     ORDER BY o.provider, o.event_key
@@ -530,7 +535,7 @@ mod tests {
                 1,
                 "{text}"
             );
-            assert!(text.contains("WHERE EXISTS (SELECT FROM current)\n    ORDER BY i.provider"));
+            assert!(text.contains("AND EXISTS (SELECT FROM current)\n    ORDER BY i.provider"));
             assert!(
                 text.contains("w.event_key = i.event_key\n    OFFSET 0"),
                 "{text}"

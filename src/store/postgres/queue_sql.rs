@@ -35,13 +35,17 @@ WITH queued AS (
     INSERT INTO webhook_events AS e
         (provider, event_key, slot, status, attempts, last_path, fingerprint, mode, payload,
          content_type, request_headers, next_attempt_at, locked_until, keep_payload)
-    VALUES ($1, $2, ",
-    pg_slot_of!("$1", "$2"),
-    ", ",
+    SELECT $1::text, $2::text, s.slot, ",
     pg_queue_values!("$7::bigint"),
-    ", $3, 'queue', $4, $5, $6,
+    ", $3::text, 'queue', $4::bytea, $5::text, $6::text,
             now() + COALESCE($7::bigint, 0) * interval '1 millisecond',
-            now() + $7::bigint * interval '1 millisecond', $8)
+            now() + $7::bigint * interval '1 millisecond', $8::bool
+    FROM (SELECT ",
+    pg_slot_of!("$1", "$2"),
+    " AS slot) s
+    -- A row found in a sealed slot is only reported, never written over: a sealed slot
+    -- takes no key (a row swept since the snapshot would otherwise come back there).
+    WHERE s.slot = (SELECT c.slot FROM hookgate_slots c WHERE c.state = 'current')
     ON CONFLICT (provider, event_key, slot) DO NOTHING
     RETURNING true AS inserted, e.status, e.attempts, e.fingerprint, 0::bigint AS lease_left_ms,
               e.result_status, e.result_content_type, e.result_body, e.mode
