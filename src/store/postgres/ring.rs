@@ -603,8 +603,15 @@ async fn lock_once(
     client: &mut Object,
 ) -> Result<(deadpool_postgres::Transaction<'_>, Instant), StoreError> {
     let tx = client.transaction().await.map_err(db_error)?;
+    // Its commit does not wait for the WAL's flush, which every claim would wait out behind
+    // the lock: a move's megabyte on a disk busy writing back the outage that left the
+    // keepers took hundreds of ms, up to a second. A crash may then lose the step, never
+    // half of it: the ring is as it was before the step, and whatever a later transaction
+    // did on top of the step was flushed with it, the WAL being one sequence. (A
+    // truncation's commit is flushed all the same: Postgres does so for any transaction
+    // that removes files.)
     tx.batch_execute(&format!(
-        "SET LOCAL lock_timeout = {}; {LOCK}",
+        "SET LOCAL lock_timeout = {}; SET LOCAL synchronous_commit = off; {LOCK}",
         millis(RING_LOCK_TIMEOUT)
     ))
     .await
