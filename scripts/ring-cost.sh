@@ -19,6 +19,16 @@
 #     written; the target outlives the driver: a second bench process serves it, driving
 #     only a closed port once a second) — CPU over the whole per delivered event, with
 #     queue.poll_interval = 100ms. QUEUE_RATE=N paces its driver (default: unpaced);
+#   * soak (only when named in MEASURES: it runs SOAK_DURATION per binary): a steady ingest
+#     of new keys at SOAK_RATE (1500/s) on a fresh schema with retention running —
+#     retention.done SOAK_RETENTION (2m), a sweep every SOAK_SWEEP (10s) — for SOAK_DURATION
+#     (10m); CPU per delivered event (hookgate_deliveries_total) from SOAK_SETTLE (1.5
+#     retention periods and 30 s: rows then go as fast as they come) to the end, vacuum
+#     included; at the end the rows, the done rows past retention and the schema's size.
+#     A retention of minutes is under the 72-hour floor check-config keeps
+#     (src/config/validate.rs's MIN_RETENTION), so both binaries must be built with it
+#     lowered, e.g. `sed -i 's/from_secs(72 \* 3600)/from_secs(60)/' src/config/validate.rs`
+#     in each build's tree (a scratch change: it changes no per-event work);
 #   * pgbench: the bare claim upsert then mark-done update of scripts/cpu-per-event.sh,
 #     prepared, 64 clients, DURATION — CPU of Postgres plus pgbench per event, and each
 #     binary's first run (unique) as a share of it.
@@ -36,8 +46,8 @@
 # The load bench is this repository's (`cargo bench --bench load --no-run`, CARGO_TARGET_DIR
 # honoured), or LOAD_BENCH=path. The binaries are not built here.
 # Usage: scripts/ring-cost.sh BASE_BIN NEW_BIN [DURATION=15s] [ROUNDS=2]. Loopback only.
-# MEASURES="unique duplicate queue pgbench" narrows the runs; PREFILL=N; RING_PREFILL=current;
-# QUEUE_RATE=N; QUEUE_WAIT=600 (longest wait for the queue to drain, seconds);
+# MEASURES="unique duplicate queue pgbench" narrows the runs (add soak to run it); PREFILL=N;
+# RING_PREFILL=current; QUEUE_RATE=N; QUEUE_WAIT=600 (longest wait for the queue to drain, seconds);
 # STATEMENTS=1 loads pg_stat_statements and writes each run's statements (the costliest by
 # execution and planning time, per call: time, rows, shared blocks) to statements-RUN.txt
 # in the run directory.
@@ -91,6 +101,9 @@ prefill = int(os.environ.get("PREFILL", "0"))
 ring_prefill = os.environ.get("RING_PREFILL", "spread")
 queue_rate = os.environ.get("QUEUE_RATE")
 queue_wait = int(os.environ.get("QUEUE_WAIT", "600"))
+soak_rate = int(os.environ.get("SOAK_RATE", "1500"))
+soak_retention = os.environ.get("SOAK_RETENTION", "2m")
+soak_sweep = os.environ.get("SOAK_SWEEP", "10s")
 MEASURES = os.environ.get("MEASURES", "unique duplicate queue pgbench").split()
 BINS = [("base", os.environ["BASE_BIN"]), ("new", os.environ["NEW_BIN"])]
 STATES = ["empty"] + (["prefilled"] if prefill else [])
@@ -154,7 +167,7 @@ ORDER BY total_exec_time + total_plan_time DESC LIMIT 15""", "-F", " | ")
 def get(path):
     return urllib.request.urlopen(f"http://127.0.0.1:{PORT}{path}", timeout=5).read().decode()
 
-def config(name, schema, provider, mode="sync", cache_off=False):
+def config(name, schema, provider, mode="sync", cache_off=False, retention=("3650d", "1d")):
     # Keys both binaries read alike (the config format only grew since 844f552).
     text = f'''[server]
 listen = "127.0.0.1:{PORT}"
@@ -165,9 +178,9 @@ schema = "{schema}"
 [queue]
 poll_interval = "100ms"
 [retention]
-done = "3650d"
+done = "{retention[0]}"
 dead = "3650d"
-sweep_interval = "1d"
+sweep_interval = "{retention[1]}"
 '''
     if cache_off:
         text += "[cache]\ncapacity = 0\n"
@@ -322,6 +335,59 @@ def queue_run(rnd, state, key, binary):
     r["total_us"] = r["node_us"] + r["pg_us"]
     return r
 
+def seconds(text):
+    return int(text[:-1]) * {"s": 1, "m": 60, "h": 3600, "d": 86400}[text[-1]]
+
+def deliveries_total():
+    return sum(int(float(n)) for n in
+               re.findall(r"^hookgate_deliveries_total(?:\{[^}]*\})? (\S+)", get("/metrics"), re.M))
+
+def soak_run(rnd, key, binary):
+    """A steady ingest at SOAK_RATE with retention running (retention.done SOAK_RETENTION,
+    a sweep every SOAK_SWEEP) for SOAK_DURATION on a fresh schema; CPU per delivered event
+    over the part after SOAK_SETTLE (by then rows go as fast as they come: row by row
+    before the ring, a slot's truncation with it), autovacuum included."""
+    name = f"{rnd}-soak-{key}"
+    schema, provider = f"s{rnd}{key}", f"r{rnd}s"
+    path = config(name, schema, provider, retention=(soak_retention, soak_sweep))
+    checkpoint()
+    node, log = start_node(binary, path, name)
+    driver = subprocess.Popen([bench_bin, "--scenario", "unique", "--connections", "64",
+                               "--rate", str(soak_rate),
+                               "--url", f"http://127.0.0.1:{PORT}/webhooks/{provider}",
+                               "--target-listen", f"127.0.0.1:{TARGET_PORT}",
+                               "--duration", f"{soak_secs}s"],
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    started = time.monotonic()
+    time.sleep(soak_settle)
+    before = postgres_ticks(), sum(stat(node.pid)[:2]), deliveries_total(), time.monotonic()
+    time.sleep(max(1, soak_secs - (time.monotonic() - started) - 2))
+    after = postgres_ticks(), sum(stat(node.pid)[:2]), deliveries_total(), time.monotonic()
+    out = driver.communicate()[0]
+    open(f"{d}/bench-{name}.out", "w").write(out)
+    line = next((l for l in out.splitlines() if l.startswith("scenario=")), "")
+    num = lambda k: float((re.search(rf"\b{k}=\s*([\d.]+)", line) or [0, "nan"])[1])
+    rows, past = psql(f"SELECT count(*), count(*) FILTER (WHERE status = 'done' AND updated_at "
+                      f"< now() - interval '{seconds(soak_retention)} seconds') "
+                      f"FROM {schema}.webhook_events").split("|")
+    mib = float(psql(f"SELECT sum(pg_total_relation_size(c.oid)) / 1048576.0 FROM pg_class c "
+                     f"JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = '{schema}' "
+                     f"AND c.relkind = 'r'"))
+    warnings = stop_node(node, log)
+    statements(name)
+    events = after[2] - before[2]
+    r = dict(round=rnd, state="empty", bin=key, measure="soak", units=events,
+             per_s=events / (after[3] - before[3]), p99=num("p99"), duplicates=int(num("duplicates")),
+             errors=int(num("errors")), rc=driver.returncode, rows=int(rows), past=int(past),
+             mib=mib, warnings=warnings,
+             node_us=(after[1] - before[1]) / tick * 1e6 / max(events, 1),
+             pg_us=(after[0] - before[0]) / tick * 1e6 / max(events, 1))
+    r["total_us"] = r["node_us"] + r["pg_us"]
+    return r
+
+soak_secs = seconds(os.environ.get("SOAK_DURATION", "10m"))
+soak_settle = seconds(os.environ.get("SOAK_SETTLE", f"{seconds(soak_retention) * 3 // 2 + 30}s"))
+
 YARD = {"empty": "yard.bare", "prefilled": "yard.full"}
 
 def pgbench_run(rnd, state):
@@ -424,6 +490,9 @@ def row(r):
     if r["measure"] == "duplicate":
         return (common + f" {r['p50']:.2f} | {r['p99']:.2f} |" + cpu
                 + f" {r['deliveries']} | {r['cache_hits']} | {r['errors']} | {r['status']} |")
+    if r["measure"] == "soak":
+        return (common + f" {r['p99']:.2f} |" + cpu + f" {r['rows']} | {r['past']} | {r['mib']:.0f} "
+                f"| {r['duplicates']} | {r['errors']} |")
     if r["measure"] == "queue":
         return (common + f" {r['rps']:,.0f} | {r['p99']:.2f} | {r['accepted']} | {r['units']} "
                 f"| {r['ingest_s']:.1f} | {r['drained_s']:.1f} | {r['left']} | {r['retried']} |" + cpu)
@@ -438,13 +507,18 @@ HEAD = {
     "queue": ("delivered/s (to drained) | accepted/s | accept p99 ms | accepted | delivered "
               "| ingest s | drained s | left | retried | hookgate µs | Postgres µs | total µs",
               "---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:"),
+    "soak": ("delivered/s (after settling) | p99 ms (whole run) | hookgate µs | Postgres µs "
+             "| total µs | rows at the end | done rows past retention | MiB | duplicates | errors",
+             "---:|---:|---:|---:|---:|---:|---:|---:|---:|---:"),
     "pgbench": ("events/s | pgbench client µs | Postgres µs | total µs", "---:|---:|---:|---:"),
 }
 UNIT = {"unique": "first run", "duplicate": "request", "queue": "delivered event",
+        "soak": "delivered event, retention running",
         "pgbench": "event"}
 RATIO_FIELDS = {"unique": ["per_s", "p50", "p99", "node_us", "pg_us", "total_us"],
                 "duplicate": ["per_s", "p99", "node_us", "pg_us", "total_us"],
-                "queue": ["per_s", "node_us", "pg_us", "total_us"]}
+                "queue": ["per_s", "node_us", "pg_us", "total_us"],
+                "soak": ["per_s", "p99", "node_us", "pg_us", "total_us"]}
 LABEL = {"per_s": "rate", "p50": "p50", "p99": "p99", "node_us": "hookgate CPU",
          "pg_us": "Postgres CPU", "total_us": "total CPU"}
 
@@ -458,9 +532,12 @@ for rnd in range(1, rounds + 1):
             r = pgbench_run(rnd, state)
             results.append(r)
             print(f"# done pgbench {row(r)}", flush=True)
-        for measure in [m for m in ("unique", "duplicate", "queue") if m in MEASURES]:
+        for measure in [m for m in ("unique", "duplicate", "queue", "soak") if m in MEASURES]:
+            if measure == "soak" and state != "empty":
+                continue
             for key, binary in order:
                 r = (queue_run(rnd, state, key, binary) if measure == "queue"
+                     else soak_run(rnd, key, binary) if measure == "soak"
                      else sync_run(rnd, state, key, binary, measure))
                 results.append(r)
                 print(f"# done {measure} {row(r)} bench rc={r['rc']}, node log lines above "
@@ -482,7 +559,7 @@ def average(rs):
             out[field] = round(m) if isinstance(value, int) else m
     return out
 
-for measure in [m for m in ("unique", "duplicate", "queue", "pgbench") if m in MEASURES]:
+for measure in [m for m in ("unique", "duplicate", "queue", "soak", "pgbench") if m in MEASURES]:
     head, align = HEAD[measure]
     print(f"\n## {measure} (CPU per {UNIT[measure]})\n")
     print(f"| round | tables | binary | {head} |")
@@ -490,7 +567,8 @@ for measure in [m for m in ("unique", "duplicate", "queue", "pgbench") if m in M
     for r in results:
         if r["measure"] == measure:
             print(row(r))
-    for state in STATES:
+    states = ["empty"] if measure == "soak" else STATES
+    for state in states:
         for key in (["pgbench"] if measure == "pgbench" else [k for k, _ in BINS]):
             print(row(average(pick(measure, state, key))))
     if measure == "pgbench":
@@ -499,7 +577,7 @@ for measure in [m for m in ("unique", "duplicate", "queue", "pgbench") if m in M
     print(f"\nNEW/BASE ({measure}): of the means, then per round")
     print("| tables | round | " + " | ".join(LABEL[f] for f in fields) + " |")
     print("|---|---|" + "---:|" * len(fields))
-    for state in STATES:
+    for state in states:
         m = [mean(pick(measure, state, "new"), f) / mean(pick(measure, state, "base"), f) for f in fields]
         print(f"| {state} | mean | " + " | ".join(f"{v:.3f}" for v in m) + " |")
         per_round = []
