@@ -10,6 +10,7 @@ use std::future::Future;
 use std::sync::Arc;
 
 use tokio_postgres::error::SqlState;
+use tokio_postgres::types::Type;
 
 use super::batch_sql::{COMPLETE_BATCH, COMPLETE_BATCH_PLAIN};
 use super::pool::{CompleteCall, Inner};
@@ -277,7 +278,11 @@ async fn complete_batch_with(
     };
     let mut rest: Vec<&CompleteCall> = calls.to_vec();
     if let Some(slot) = slot {
-        let on_slot = complete_batch_on(client, &rest, Some(slot)).await;
+        if !inner.ring.settled() {
+            // A failed check leaves the batch planned at each run, as it is until then.
+            let _ = inner.ring.ripen(client, slot).await;
+        }
+        let on_slot = complete_batch_on(client, &rest, Some(slot), inner.ring.settled()).await;
         if on_slot.is_err() {
             // Perhaps a slot whose rows are moving: read afresh before naming one again.
             inner.ring.forget();
@@ -289,16 +294,35 @@ async fn complete_batch_with(
         }
         inner.ring.refresh(client).await;
     }
-    applied.extend(complete_batch_on(client, &rest, None).await?);
+    applied.extend(complete_batch_on(client, &rest, None, inner.ring.settled()).await?);
     Ok(())
 }
 
+/// The types of [`COMPLETE_BATCH`]'s parameters (the first six are
+/// [`COMPLETE_BATCH_PLAIN`]'s), for a run planned for its values.
+const COMPLETE_TYPES: [Type; 10] = [
+    Type::TEXT_ARRAY,
+    Type::TEXT_ARRAY,
+    Type::INT4_ARRAY,
+    Type::INT2_ARRAY,
+    Type::TEXT_ARRAY,
+    Type::BYTEA_ARRAY,
+    Type::TEXT_ARRAY,
+    Type::TEXT_ARRAY,
+    Type::INT8_ARRAY,
+    Type::TEXT_ARRAY,
+];
+
 /// One completion statement for `calls`: its update named on `slot`'s partition, or on the
-/// whole table.
+/// whole table. On a prepared statement when the current slot is `settled`; otherwise
+/// planned for this run alone (an unnamed statement, sent with its values in one round
+/// trip): a plan cached while the current slot's partition was small would walk it whole
+/// once it has grown ([`RingView::settled`](super::ring_view::RingView::settled)).
 async fn complete_batch_on(
     client: &deadpool_postgres::Client,
     calls: &[&CompleteCall],
     slot: Option<i16>,
+    settled: bool,
 ) -> Result<Applied, BatchError> {
     let plain = |e: StoreError| (e, None);
     let with_history = calls.iter().any(|c| c.history.is_some());
@@ -308,7 +332,6 @@ async fn complete_batch_on(
         COMPLETE_BATCH_PLAIN
     };
     let sql = slot.and_then(|slot| on_slot(whole, slot)).unwrap_or(whole);
-    let stmt = client.prepare_cached(sql).await.map_err(coded)?;
     let providers: Vec<&str> = calls.iter().map(|c| &*c.id.provider).collect();
     let keys: Vec<&str> = calls.iter().map(|c| &*c.id.key).collect();
     let attempts: Vec<i32> = calls.iter().map(|c| c.attempts).collect();
@@ -348,7 +371,18 @@ async fn complete_batch_on(
         &answers,
     ];
     let used = if with_history { 10 } else { 6 };
-    let rows = client.query(&stmt, &params[..used]).await.map_err(coded)?;
+    let rows = if settled {
+        let stmt = client.prepare_cached(sql).await.map_err(coded)?;
+        client.query(&stmt, &params[..used]).await
+    } else {
+        let typed: Vec<_> = params[..used]
+            .iter()
+            .zip(COMPLETE_TYPES)
+            .map(|(&param, ty)| (param, ty))
+            .collect();
+        client.query_typed(sql, &typed).await
+    }
+    .map_err(coded)?;
     rows.iter()
         .map(|row| {
             let provider: String = get(row, "provider").map_err(plain)?;

@@ -33,6 +33,19 @@ const PAGE: i64 = 10_000;
 /// that slot, as every key did without filters. About 9.6 bits per key.
 const FALSE_POSITIVES: f64 = 0.01;
 
+/// Pages the current slot's partition must have in its statistics (`pg_class.relpages`,
+/// set by `ANALYZE` or `VACUUM`) before the completions' batch statement runs on a plan
+/// cached for it ([`RingView::settled`]): a megabyte, about 10 000 done rows. The ring
+/// opens each slot empty, and a plan Postgres caches while the partition holds a few rows
+/// walks it whole once it has grown (an index read end to end, as the outer side of the
+/// join): 5 249 buffers a call for 4 rows in the soak, until an autovacuum happened to
+/// analyze the partition. Statistics of this size make every plan cached from then on find
+/// the batch's rows by key, however the partition grows (tests/api/store/plans.rs).
+pub(crate) const SETTLED_PAGES: i32 = 128;
+
+/// The bit of [`RingView`]'s current slot that says its partition is settled.
+const SETTLED: i32 = 1 << 8;
+
 /// One seed for every filter, so a key is hashed once for all of them. A key chosen to be
 /// wrongly held costs a probe, never an answer.
 const SEED: u128 = 0x686f_6f6b_6761_7465_5f73_6c6f_7473;
@@ -52,6 +65,8 @@ fn filter(expected: usize) -> BloomFilter {
 /// again.
 #[derive(Debug)]
 pub(crate) struct RingView {
+    /// The current slot, with [`SETTLED`] when its partition's statistics say it has grown;
+    /// -1 when not read.
     current: AtomicI32,
     /// The filled slots as read: the current one, the sealed ones newest first, the keep
     /// slot.
@@ -121,7 +136,60 @@ impl RingView {
 
     /// The current slot last read, if any.
     pub(crate) fn current(&self) -> Option<i16> {
-        i16::try_from(self.current.load(Ordering::Relaxed)).ok()
+        let current = self.current.load(Ordering::Relaxed);
+        (current >= 0)
+            .then(|| i16::try_from(current & !SETTLED).ok())
+            .flatten()
+    }
+
+    /// Whether the current slot's partition, as last read, has statistics of at least
+    /// [`SETTLED_PAGES`]: then a plan Postgres caches for a statement that joins its input
+    /// with the partition fits it from then on. Until it has, such a statement is planned
+    /// at each run, for the partition as it is then ([`RingView::ripen`]).
+    pub(crate) fn settled(&self) -> bool {
+        let current = self.current.load(Ordering::Relaxed);
+        current >= 0 && current & SETTLED != 0
+    }
+
+    /// Asks whether the current slot `slot`'s partition has grown to [`SETTLED_PAGES`], and
+    /// if it has but its statistics have not, analyzes it (without waiting for a lock:
+    /// autovacuum or another node analyzing it will do as well). Either settles the view.
+    /// Run before each completion batch while the view is not settled: one read of the
+    /// catalog, and once per turn an `ANALYZE` of a megabyte or so — whose new statistics
+    /// also make Postgres plan again every statement cached for the partition while it
+    /// was small. A failure leaves the view as it was.
+    pub(crate) async fn ripen(&self, client: &Client, slot: i16) -> Result<(), StoreError> {
+        let partition = format!("webhook_events_s{slot}");
+        let sizes = async || -> Result<(i32, i64), StoreError> {
+            let row = client
+                .query_one(
+                    "SELECT c.relpages AS stats,
+                            (pg_relation_size(c.oid) / current_setting('block_size')::int8)
+                                ::int8 AS pages
+                     FROM pg_class c WHERE c.oid = to_regclass($1)",
+                    &[&partition],
+                )
+                .await
+                .map_err(db_error)?;
+            Ok((get(&row, "stats")?, get(&row, "pages")?))
+        };
+        let (mut stats, pages) = sizes().await?;
+        if stats < SETTLED_PAGES && pages >= i64::from(SETTLED_PAGES) {
+            client
+                .batch_execute(&format!("ANALYZE (SKIP_LOCKED) {partition}"))
+                .await
+                .map_err(db_error)?;
+            stats = sizes().await?.0;
+        }
+        if stats >= SETTLED_PAGES {
+            let _ = self.current.compare_exchange(
+                i32::from(slot),
+                i32::from(slot) | SETTLED,
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            );
+        }
+        Ok(())
     }
 
     /// The slots that were not empty when last read, if read, in the order a claim probes
@@ -190,24 +258,33 @@ impl RingView {
     }
 
     /// Reads the ring on `client` and answers its current slot; drops the filters of
-    /// slots no longer sealed in the life they were read in. Reads a seven-row table;
-    /// locks nothing a claim waits for.
+    /// slots no longer sealed in the life they were read in, and whether the current slot
+    /// is [settled](RingView::settled). Reads a seven-row table and the catalog's rows of
+    /// their partitions; locks nothing a claim waits for.
     pub(crate) async fn read(&self, client: &Client) -> Result<Option<i16>, StoreError> {
         let rows = client
             .query(
-                "SELECT slot, state, sealed_at FROM hookgate_slots WHERE state <> 'empty'
+                "SELECT slot, state, sealed_at,
+                        (SELECT relpages FROM pg_class
+                         WHERE oid = to_regclass('webhook_events_s' || slot)) AS stats
+                 FROM hookgate_slots WHERE state <> 'empty'
                  ORDER BY state = 'current' DESC, state = 'keep', sealed_at DESC, slot",
                 &[],
             )
             .await
             .map_err(db_error)?;
         let mut current = None;
+        let mut settled = false;
         let mut filled = Vec::with_capacity(rows.len());
         let mut sealed = Vec::new();
         for row in &rows {
             let slot: i16 = get(row, "slot")?;
             match &*get::<String>(row, "state")? {
-                "current" => current = Some(slot),
+                "current" => {
+                    current = Some(slot);
+                    let stats: Option<i32> = get(row, "stats")?;
+                    settled = stats.is_some_and(|pages| pages >= SETTLED_PAGES);
+                }
                 "sealed" => {
                     if let Some(at) = get::<Option<SystemTime>>(row, "sealed_at")? {
                         sealed.push((slot, at));
@@ -222,8 +299,10 @@ impl RingView {
             .write()
             .unwrap_or_else(|e| e.into_inner())
             .retain(|life| sealed.contains(life));
-        self.current
-            .store(current.map_or(-1, i32::from), Ordering::Relaxed);
+        let current_bits = current.map_or(-1, |slot| {
+            i32::from(slot) | if settled { SETTLED } else { 0 }
+        });
+        self.current.store(current_bits, Ordering::Relaxed);
         *self.read.write().unwrap_or_else(|e| e.into_inner()) = Some(filled.into());
         self.order();
         *self.sealed.write().unwrap_or_else(|e| e.into_inner()) = sealed.into();

@@ -118,6 +118,75 @@ async fn claims_and_completions_never_scan_the_table_whatever_its_statistics() {
     );
 }
 
+/// Rows the current slot holds when the test below caches plans a second time (about
+/// when the ring analyzes it), and rows it gains after that.
+const SETTLING: i64 = 15_000;
+const GROWN: i64 = 30_000;
+
+/// The ring opens each slot empty, and the completions' batch statement names the
+/// current slot's partition. A plan cached on a connection while that partition held a
+/// few rows walked it whole at every batch once it had grown — its key index end to end,
+/// as the outer side of the join — until an autovacuum happened to analyze it (5 249
+/// buffers a call for 4 rows in the soak). Here the hot statements (claims, completion
+/// batches, failures, renewals, the queue's take) run on one connection while the current
+/// slot is empty and analyzed (as autovacuum leaves a slot the ring emptied: its changes
+/// since its last analyze outlive the truncation), again once it holds [`SETTLING`] rows,
+/// and again after [`GROWN`] more: they read their rows by key every time.
+#[actix_web::test]
+async fn hot_statements_on_a_current_slot_that_grew_after_they_ran_read_their_rows_by_key() {
+    let db = TestDb::new().await;
+    let (store, name) = db.named_store("hookgate_young_slot", 1).await;
+    db.autovacuum_off(&["webhook_events"]).await;
+    let slot = db.current_slot().await;
+    db.execute(&format!("ANALYZE webhook_events_s{slot}")).await;
+    let grow = |from: i64, rows: i64| {
+        format!(
+            "INSERT INTO webhook_events (provider, event_key, status, attempts, last_path,
+                                         result_status)
+             SELECT 'p', md5(g::text), 'done', 1, 'first_run', 200
+             FROM generate_series({from}, {}) g",
+            from + rows - 1
+        )
+    };
+    // Each time more runs than Postgres's five custom plans, so a generic one is cached.
+    for round in 0..10 {
+        claim_and_complete(&store, round * 10..round * 10 + 10, false).await;
+    }
+    db.execute(&grow(1, SETTLING)).await;
+    for round in 10..20 {
+        claim_and_complete(&store, round * 10..round * 10 + 10, false).await;
+    }
+    db.execute(&grow(SETTLING + 1, GROWN)).await;
+    db.flush_stats().await;
+    let tables = ["webhook_events"];
+    let before = db.reads(&tables).await;
+    for round in 20..30 {
+        claim_and_complete(&store, round * 10..round * 10 + 10, false).await;
+    }
+    db.close(store, &name).await;
+    let read = db.reads(&tables).await - before;
+    // About 30 a key by index; a walk of the partition reads all its 45 000 rows.
+    assert!(
+        read < GROWN / 3,
+        "{read} rows or index entries read by 100 events' claims and completions: a walk \
+         of the current slot's partition"
+    );
+    // The ring analyzed its current slot once it had grown.
+    let estimate: f32 = db
+        .query_one(
+            &format!(
+                "SELECT reltuples FROM pg_class WHERE oid = 'webhook_events_s{slot}'::regclass"
+            ),
+            &[],
+        )
+        .await
+        .get(0);
+    assert!(
+        estimate >= SETTLING as f32 / 2.0,
+        "the current slot's partition is estimated at {estimate} rows"
+    );
+}
+
 /// How many times the test below runs the take on its one connection: a number no other
 /// test's take reaches, by which its statement is told apart from theirs (each schema's
 /// statements are counted apart, under the same text). Counted as the growth of each
