@@ -68,6 +68,12 @@ impl Look {
         self.dead.iter().map(|(_, n)| n).sum()
     }
 
+    /// Whether the dead letters are moving: some in the keep slot, some still elsewhere.
+    pub fn moving(&self) -> bool {
+        let kept = |slot: i16| slot == KEEP_SLOT;
+        self.dead.iter().any(|(s, _)| kept(*s)) && self.dead.iter().any(|(s, _)| !kept(*s))
+    }
+
     /// `1:300` (slot:dead letters), or `-`.
     pub fn dead_line(&self) -> String {
         let each: Vec<String> = self.dead.iter().map(|(s, n)| format!("{s}:{n}")).collect();
@@ -77,6 +83,9 @@ impl Look {
         }
     }
 }
+
+/// The keep slot: where the emptying moves the rows a slot must keep.
+const KEEP_SLOT: i16 = 6;
 
 /// The ring, read without a lock (a plain read sees the state the last ring transaction
 /// committed).

@@ -83,6 +83,10 @@ pub struct Rules {
     pub sweep_interval: Duration,
     /// The node's `retention.dead`: dead letters younger than it must stay.
     pub dead_retention: Duration,
+    /// Windows the clock was held while the dead letters moved (`--hold-while-moving`):
+    /// the current slot keeps taking events through them, so it may gather that many more
+    /// windows' ingest than a turn's.
+    pub held: u32,
 }
 
 impl Rules {
@@ -123,13 +127,18 @@ impl Rules {
     }
 
     /// No slot stays current over more than [`STUCK_TURNS`] turns of aging after the one
-    /// it opened in.
+    /// it opened in (a window whose clock was held ages nothing).
     fn turning(&self, samples: &[Sample]) -> Check {
         let mut worst: Option<(i16, u32, Duration)> = None;
         let mut run: Option<(i16, u32)> = None;
+        let mut aged = Duration::ZERO;
         for s in samples {
+            let turned = u32::from(s.aged > aged);
+            aged = s.aged;
             run = match (run, s.look.ring.current) {
-                (Some((slot, turns)), Some(current)) if slot == current => Some((slot, turns + 1)),
+                (Some((slot, turns)), Some(current)) if slot == current => {
+                    Some((slot, turns + turned))
+                }
                 (_, current) => current.map(|slot| (slot, 0)),
             };
             if let Some((slot, turns)) = run {
@@ -157,10 +166,12 @@ impl Rules {
 
     /// Done rows past retention stay within what arrives in a turn and a sweep interval:
     /// by design the ring holds up to a turn's worth past retention (docs/design.md,
-    /// "What retention keeps"), a pass late for the turn adds a sweep interval's.
+    /// "What retention keeps"), a pass late for the turn adds a sweep interval's, and each
+    /// window the clock was held adds a window's.
     fn past_retention(&self, samples: &[Sample]) -> Check {
+        let windows = self.window * (1 + self.held);
         let limit =
-            (self.rate as f64 * (self.window + self.sweep_interval).as_secs_f64()).ceil() as u64;
+            (self.rate as f64 * (windows + self.sweep_interval).as_secs_f64()).ceil() as u64;
         let (most, at) = samples
             .iter()
             .map(|s| (s.look.past_retention, s.at))
@@ -170,9 +181,11 @@ impl Rules {
             name: "rows past retention stay within a turn's ingest",
             passed: Some(most <= limit),
             detail: format!(
-                "most {most} at t={:.0}s, at most {limit} ({}/s × (window + sweep interval))",
+                "most {most} at t={:.0}s, at most {limit} ({}/s × ({} window(s) + sweep \
+                 interval))",
                 at.as_secs_f64(),
-                self.rate
+                self.rate,
+                1 + self.held
             ),
         }
     }

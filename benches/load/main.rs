@@ -145,6 +145,11 @@ pub(crate) struct Args {
     /// default 256KiB).
     #[arg(long, value_parser = parse_bytes)]
     dead_bytes: Option<usize>,
+    /// The keepers scenario: hold the clock while the emptying moves the dead letters
+    /// (some in the keep slot, some still in their slot), so a window need not be long
+    /// enough for the moves of an outage of gigabytes (by hand: 20 GiB).
+    #[arg(long)]
+    hold_while_moving: bool,
     /// The keepers scenario's `store.statement_timeout` (default: hookgate's, 5 s).
     #[arg(long, value_parser = humantime::parse_duration)]
     statement_timeout: Option<Duration>,

@@ -51,6 +51,9 @@ impl SoakTarget {
             App::new()
                 .app_data(state.clone())
                 .app_data(refuse.clone())
+                // Any body hookgate forwards (the keepers scenario's are 1 MiB by hand):
+                // past actix-web's 256 KiB default the target would answer 413, not 400.
+                .app_data(web::PayloadConfig::new(64 << 20))
                 .default_service(web::to(receive))
         })
         .workers(1)
