@@ -299,7 +299,7 @@ async fn complete_batch_with(
 }
 
 /// The types of [`COMPLETE_BATCH`]'s parameters (the first six are
-/// [`COMPLETE_BATCH_PLAIN`]'s), for a run planned for its values.
+/// [`COMPLETE_BATCH_PLAIN`]'s), for a run planned afresh (an unnamed statement).
 const COMPLETE_TYPES: [Type; 10] = [
     Type::TEXT_ARRAY,
     Type::TEXT_ARRAY,
@@ -315,9 +315,11 @@ const COMPLETE_TYPES: [Type; 10] = [
 
 /// One completion statement for `calls`: its update named on `slot`'s partition, or on the
 /// whole table. On a prepared statement when the current slot is `settled`; otherwise
-/// planned for this run alone (an unnamed statement, sent with its values in one round
-/// trip): a plan cached while the current slot's partition was small would walk it whole
-/// once it has grown ([`RingView::settled`](super::ring_view::RingView::settled)).
+/// planned afresh for this run alone, for the partition's size now (an unnamed statement,
+/// sent with its values in one round trip; the hot sessions' plans are generic, so not
+/// for the values themselves): a plan cached while the current slot's partition was small
+/// would walk it whole once it has grown
+/// ([`RingView::settled`](super::ring_view::RingView::settled)).
 async fn complete_batch_on(
     client: &deadpool_postgres::Client,
     calls: &[&CompleteCall],
