@@ -488,6 +488,21 @@ async fn read_pages(
 mod tests {
     use super::*;
 
+    #[test]
+    fn the_current_slot_reads_the_same_settled_or_not_and_forgetting_unsettles_it() {
+        let view = RingView::new(0);
+        assert_eq!((view.current(), view.settled()), (None, false));
+        view.current.store(5, Ordering::Relaxed);
+        assert_eq!((view.current(), view.settled()), (Some(5), false));
+        view.current.store(5 | SETTLED, Ordering::Relaxed);
+        assert_eq!((view.current(), view.settled()), (Some(5), true));
+        // Slot 0 settled is the bit alone.
+        view.current.store(SETTLED, Ordering::Relaxed);
+        assert_eq!((view.current(), view.settled()), (Some(0), true));
+        view.forget();
+        assert_eq!((view.current(), view.settled()), (None, false));
+    }
+
     fn with_filter(view: &RingView, slot: i16, sealed_at: SystemTime, keys: &[&EventId]) {
         let mut filter = filter(1000);
         for id in keys {
